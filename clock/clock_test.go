@@ -1,0 +1,50 @@
+package clock_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/limitkit/limitkit/clock"
+	"github.com/stretchr/testify/require"
+)
+
+func TestFakeAdvanceAndSet(t *testing.T) {
+	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	c := clock.NewFake(start)
+	require.Equal(t, start, c.Now())
+
+	c.Advance(1500 * time.Millisecond)
+	require.Equal(t, start.Add(1500*time.Millisecond), c.Now())
+
+	c.Advance(-5 * time.Second)
+	require.Equal(t, start.Add(-3500*time.Millisecond), c.Now())
+
+	later := start.Add(time.Hour)
+	c.Set(later)
+	require.Equal(t, later, c.Now())
+}
+
+func TestFakeConcurrentAdvance(t *testing.T) {
+	start := time.Unix(1_700_000_000, 0)
+	c := clock.NewFake(start)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 1000 {
+				c.Advance(time.Millisecond)
+				_ = c.Now()
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, start.Add(8000*time.Millisecond), c.Now())
+}
+
+func TestSystemClockMoves(t *testing.T) {
+	a := clock.System.Now()
+	require.False(t, a.IsZero())
+	require.WithinDuration(t, time.Now(), a, time.Minute)
+}
