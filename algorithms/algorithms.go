@@ -1,0 +1,204 @@
+// Package algorithms holds each rate-limiting algorithm once, as math.
+//
+// Every algorithm has two engines that compute the same step: a pure Go step
+// over a [State] (used by the in-memory store) and a Lua twin that performs the
+// step atomically inside Redis (used by the Redis stores). Both take the
+// current time as an argument, in whole milliseconds since the Unix epoch, and
+// use only integer arithmetic that stays exact in a Lua number (a float64), so
+// the two engines return identical decisions for identical inputs. The
+// conformance suite in backend/storetest holds them together.
+//
+// The semantics every engine meets:
+//
+//   - A request of cost n is admitted all-or-nothing; a denied request
+//     consumes nothing.
+//   - Every outcome carries the remaining allowance, the exact time until the
+//     same request would be admitted (RetryAfter, 0 when admitted) and the time
+//     until the key is completely free (ResetAfter).
+//   - When the clock goes back (a request carries an earlier time than one
+//     already recorded), state recorded "in the future" still counts: a clock
+//     step back never creates extra allowance.
+package algorithms
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Name selects an algorithm. It is the string used in configuration files.
+type Name string
+
+// The algorithms limitkit implements on every store.
+const (
+	// SlidingLog is exact: it records a timestamp per admitted unit of cost
+	// and admits a request when the units recorded in (now-window, now] plus
+	// its cost do not exceed the limit. Memory grows with the limit.
+	SlidingLog Name = "sliding_log"
+	// SlidingCounter approximates the sliding log with two fixed windows, the
+	// previous one weighted by the share of it still inside the sliding
+	// window. Constant memory per key.
+	SlidingCounter Name = "sliding_counter"
+	// FixedWindow counts per window aligned to the Unix epoch. Cheapest, but
+	// admits up to twice the limit across a window boundary.
+	FixedWindow Name = "fixed_window"
+)
+
+// Names lists the algorithms in the order the documentation presents them.
+func Names() []Name { return []Name{SlidingLog, SlidingCounter, FixedWindow} }
+
+// Bounds on rules. They keep every intermediate value of every engine an
+// exact integer in a float64 (below 2^53).
+const (
+	// MaxLimit is the largest limit any algorithm accepts.
+	MaxLimit = int64(1) << 53
+	// MaxSlidingLogLimit is the largest limit of a SlidingLog rule: the log
+	// stores one timestamp per admitted unit, so memory per key grows with
+	// the limit. Use SlidingCounter or FixedWindow for larger limits.
+	MaxSlidingLogLimit = int64(10_000)
+	// MinWindow is the shortest window: decisions are made in whole
+	// milliseconds.
+	MinWindow = time.Millisecond
+	// MaxWindow is the longest window, a leap year.
+	MaxWindow = 366 * 24 * time.Hour
+)
+
+// Errors returned for bad input. Errors from this module that report bad
+// input wrap one of them, so callers can test with errors.Is.
+var (
+	// ErrInvalidRule reports a rule (algorithm, limit, window) that cannot be used.
+	ErrInvalidRule = errors.New("limitkit: invalid rule")
+	// ErrInvalidRequest reports a request that cannot be decided: an empty
+	// key, a cost outside 1..limit, or a time before the Unix epoch.
+	ErrInvalidRequest = errors.New("limitkit: invalid request")
+)
+
+// Rule is one limit: at most Limit units of cost per Window, counted by
+// Algorithm.
+type Rule struct {
+	// Algorithm names the counting method.
+	Algorithm Name
+	// Limit is the number of units admitted per window, 1..MaxLimit
+	// (1..MaxSlidingLogLimit for SlidingLog).
+	Limit int64
+	// Window is the period the limit applies to, a whole number of
+	// milliseconds between MinWindow and MaxWindow.
+	Window time.Duration
+}
+
+// Validate reports whether the rule can be used, and if not, what to change.
+// The error wraps ErrInvalidRule.
+func (r Rule) Validate() error {
+	switch r.Algorithm {
+	case SlidingLog, SlidingCounter, FixedWindow:
+	case "":
+		return fmt.Errorf("%w: algorithm is empty; choose one of %q, %q or %q",
+			ErrInvalidRule, SlidingLog, SlidingCounter, FixedWindow)
+	default:
+		return fmt.Errorf("%w: unknown algorithm %q; choose one of %q, %q or %q",
+			ErrInvalidRule, string(r.Algorithm), SlidingLog, SlidingCounter, FixedWindow)
+	}
+	if r.Limit <= 0 {
+		return fmt.Errorf("%w: limit is %d; it must be at least 1", ErrInvalidRule, r.Limit)
+	}
+	if r.Limit > MaxLimit {
+		return fmt.Errorf("%w: limit %d is above the maximum %d (2^53)", ErrInvalidRule, r.Limit, MaxLimit)
+	}
+	if r.Algorithm == SlidingLog && r.Limit > MaxSlidingLogLimit {
+		return fmt.Errorf("%w: limit %d is above the sliding_log maximum %d (it stores one timestamp per unit); "+
+			"use %q or %q for larger limits", ErrInvalidRule, r.Limit, MaxSlidingLogLimit, SlidingCounter, FixedWindow)
+	}
+	if r.Window < MinWindow {
+		return fmt.Errorf("%w: window is %v; it must be at least %v", ErrInvalidRule, r.Window, MinWindow)
+	}
+	if r.Window > MaxWindow {
+		return fmt.Errorf("%w: window %v is longer than the maximum %v", ErrInvalidRule, r.Window, MaxWindow)
+	}
+	if r.Window%time.Millisecond != 0 {
+		return fmt.Errorf("%w: window %v is not a whole number of milliseconds", ErrInvalidRule, r.Window)
+	}
+	return nil
+}
+
+// ValidateCost reports whether a request of the given cost can ever be
+// admitted under the rule. The error wraps ErrInvalidRequest.
+func (r Rule) ValidateCost(cost int64) error {
+	if cost <= 0 {
+		return fmt.Errorf("%w: cost is %d; it must be at least 1", ErrInvalidRequest, cost)
+	}
+	if cost > r.Limit {
+		return fmt.Errorf("%w: cost %d is above the limit %d, so it could never be admitted", ErrInvalidRequest, cost, r.Limit)
+	}
+	return nil
+}
+
+// KeySuffix is what a store appends to a key's name to keep the state of
+// different algorithms for the same key apart.
+func (r Rule) KeySuffix() string {
+	switch r.Algorithm {
+	case SlidingLog:
+		return ":sl"
+	case SlidingCounter:
+		return ":sc"
+	case FixedWindow:
+		return ":fw"
+	}
+	return ":" + string(r.Algorithm)
+}
+
+// Outcome is the result of one step, with times in milliseconds.
+type Outcome struct {
+	// Allowed reports whether the request was admitted.
+	Allowed bool
+	// Remaining is the allowance left after this step.
+	Remaining int64
+	// RetryAfter is how long until the same request would be admitted, if
+	// nothing else is admitted meanwhile; 0 when it was admitted.
+	RetryAfter int64
+	// ResetAfter is how long until the key is back to its full allowance.
+	ResetAfter int64
+}
+
+// State is the Go engine's state for one key. Its zero value is an empty key.
+// A State is not safe for concurrent use; stores serialise access to it.
+type State struct {
+	// start is the start of the current fixed window (counter algorithms).
+	start int64
+	// current and previous count units in the current and previous window.
+	current, previous int64
+	// log holds the sliding log's admitted timestamps, oldest first.
+	log ring
+}
+
+// Take performs one step of the rule's algorithm at now (milliseconds since
+// the Unix epoch) for a request of the given cost, updating s when the
+// request is admitted. The rule and cost must be valid (see Validate and
+// ValidateCost) and now must not be negative.
+func (r Rule) Take(s *State, now, cost int64) Outcome {
+	w := r.Window.Milliseconds()
+	switch r.Algorithm {
+	case SlidingLog:
+		return slidingLogTake(s, now, w, r.Limit, cost)
+	case SlidingCounter:
+		return slidingCounterTake(s, now, w, r.Limit, cost)
+	default:
+		return fixedWindowTake(s, now, w, r.Limit, cost)
+	}
+}
+
+// Peek reports what a request of the given cost would get at now, without
+// changing s. Remaining counts the allowance before that request.
+func (r Rule) Peek(s *State, now, cost int64) Outcome {
+	w := r.Window.Milliseconds()
+	switch r.Algorithm {
+	case SlidingLog:
+		return slidingLogPeek(s, now, w, r.Limit, cost)
+	case SlidingCounter:
+		return slidingCounterPeek(s, now, w, r.Limit, cost)
+	default:
+		return fixedWindowPeek(s, now, w, r.Limit, cost)
+	}
+}
+
+// floorTo returns the start of the window of length w that holds t (t >= 0).
+func floorTo(t, w int64) int64 { return t - t%w }

@@ -1,0 +1,239 @@
+package algorithms
+
+import (
+	"errors"
+	"math/big"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func (s *State) clone() State {
+	c := *s
+	c.log.buf = slices.Clone(s.log.buf)
+	return c
+}
+
+func TestRuleValidate(t *testing.T) {
+	ok := Rule{Algorithm: SlidingLog, Limit: 10, Window: time.Second}
+	require.NoError(t, ok.Validate())
+	for _, name := range Names() {
+		require.NoError(t, Rule{Algorithm: name, Limit: 1, Window: MaxWindow}.Validate())
+	}
+	require.NoError(t, Rule{Algorithm: FixedWindow, Limit: MaxLimit, Window: time.Millisecond}.Validate())
+	require.NoError(t, Rule{Algorithm: SlidingLog, Limit: MaxSlidingLogLimit, Window: time.Minute}.Validate())
+
+	bad := map[string]Rule{
+		"algorithm is empty":        {Limit: 1, Window: time.Second},
+		`unknown algorithm "token"`: {Algorithm: "token", Limit: 1, Window: time.Second},
+		"limit is 0":                {Algorithm: FixedWindow, Window: time.Second},
+		"limit is -3":               {Algorithm: FixedWindow, Limit: -3, Window: time.Second},
+		"above the maximum":         {Algorithm: SlidingCounter, Limit: MaxLimit + 1, Window: time.Second},
+		"sliding_log maximum":       {Algorithm: SlidingLog, Limit: MaxSlidingLogLimit + 1, Window: time.Second},
+		"window is 0s":              {Algorithm: FixedWindow, Limit: 1},
+		"window is -1s":             {Algorithm: FixedWindow, Limit: 1, Window: -time.Second},
+		"longer than the maximum":   {Algorithm: FixedWindow, Limit: 1, Window: MaxWindow + time.Millisecond},
+		"whole number of millisec":  {Algorithm: FixedWindow, Limit: 1, Window: 1500 * time.Microsecond},
+	}
+	for want, r := range bad {
+		err := r.Validate()
+		require.ErrorIs(t, err, ErrInvalidRule, want)
+		require.ErrorContains(t, err, want)
+	}
+}
+
+func TestValidateCost(t *testing.T) {
+	r := Rule{Algorithm: FixedWindow, Limit: 5, Window: time.Second}
+	require.NoError(t, r.ValidateCost(1))
+	require.NoError(t, r.ValidateCost(5))
+	for _, c := range []int64{0, -1, 6} {
+		require.ErrorIs(t, r.ValidateCost(c), ErrInvalidRequest)
+	}
+}
+
+// exactLog is a brute-force sliding log: an unordered list of admitted
+// timestamps from which those that slid out are deleted.
+type exactLog struct{ stamps []int64 }
+
+func (x *exactLog) live(now, w int64) int64 {
+	x.stamps = slices.DeleteFunc(x.stamps, func(t int64) bool { return t <= now-w })
+	return int64(len(x.stamps))
+}
+
+// TestSlidingLogMatchesBruteForce runs random traffic, with the clock going
+// back now and then, through the ring and through an unbounded list.
+func TestSlidingLogMatchesBruteForce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 50 {
+		limit := int64(1 + rng.IntN(12))
+		w := int64(5 + rng.IntN(60))
+		r := Rule{Algorithm: SlidingLog, Limit: limit, Window: time.Duration(w) * time.Millisecond}
+		var s State
+		var x exactLog
+		now := int64(1_000_000)
+		for step := range 400 {
+			switch p := rng.IntN(20); {
+			case p == 0:
+				now -= int64(rng.IntN(int(w)))
+			case p < 8:
+			default:
+				now += int64(rng.IntN(int(w) / 2))
+			}
+			cost := int64(1 + rng.IntN(int(limit)))
+			want := x.live(now, w)+cost <= limit
+			out := r.Take(&s, now, cost)
+			require.Equal(t, want, out.Allowed, "round %d step %d", round, step)
+			if want {
+				for range cost {
+					x.stamps = append(x.stamps, now)
+				}
+			}
+			require.Equal(t, max(limit-x.live(now, w), 0), out.Remaining, "round %d step %d", round, step)
+			require.LessOrEqual(t, s.log.size, limit)
+			require.LessOrEqual(t, int64(len(s.log.buf)), limit)
+		}
+	}
+}
+
+// TestRetryAndResetAreExact checks, for every algorithm, that RetryAfter is
+// the first millisecond at which the denied request is admitted and that
+// ResetAfter is the first at which the key has its full allowance, by trying
+// every millisecond on copies of the state.
+func TestRetryAndResetAreExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, name := range Names() {
+		t.Run(string(name), func(t *testing.T) {
+			checked := 0
+			for round := range 40 {
+				limit := int64(1 + rng.IntN(9))
+				if round%5 == 0 {
+					limit = int64(100_000 + rng.IntN(1_000_000))
+				}
+				w := int64(3 + rng.IntN(40))
+				r := Rule{Algorithm: name, Limit: limit, Window: time.Duration(w) * time.Millisecond}
+				if name == SlidingLog && limit > MaxSlidingLogLimit {
+					continue
+				}
+				var s State
+				now := int64(w * 1000)
+				for range 60 {
+					if rng.IntN(10) == 0 {
+						now -= int64(rng.IntN(int(w)))
+					} else {
+						now += int64(rng.IntN(int(w)))
+					}
+					cost := int64(1 + rng.IntN(int(min(limit, 9))))
+					if limit > 1000 {
+						cost = int64(1 + rng.IntN(int(limit/3)))
+					}
+					out := r.Take(&s, now, cost)
+					if !out.Allowed {
+						checked++
+						firstAdmitted := int64(-1)
+						for d := int64(1); d <= 10*w; d++ {
+							c := s.clone()
+							if r.Take(&c, now+d, cost).Allowed {
+								firstAdmitted = d
+								break
+							}
+						}
+						require.Equal(t, firstAdmitted, out.RetryAfter, "%v at %d cost %d", r, now, cost)
+						peek := r.Peek(&s, now, cost)
+						require.Equal(t, out, peek)
+					} else {
+						require.Zero(t, out.RetryAfter)
+					}
+					firstFree := int64(-1)
+					for d := int64(0); d <= 10*w; d++ {
+						if r.Peek(&s, now+d, 1).Remaining == limit {
+							firstFree = d
+							break
+						}
+					}
+					require.Equal(t, firstFree, out.ResetAfter, "%v at %d: %+v state %+v", r, now, out, s)
+				}
+			}
+			require.Greater(t, checked, 100, "too few denials to check")
+		})
+	}
+}
+
+// TestPeekDoesNotConsume checks Peek leaves the state as it was and agrees
+// with what Take of cost 1 then does.
+func TestPeekDoesNotConsume(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, name := range Names() {
+		r := Rule{Algorithm: name, Limit: 4, Window: 20 * time.Millisecond}
+		var s State
+		now := int64(10_000)
+		for range 500 {
+			now += int64(rng.IntN(8))
+			before := s.clone()
+			cost := int64(1 + rng.IntN(4))
+			p := r.Peek(&s, now, cost)
+			require.Equal(t, before, s.clone(), name)
+			c := s.clone()
+			took := r.Take(&c, now, cost)
+			require.Equal(t, took.Allowed, p.Allowed, name)
+			require.Equal(t, took.RetryAfter, p.RetryAfter, name)
+			if rng.IntN(2) == 0 {
+				r.Take(&s, now, int64(1+rng.IntN(2)))
+			}
+		}
+	}
+}
+
+// TestSlidingCounterNeverUndercounts compares the integer estimate with the
+// exact rational previous*(w-e)/w + current, including limits near 2^53 and
+// windows of a year, where a float64 product would lose digits.
+func TestSlidingCounterNeverUndercounts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	year := MaxWindow.Milliseconds()
+	for range 20_000 {
+		w := 1 + rng.Int64N(year)
+		if rng.IntN(2) == 0 {
+			w = year
+		}
+		prev := rng.Int64N(MaxLimit + 1)
+		e := rng.Int64N(w)
+		got := weighted(prev, e, w)
+		exact := new(big.Rat).SetFrac(
+			new(big.Int).Mul(big.NewInt(prev), big.NewInt(w-e)), big.NewInt(w))
+		require.GreaterOrEqual(t, new(big.Rat).SetInt64(got).Cmp(exact), 0, "undercount prev=%d e=%d w=%d", prev, e, w)
+		// Over by at most previous/weightScale + 1.
+		slack := new(big.Rat).Add(exact, new(big.Rat).SetFrac64(prev+weightScale, weightScale))
+		require.LessOrEqual(t, new(big.Rat).SetInt64(got).Cmp(slack), 0, "overcount prev=%d e=%d w=%d", prev, e, w)
+		require.LessOrEqual(t, got, prev)
+	}
+}
+
+func TestHugeLimitsAndWindows(t *testing.T) {
+	for _, name := range []Name{SlidingCounter, FixedWindow} {
+		r := Rule{Algorithm: name, Limit: MaxLimit, Window: MaxWindow}
+		require.NoError(t, r.Validate())
+		var s State
+		now := int64(1_800_000_000_000)
+		out := r.Take(&s, now, MaxLimit-1)
+		require.True(t, out.Allowed)
+		require.Equal(t, int64(1), out.Remaining)
+		require.True(t, r.Take(&s, now, 1).Allowed)
+		out = r.Take(&s, now, 1)
+		require.False(t, out.Allowed)
+		require.Positive(t, out.RetryAfter)
+		require.LessOrEqual(t, out.RetryAfter, 2*MaxWindow.Milliseconds())
+	}
+}
+
+func TestKeySuffixesDiffer(t *testing.T) {
+	seen := map[string]Name{}
+	for _, name := range Names() {
+		sfx := Rule{Algorithm: name}.KeySuffix()
+		_, dup := seen[sfx]
+		require.False(t, dup)
+		seen[sfx] = name
+	}
+	require.True(t, errors.Is(Rule{}.Validate(), ErrInvalidRule))
+}

@@ -1,0 +1,109 @@
+package algorithms
+
+import "math/bits"
+
+// The sliding window counter keeps two fixed windows: current (units admitted
+// in the window that holds now) and previous (units in the one before). The
+// estimate at elapsed time e into the current window is
+//
+//	current + ceil(previous * weight(e))
+//
+// where weight(e) is (w-e)/w rounded up to a multiple of 1/weightScale. The
+// rounding is upwards everywhere, so the estimate never undercounts the exact
+// weighted sum, and every product stays below 2^53: the Lua twin computes the
+// same integers.
+
+// weightScale is the resolution of the previous window's weight.
+const weightScale = 1 << 16
+
+// slidingCounterRoll moves s to the window holding now and returns the elapsed
+// time into it. When now is before the recorded window (the clock went back),
+// the state is left alone and the elapsed time is 0: the previous window then
+// counts in full.
+func slidingCounterRoll(s *State, now, w int64) int64 {
+	ws := floorTo(now, w)
+	if ws < s.start {
+		return 0
+	}
+	if ws > s.start {
+		if ws-s.start <= w {
+			s.previous = s.current
+		} else {
+			s.previous = 0
+		}
+		s.current, s.start = 0, ws
+	}
+	return now - ws
+}
+
+// weighted returns ceil(previous * ceil((w-e)*S/w) / S) with S = weightScale.
+func weighted(previous, e, w int64) int64 {
+	if previous == 0 {
+		return 0
+	}
+	wq := ceilDiv((w-e)*weightScale, w)
+	return (previous/weightScale)*wq + ceilDiv((previous%weightScale)*wq, weightScale)
+}
+
+// earliestElapsed returns the smallest elapsed time e in [0, w] at which
+// weighted(count, e, w) <= room, or w when no e inside the window works.
+// It requires 0 <= room.
+func earliestElapsed(count, room, w int64) int64 {
+	if count <= room {
+		return 0
+	}
+	// weighted <= room  <=>  wq <= floor(room*S/count); room < count, so the
+	// quotient is below S. The 128-bit division keeps it exact.
+	hi, lo := bits.Mul64(uint64(room), weightScale)
+	maxWeight, _ := bits.Div64(hi, lo, uint64(count))
+	return w - int64(maxWeight)*w/weightScale
+}
+
+func slidingCounterTake(s *State, now, w, limit, cost int64) Outcome {
+	e := slidingCounterRoll(s, now, w)
+	return slidingCounterDecide(s, now, e, w, limit, cost, true)
+}
+
+func slidingCounterPeek(s *State, now, w, limit, cost int64) Outcome {
+	view := State{start: s.start, current: s.current, previous: s.previous}
+	e := slidingCounterRoll(&view, now, w)
+	return slidingCounterDecide(&view, now, e, w, limit, cost, false)
+}
+
+func slidingCounterDecide(s *State, now, e, w, limit, cost int64, consume bool) Outcome {
+	room := limit - weighted(s.previous, e, w) - s.current
+	var out Outcome
+	if cost <= room {
+		out.Allowed = true
+		if consume {
+			s.current += cost
+			room -= cost
+		}
+	} else {
+		out.RetryAfter = s.start + e + slidingCounterWait(s, e, w, limit, cost) - now
+	}
+	out.Remaining = max(room, 0)
+	switch {
+	case s.current > 0:
+		out.ResetAfter = s.start + 2*w - now
+	case s.previous > 0:
+		out.ResetAfter = s.start + w - now
+	}
+	return out
+}
+
+// slidingCounterWait returns how long after elapsed time e a denied request
+// of the given cost would first be admitted if nothing else were.
+func slidingCounterWait(s *State, e, w, limit, cost int64) int64 {
+	// Later in the current window: the previous window's weight shrinks.
+	if room := limit - s.current - cost; room >= 0 {
+		if at := earliestElapsed(s.previous, room, w); at < w {
+			return at - e
+		}
+	}
+	// In the next window, current becomes the weighted previous one.
+	return w - e + earliestElapsed(s.current, limit-cost, w)
+}
+
+// ceilDiv returns ceil(a/b) for a >= 0, b > 0.
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
