@@ -1,0 +1,187 @@
+package storetest_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/backend/storetest"
+	"github.com/stretchr/testify/require"
+)
+
+func newMemory(t *testing.T) *memorystore.Store {
+	s, err := memorystore.New()
+	require.NoError(t, err)
+	return s
+}
+
+// wrapped is a store that bends its requests or results on the way through.
+type wrapped struct {
+	backend.Store
+	req  func(*backend.Request)
+	res  func(*backend.Result)
+	peek func(ctx context.Context, req backend.Request) (backend.Result, error)
+}
+
+func (w wrapped) Take(ctx context.Context, req backend.Request) (backend.Result, error) {
+	if w.req != nil {
+		w.req(&req)
+	}
+	res, err := w.Store.Take(ctx, req)
+	if w.res != nil {
+		w.res(&res)
+	}
+	return res, err
+}
+
+func (w wrapped) Peek(ctx context.Context, req backend.Request) (backend.Result, error) {
+	if w.peek != nil {
+		return w.peek(ctx, req)
+	}
+	if w.req != nil {
+		w.req(&req)
+	}
+	res, err := w.Store.Peek(ctx, req)
+	if w.res != nil {
+		w.res(&res)
+	}
+	return res, err
+}
+
+// racy decides like the three-command Redis limiter: it reads the state,
+// decides on a copy without holding the key, then writes the copy back.
+type racy struct {
+	mu     sync.Mutex
+	states map[backend.Key]algorithms.State
+}
+
+func (r *racy) Take(_ context.Context, req backend.Request) (backend.Result, error) {
+	if err := req.Validate(); err != nil {
+		return backend.Result{}, err
+	}
+	r.mu.Lock()
+	st := r.states[req.Key]
+	r.mu.Unlock()
+	time.Sleep(10 * time.Microsecond) // the round trips between the commands
+	out := req.Rule.Take(&st, req.Millis(), req.Cost)
+	r.mu.Lock()
+	r.states[req.Key] = st
+	r.mu.Unlock()
+	return backend.ResultOf(req.Rule, out), nil
+}
+
+func (r *racy) Peek(_ context.Context, req backend.Request) (backend.Result, error) {
+	if err := req.Validate(); err != nil {
+		return backend.Result{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.states[req.Key]
+	return backend.ResultOf(req.Rule, req.Rule.Peek(&st, req.Millis(), req.Cost)), nil
+}
+
+func (r *racy) Reset(_ context.Context, key backend.Key, _ algorithms.Rule) error {
+	if err := key.Validate(); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.states, key)
+	return nil
+}
+
+func TestMemoryStorePasses(t *testing.T) {
+	require.Empty(t, storetest.Check(t.Context(), newMemory(t)))
+}
+
+// TestBrokenStoresFail shows the suite catches each kind of broken store, and
+// in the case that should catch it.
+func TestBrokenStoresFail(t *testing.T) {
+	broken := map[string]struct {
+		store     func(t *testing.T) backend.Store
+		wantCases []string
+	}{
+		"entry at now-window still counted": {
+			func(t *testing.T) backend.Store {
+				return wrapped{Store: newMemory(t), req: func(r *backend.Request) { r.Rule.Window += time.Millisecond }}
+			},
+			[]string{"table/sliding_log", "table/fixed_window", "table/sliding_counter"},
+		},
+		"clock read by the store": {
+			func(t *testing.T) backend.Store {
+				return wrapped{Store: newMemory(t), req: func(r *backend.Request) { r.Now = time.Now() }}
+			},
+			[]string{"table/sliding_log", "expiry/sliding_log", "clock_forward/fixed_window"},
+		},
+		"cost ignored": {
+			func(t *testing.T) backend.Store {
+				return wrapped{Store: newMemory(t), req: func(r *backend.Request) { r.Cost = 1 }}
+			},
+			[]string{"cost/sliding_log", "cost/fixed_window", "cost/sliding_counter"},
+		},
+		"retry-after rounded to seconds": {
+			func(t *testing.T) backend.Store {
+				return wrapped{Store: newMemory(t), res: func(r *backend.Result) { r.RetryAfter = r.RetryAfter.Round(time.Second) }}
+			},
+			[]string{"table/sliding_log", "table/sliding_counter"},
+		},
+		"prefix ignored": {
+			func(t *testing.T) backend.Store {
+				return wrapped{Store: newMemory(t), req: func(r *backend.Request) { r.Key.Prefix = "shared:" }}
+			},
+			[]string{"independent_keys/sliding_log"},
+		},
+		"ids truncated to 64 bytes": {
+			func(t *testing.T) backend.Store {
+				return wrapped{Store: newMemory(t), req: func(r *backend.Request) { r.Key.ID = r.Key.ID[:min(len(r.Key.ID), 64)] }}
+			},
+			[]string{"hostile_ids/sliding_log", "hostile_ids/fixed_window"},
+		},
+		"peek consumes": {
+			func(t *testing.T) backend.Store {
+				m := newMemory(t)
+				return wrapped{Store: m, peek: m.Take}
+			},
+			[]string{"peek/sliding_log", "peek/fixed_window", "peek/sliding_counter"},
+		},
+		"clock going back reopens the window": {
+			func(t *testing.T) backend.Store {
+				m := newMemory(t)
+				last := map[backend.Key]time.Time{}
+				var mu sync.Mutex
+				return wrapped{Store: m, req: func(r *backend.Request) {
+					mu.Lock()
+					defer mu.Unlock()
+					if prev, ok := last[r.Key]; ok && r.Now.Before(prev) {
+						_ = m.Reset(context.Background(), r.Key, r.Rule)
+					}
+					last[r.Key] = r.Now
+				}}
+			},
+			[]string{"clock_back/sliding_log", "clock_back/fixed_window", "clock_back/sliding_counter"},
+		},
+		"read-decide-write without atomicity": {
+			func(t *testing.T) backend.Store { return &racy{states: map[backend.Key]algorithms.State{}} },
+			[]string{"concurrency/sliding_log", "concurrency/fixed_window", "concurrency/sliding_counter"},
+		},
+	}
+	for name, b := range broken {
+		t.Run(name, func(t *testing.T) {
+			failures := storetest.Check(t.Context(), b.store(t))
+			require.NotEmpty(t, failures)
+			failed := map[string]bool{}
+			for _, f := range failures {
+				failed[f.Case] = true
+				require.NotEmpty(t, strings.TrimSpace(f.Message))
+			}
+			for _, c := range b.wantCases {
+				require.True(t, failed[c], "case %s did not catch it; failed: %v", c, failed)
+			}
+		})
+	}
+}
