@@ -16,6 +16,7 @@ package backend
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
@@ -36,9 +37,12 @@ type Store interface {
 
 // Key names one limited subject: ID (a user, an IP address, an API token)
 // within Prefix (usually one limit of one service). Stores keep different
-// keys apart for any bytes in Prefix and ID.
+// keys apart for any bytes in ID.
 type Key struct {
-	// Prefix namespaces the key, e.g. "api:login:". May be empty.
+	// Prefix namespaces the key, e.g. "api:login:". May be empty. It must
+	// not contain '{' or '}': Redis stores put the ID in a hash tag, and a
+	// brace in the prefix would move every key of the prefix into one
+	// Redis Cluster slot.
 	Prefix string
 	// ID identifies the subject. It must not be empty.
 	ID string
@@ -77,6 +81,10 @@ func (r *Request) Validate() error {
 func (k Key) Validate() error {
 	if k.ID == "" {
 		return fmt.Errorf("%w: key is empty", algorithms.ErrInvalidRequest)
+	}
+	if strings.ContainsAny(k.Prefix, "{}") {
+		return fmt.Errorf("%w: prefix %q contains '{' or '}'; remove them (the id goes in a Redis hash tag)",
+			algorithms.ErrInvalidRequest, k.Prefix)
 	}
 	return nil
 }

@@ -355,6 +355,7 @@ func invalidInput(c *checker) {
 	add("cost -1", algorithms.ErrInvalidRequest, func(r *backend.Request) { r.Cost = -1 })
 	add("cost above limit", algorithms.ErrInvalidRequest, func(r *backend.Request) { r.Cost = 6 })
 	add("empty id", algorithms.ErrInvalidRequest, func(r *backend.Request) { r.Key.ID = "" })
+	add("brace in prefix", algorithms.ErrInvalidRequest, func(r *backend.Request) { r.Key.Prefix = "api{x}:" })
 	add("before the epoch", algorithms.ErrInvalidRequest, func(r *backend.Request) { r.Now = time.Unix(-1, 0) })
 	add("limit 0", algorithms.ErrInvalidRule, func(r *backend.Request) { r.Rule.Limit = 0 })
 	add("window 0", algorithms.ErrInvalidRule, func(r *backend.Request) { r.Rule.Window = 0 })
