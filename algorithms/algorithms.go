@@ -200,5 +200,14 @@ func (r Rule) Peek(s *State, now, cost int64) Outcome {
 	}
 }
 
-// floorTo returns the start of the window of length w that holds t (t >= 0).
-func floorTo(t, w int64) int64 { return t - t%w }
+// windowStart returns the start of the window of length w that holds now,
+// given the start of the window recorded last. While now is inside the
+// recorded window, that is the answer without a division; the Lua twins take
+// the same shortcut, so they agree even when a key's window was changed and
+// the recorded start is not a multiple of the new one.
+func windowStart(recorded, now, w int64) int64 {
+	if recorded <= now && now-recorded < w {
+		return recorded
+	}
+	return now - now%w
+}

@@ -13,7 +13,7 @@ import (
 
 func (s *State) clone() State {
 	c := *s
-	c.log.buf = slices.Clone(s.log.buf)
+	c.log = slices.Clone(s.log)
 	return c
 }
 
@@ -92,8 +92,8 @@ func TestSlidingLogMatchesBruteForce(t *testing.T) {
 				}
 			}
 			require.Equal(t, max(limit-x.live(now, w), 0), out.Remaining, "round %d step %d", round, step)
-			require.LessOrEqual(t, s.log.size, limit)
-			require.LessOrEqual(t, int64(len(s.log.buf)), limit)
+			require.LessOrEqual(t, s.log.size(), limit)
+			require.LessOrEqual(t, s.log.capacity(), limit)
 		}
 	}
 }

@@ -6,7 +6,7 @@ package algorithms
 // recorded (the clock went back) is counted against the recorded window.
 
 func fixedWindowRoll(start, current, now, w int64) (int64, int64) {
-	if ws := floorTo(now, w); ws > start {
+	if ws := windowStart(start, now, w); ws > start {
 		return ws, 0
 	}
 	return start, current

@@ -21,7 +21,7 @@ const weightScale = 1 << 16
 // the state is left alone and the elapsed time is 0: the previous window then
 // counts in full.
 func slidingCounterRoll(s *State, now, w int64) int64 {
-	ws := floorTo(now, w)
+	ws := windowStart(s.start, now, w)
 	if ws < s.start {
 		return 0
 	}

@@ -10,54 +10,66 @@ package algorithms
 func slidingLogTake(s *State, now, w, limit, cost int64) Outcome {
 	l := &s.log
 	l.shrinkTo(limit)
-	l.dropOldest(l.countUpTo(now - w))
-	out := Outcome{Remaining: limit - l.size}
+	l.dropUpTo(now - w)
+	size := l.size()
+	out := Outcome{Remaining: limit - size}
 	if cost <= out.Remaining {
 		l.insert(now, cost, limit)
+		size += cost
 		out.Allowed = true
 		out.Remaining -= cost
 	} else {
-		out.RetryAfter = l.at(l.size+cost-limit-1) + w - now
+		out.RetryAfter = l.at(size+cost-limit-1) + w - now
 	}
-	out.ResetAfter = l.at(l.size-1) + w - now
+	out.ResetAfter = l.at(size-1) + w - now
 	return out
 }
 
 func slidingLogPeek(s *State, now, w, limit, cost int64) Outcome {
-	l := &s.log
+	l := s.log
 	expired := l.countUpTo(now - w)
-	live := l.size - expired
+	live := l.size() - expired
 	out := Outcome{Allowed: live+cost <= limit, Remaining: max(limit-live, 0)}
 	if !out.Allowed {
 		out.RetryAfter = l.at(expired+live+cost-limit-1) + w - now
 	}
 	if live > 0 {
-		out.ResetAfter = l.at(l.size-1) + w - now
+		out.ResetAfter = l.at(l.size()-1) + w - now
 	}
 	return out
 }
 
-// ring is a circular buffer of timestamps in ascending order. Its capacity
-// grows with use, never beyond the limit.
-type ring struct {
-	buf  []int64
-	head int
-	size int64
-}
+// ring is a circular buffer of timestamps in ascending order, kept in one
+// allocation: ring[0] is the position of the oldest timestamp, ring[1] the
+// number of timestamps, and the rest the slots. Its capacity grows with use,
+// never beyond the limit. The nil ring is empty.
+type ring []int64
 
-func (r *ring) index(i int64) int {
-	j := r.head + int(i)
-	if j >= len(r.buf) {
-		j -= len(r.buf)
+const ringHeader = 2
+
+func (r ring) size() int64 {
+	if r == nil {
+		return 0
 	}
-	return j
+	return r[1]
 }
 
-func (r *ring) at(i int64) int64 { return r.buf[r.index(i)] }
+func (r ring) capacity() int64 { return max(int64(len(r))-ringHeader, 0) }
+
+// slot returns the position in r of the i-th oldest timestamp.
+func (r ring) slot(i int64) int64 {
+	j := r[0] + i
+	if c := r.capacity(); j >= c {
+		j -= c
+	}
+	return ringHeader + j
+}
+
+func (r ring) at(i int64) int64 { return r[r.slot(i)] }
 
 // countUpTo returns how many timestamps are <= t.
-func (r *ring) countUpTo(t int64) int64 {
-	lo, hi := int64(0), r.size
+func (r ring) countUpTo(t int64) int64 {
+	lo, hi := int64(0), r.size()
 	for lo < hi {
 		mid := int64(uint64(lo+hi) >> 1)
 		if r.at(mid) > t {
@@ -69,52 +81,67 @@ func (r *ring) countUpTo(t int64) int64 {
 	return lo
 }
 
-func (r *ring) dropOldest(n int64) {
+// dropUpTo drops the timestamps <= t. Few drop per request, so it scans
+// from the oldest rather than searching.
+func (r ring) dropUpTo(t int64) {
+	n := int64(0)
+	for size := r.size(); n < size && r.at(n) <= t; n++ {
+	}
+	r.dropOldest(n)
+}
+
+func (r ring) dropOldest(n int64) {
 	if n == 0 {
 		return
 	}
-	r.head = r.index(n)
-	r.size -= n
-	if r.size == 0 {
-		r.head = 0
+	r[0] = r.slot(n) - ringHeader
+	r[1] -= n
+	if r[1] == 0 {
+		r[0] = 0
 	}
 }
 
 // shrinkTo keeps only the newest limit timestamps and a buffer no larger than
 // limit; it matters only when a key's limit was lowered.
 func (r *ring) shrinkTo(limit int64) {
-	if r.size > limit {
-		r.dropOldest(r.size - limit)
+	if r.size() > limit {
+		r.dropOldest(r.size() - limit)
 	}
-	if int64(len(r.buf)) > limit {
-		r.resize(int(limit))
+	if r.capacity() > limit {
+		r.resize(limit)
 	}
 }
 
 // resize moves the timestamps into a new buffer of capacity c >= size.
-func (r *ring) resize(c int) {
-	buf := make([]int64, c)
-	n := copy(buf, r.buf[r.head:min(len(r.buf), r.head+int(r.size))])
-	copy(buf[n:], r.buf[:int(r.size)-n])
-	r.buf, r.head = buf, 0
+func (r *ring) resize(c int64) {
+	old := *r
+	n := old.size()
+	buf := make(ring, ringHeader+c)
+	for i := range n {
+		buf[ringHeader+i] = old.at(i)
+	}
+	buf[1] = n
+	*r = buf
 }
 
 // insert records cost copies of t, keeping the order. Entries later than t
 // (recorded before the clock went back) stay after it.
 func (r *ring) insert(t, cost, limit int64) {
-	need := r.size + cost
-	if need > int64(len(r.buf)) {
-		r.resize(int(min(max(2*int64(len(r.buf)), need, 4), limit)))
+	size := r.size()
+	need := size + cost
+	if need > r.capacity() {
+		r.resize(min(max(2*r.capacity(), need, 4), limit))
 	}
+	l := *r
 	later := int64(0)
-	for later < r.size && r.at(r.size-1-later) > t {
+	for later < size && l.at(size-1-later) > t {
 		later++
 	}
-	for i := r.size - 1; i >= r.size-later; i-- {
-		r.buf[r.index(i+cost)] = r.buf[r.index(i)]
+	for i := size - 1; i >= size-later; i-- {
+		l[l.slot(i+cost)] = l[l.slot(i)]
 	}
-	for i := r.size - later; i < r.size-later+cost; i++ {
-		r.buf[r.index(i)] = t
+	for i := size - later; i < size-later+cost; i++ {
+		l[l.slot(i)] = t
 	}
-	r.size = need
+	l[1] = need
 }
