@@ -16,7 +16,6 @@ package backend
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
@@ -70,7 +69,7 @@ func (r *Request) Validate() error {
 	if err := r.Key.Validate(); err != nil {
 		return err
 	}
-	if r.Now.Before(time.UnixMilli(0)) {
+	if r.Now.UnixMilli() < 0 {
 		return fmt.Errorf("%w: time %v is before the Unix epoch", algorithms.ErrInvalidRequest, r.Now)
 	}
 	return r.Rule.ValidateCost(r.Cost)
@@ -82,9 +81,11 @@ func (k Key) Validate() error {
 	if k.ID == "" {
 		return fmt.Errorf("%w: key is empty", algorithms.ErrInvalidRequest)
 	}
-	if strings.ContainsAny(k.Prefix, "{}") {
-		return fmt.Errorf("%w: prefix %q contains '{' or '}'; remove them (the id goes in a Redis hash tag)",
-			algorithms.ErrInvalidRequest, k.Prefix)
+	for i := 0; i < len(k.Prefix); i++ {
+		if c := k.Prefix[i]; c == '{' || c == '}' {
+			return fmt.Errorf("%w: prefix %q contains '{' or '}'; remove them (the id goes in a Redis hash tag)",
+				algorithms.ErrInvalidRequest, k.Prefix)
+		}
 	}
 	return nil
 }

@@ -9,9 +9,11 @@
 // Memory is bounded. The store holds at most MaxKeys keys (DefaultMaxKeys
 // unless set), split across shards. A key whose window has passed is expired:
 // it behaves as new and its memory is reclaimed when a new key needs room.
-// When a shard is full, a new key first takes the place of an expired one
-// among eight sampled keys; when none of those has expired, it evicts the
-// sampled key that would have regained its full allowance soonest. Evicting
+// When a shard is full, a new key first takes the place of expired keys
+// found among eight sampled keys or, failing that, by a sweep of the whole
+// shard (at most once per capacity/8 new keys, so a flood of new keys costs
+// a bounded amount of work per key). When no key has expired, it evicts the
+// sampled key that would regain its full allowance soonest. Evicting
 // a key that is still inside its window gives it its full allowance back, so
 // Stats counts those evictions apart: a steady rise means MaxKeys is too low
 // for the traffic (or someone is cycling keys to reopen allowances).
@@ -21,8 +23,11 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"math/bits"
+	"strconv"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
@@ -64,9 +69,9 @@ func WithMaxKeys(n int) Option {
 
 // Store is an in-memory backend.Store. It is safe for concurrent use.
 type Store struct {
-	seed   maphash.Seed
-	shards []shard
-	mask   uint64
+	seed1, seed2 maphash.Seed
+	shards       []shard
+	shardBits    uint
 
 	activeEvictions atomic.Uint64
 	reclaimed       atomic.Uint64
@@ -74,24 +79,14 @@ type Store struct {
 
 var _ backend.Store = (*Store)(nil)
 
-// mapKey identifies a key's state for one algorithm.
-type mapKey struct {
-	prefix, id string
-	algorithm  algorithms.Name
-}
-
-type entry struct {
-	state algorithms.State
-	// expires is when the state becomes empty again, in milliseconds.
-	expires int64
-}
-
 type shard struct {
 	mu       sync.Mutex
-	entries  map[mapKey]*entry
+	table    table
 	capacity int
+	// sinceSweep counts new keys since the last full sweep.
+	sinceSweep int
 	// Keep neighbouring shards' locks on separate cache lines.
-	_ [40]byte
+	_ [16]byte
 }
 
 // New returns an empty store. With no options it holds up to DefaultMaxKeys
@@ -103,24 +98,66 @@ func New(opts ...Option) (*Store, error) {
 			return nil, err
 		}
 	}
-	n := 1
-	for n < maxShards && n*2*keysPerShard <= c.maxKeys {
-		n *= 2
+	bits := uint(0)
+	for 1<<bits < maxShards && (2<<bits)*keysPerShard <= c.maxKeys {
+		bits++
 	}
-	s := &Store{seed: maphash.MakeSeed(), shards: make([]shard, n), mask: uint64(n - 1)}
+	n := 1 << bits
+	s := &Store{seed1: maphash.MakeSeed(), seed2: maphash.MakeSeed(), shards: make([]shard, n), shardBits: bits}
 	for i := range s.shards {
 		// Spread MaxKeys exactly: the first maxKeys%n shards take one more.
 		capacity := c.maxKeys / n
 		if i < c.maxKeys%n {
 			capacity++
 		}
-		s.shards[i] = shard{entries: make(map[mapKey]*entry), capacity: capacity}
+		s.shards[i] = shard{table: newTable(maphash.String(s.seed1, strconv.Itoa(i))), capacity: capacity, sinceSweep: capacity}
 	}
 	return s, nil
 }
 
-func (s *Store) shard(id string) *shard {
-	return &s.shards[maphash.String(s.seed, id)&s.mask]
+// algorithmSalt keeps the states of different algorithms for one key apart.
+func algorithmSalt(alg algorithms.Name) uint64 {
+	switch alg {
+	case algorithms.SlidingLog:
+		return 0x9e3779b97f4a7c15
+	case algorithms.SlidingCounter:
+		return 0xc2b2ae3d27d4eb4f
+	default:
+		return 0x165667b19e3779f9
+	}
+}
+
+// locate hashes a key twice, with independent seeds, and returns its shard.
+// Two keys are confused only if both 64-bit hashes collide (a chance of
+// about 2^-128 per pair, with seeds no caller can see).
+func (s *Store) locate(k *backend.Key, alg algorithms.Name) (sh *shard, h1, h2 uint64) {
+	// Hash prefix and id as one string, with the prefix length mixed in so
+	// that ("ab", "c") and ("a", "bc") differ. Short keys are joined on the
+	// stack; longer ones are streamed.
+	if n := len(k.Prefix) + len(k.ID); n <= 64 {
+		var buf [64]byte
+		copy(buf[copy(buf[:], k.Prefix):], k.ID)
+		h1 = maphash.Bytes(s.seed1, buf[:n])
+		h2 = maphash.Bytes(s.seed2, buf[:n])
+	} else {
+		h1 = streamHash(s.seed1, k)
+		h2 = streamHash(s.seed2, k)
+	}
+	salt := algorithmSalt(alg) ^ uint64(len(k.Prefix))*0xff51afd7ed558ccd
+	h1 ^= salt
+	h2 ^= bits.RotateLeft64(salt, 29)
+	if h1 == 0 {
+		h1 = 1 // 0 marks an empty slot
+	}
+	return &s.shards[h1>>(64-s.shardBits)&(1<<s.shardBits-1)], h1, h2
+}
+
+func streamHash(seed maphash.Seed, k *backend.Key) uint64 {
+	var h maphash.Hash
+	h.SetSeed(seed)
+	_, _ = h.WriteString(k.Prefix)
+	_, _ = h.WriteString(k.ID)
+	return h.Sum64()
 }
 
 // Take implements backend.Store.
@@ -129,12 +166,11 @@ func (s *Store) Take(_ context.Context, req backend.Request) (backend.Result, er
 		return backend.Result{}, err
 	}
 	now := req.Millis()
-	k := mapKey{req.Key.Prefix, req.Key.ID, req.Rule.Algorithm}
-	sh := s.shard(k.id)
+	sh, h1, h2 := s.locate(&req.Key, req.Rule.Algorithm)
 	sh.mu.Lock()
-	e := sh.entries[k]
+	e := sh.table.find(h1, h2)
 	if e == nil {
-		e = s.insert(sh, k, now)
+		e = s.insert(sh, h1, h2, now)
 	}
 	out := req.Rule.Take(&e.state, now, req.Cost)
 	e.expires = now + out.ResetAfter
@@ -148,12 +184,11 @@ func (s *Store) Peek(_ context.Context, req backend.Request) (backend.Result, er
 		return backend.Result{}, err
 	}
 	now := req.Millis()
-	k := mapKey{req.Key.Prefix, req.Key.ID, req.Rule.Algorithm}
 	var empty algorithms.State
-	sh := s.shard(k.id)
+	sh, h1, h2 := s.locate(&req.Key, req.Rule.Algorithm)
 	sh.mu.Lock()
 	st := &empty
-	if e := sh.entries[k]; e != nil {
+	if e := sh.table.find(h1, h2); e != nil {
 		st = &e.state
 	}
 	out := req.Rule.Peek(st, now, req.Cost)
@@ -166,54 +201,48 @@ func (s *Store) Reset(_ context.Context, key backend.Key, rule algorithms.Rule) 
 	if err := key.Validate(); err != nil {
 		return err
 	}
-	sh := s.shard(key.ID)
+	if err := rule.Validate(); err != nil {
+		return err
+	}
+	sh, h1, h2 := s.locate(&key, rule.Algorithm)
 	sh.mu.Lock()
-	delete(sh.entries, mapKey{key.Prefix, key.ID, rule.Algorithm})
+	sh.remove(h1, h2)
 	sh.mu.Unlock()
 	return nil
 }
 
-// insert adds a key to a locked shard, making room first when it is full.
-func (s *Store) insert(sh *shard, k mapKey, now int64) *entry {
-	if len(sh.entries) >= sh.capacity {
-		s.makeRoom(sh, now, evictSample, true)
-	} else {
-		s.makeRoom(sh, now, sweepSample, false)
+// remove deletes a key from a locked shard, if present.
+func (sh *shard) remove(h1, h2 uint64) {
+	if e := sh.table.find(h1, h2); e != nil {
+		sh.table.deleteAt(uint64(e.index(sh.table.slots)))
 	}
-	// Copy the strings into one allocation: the caller's may be slices of
-	// a larger buffer (a request line) that the store should not pin.
-	buf := make([]byte, len(k.prefix)+len(k.id))
-	copy(buf[copy(buf, k.prefix):], k.id)
-	all := string(buf)
-	k.prefix, k.id = all[:len(k.prefix)], all[len(k.prefix):]
-	e := &entry{}
-	sh.entries[k] = e
-	return e
 }
 
-// makeRoom looks at up to sample keys of a locked shard, deletes those that
-// expired and, when must is set and none had, evicts the one that would
-// regain its allowance soonest.
-func (s *Store) makeRoom(sh *shard, now int64, sample int, must bool) {
-	var victim mapKey
-	var victimExpires int64
-	found, freed := false, false
-	for k, e := range sh.entries {
-		if e.expires <= now {
-			delete(sh.entries, k)
-			freed = true
-			s.reclaimed.Add(1)
-		} else if !found || e.expires < victimExpires {
-			victim, victimExpires, found = k, e.expires, true
-		}
-		if sample--; sample == 0 {
-			break
-		}
+// index returns the position of s in slots.
+func (s *slot) index(slots []slot) int {
+	return int((uintptr(unsafe.Pointer(s)) - uintptr(unsafe.Pointer(&slots[0]))) / unsafe.Sizeof(*s))
+}
+
+// insert adds a key to a locked shard, making room first when it is full.
+func (s *Store) insert(sh *shard, h1, h2 uint64, now int64) *slot {
+	sh.sinceSweep++
+	t := &sh.table
+	if t.used < sh.capacity {
+		_, _, _, n := t.sweep(now, sweepSample)
+		s.reclaimed.Add(uint64(n))
+		return t.add(h1, h2)
 	}
-	if must && !freed && found {
-		delete(sh.entries, victim)
+	v1, v2, found, n := t.sweep(now, evictSample)
+	if n == 0 && sh.sinceSweep >= sh.capacity/8 {
+		sh.sinceSweep = 0
+		_, _, _, n = t.sweep(now, t.used)
+	}
+	s.reclaimed.Add(uint64(n))
+	if t.used >= sh.capacity && found {
+		sh.remove(v1, v2)
 		s.activeEvictions.Add(1)
 	}
+	return t.add(h1, h2)
 }
 
 // Stats describes a store's contents and evictions.
@@ -234,7 +263,7 @@ func (s *Store) Stats() Stats {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		st.Keys += len(sh.entries)
+		st.Keys += sh.table.used
 		sh.mu.Unlock()
 	}
 	return st

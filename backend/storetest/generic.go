@@ -276,8 +276,8 @@ func concurrency(c *checker, rule algorithms.Rule) {
 
 // sameAsGoEngine replays a random sequence (three keys, random costs, Peek,
 // Reset, the clock standing still, creeping, jumping back up to 5 s and
-// forward an hour, the limit changing) and compares every result with the
-// algorithms' Go engine.
+// forward an hour, the limit and the window changing) and compares every
+// result with the algorithms' Go engine.
 func sameAsGoEngine(c *checker, rule algorithms.Rule) {
 	rng := rand.New(rand.NewPCG(uint64(len(rule.Algorithm)), 42))
 	rule.Window = 2 * time.Second
@@ -285,7 +285,7 @@ func sameAsGoEngine(c *checker, rule algorithms.Rule) {
 	ids := []string{"x", "y{", "}z"}
 	states := map[string]*algorithms.State{}
 	now := 5 * time.Second
-	for i := range 400 {
+	for i := range 600 {
 		switch p := rng.IntN(100); {
 		case p < 30:
 		case p < 90:
@@ -294,8 +294,10 @@ func sameAsGoEngine(c *checker, rule algorithms.Rule) {
 			now -= time.Duration(rng.IntN(5000)) * time.Millisecond
 		case p < 98:
 			now += time.Hour
-		default:
+		case p < 99:
 			rule.Limit = int64(3 + rng.IntN(8))
+		default:
+			rule.Window = time.Duration(700+rng.IntN(3000)) * time.Millisecond
 		}
 		now = max(now, 0)
 		id := ids[rng.IntN(len(ids))]
