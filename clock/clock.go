@@ -24,11 +24,34 @@ type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
 
+// Timer is implemented by clocks that also measure waits, so that code
+// which sleeps (limiter.Wait) follows the clock it reads. Fake implements it;
+// for other clocks, After falls back to real time.
+type Timer interface {
+	// After returns a channel that receives the clock's time once d has
+	// passed on it.
+	After(d time.Duration) <-chan time.Time
+}
+
+// After waits on c when c is a Timer and on real time otherwise.
+func After(c Clock, d time.Duration) <-chan time.Time {
+	if t, ok := c.(Timer); ok {
+		return t.After(d)
+	}
+	return time.After(d)
+}
+
 // Fake is a manually driven clock for tests. Its zero value reads the zero
 // time; use NewFake to start it elsewhere. It is safe for concurrent use.
 type Fake struct {
-	mu  sync.Mutex
-	now time.Time
+	mu      sync.Mutex
+	now     time.Time
+	waiters []waiter
+}
+
+type waiter struct {
+	at time.Time
+	ch chan time.Time
 }
 
 // NewFake returns a fake clock that reads t until it is moved.
@@ -47,17 +70,55 @@ func (f *Fake) Now() time.Time {
 func (f *Fake) Advance(d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.now = f.now.Add(d)
+	f.set(f.now.Add(d))
 }
 
 // Set moves the clock to t, forwards or back.
 func (f *Fake) Set(t time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.set(t)
+}
+
+// After returns a channel that receives the fake time once the clock has
+// been moved d past the current time.
+func (f *Fake) After(d time.Duration) <-chan time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	w := waiter{at: f.now.Add(d), ch: ch}
+	if d <= 0 {
+		ch <- f.now
+		return ch
+	}
+	f.waiters = append(f.waiters, w)
+	return ch
+}
+
+// Waiters returns how many After channels have not fired yet; tests use it
+// to know that a goroutine is waiting before they move the clock.
+func (f *Fake) Waiters() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.waiters)
+}
+
+func (f *Fake) set(t time.Time) {
 	f.now = t
+	kept := f.waiters[:0]
+	for _, w := range f.waiters {
+		if t.Before(w.at) {
+			kept = append(kept, w)
+		} else {
+			w.ch <- t
+		}
+	}
+	clear(f.waiters[len(kept):])
+	f.waiters = kept
 }
 
 var (
 	_ Clock = systemClock{}
 	_ Clock = (*Fake)(nil)
+	_ Timer = (*Fake)(nil)
 )

@@ -48,3 +48,30 @@ func TestSystemClockMoves(t *testing.T) {
 	require.False(t, a.IsZero())
 	require.WithinDuration(t, time.Now(), a, time.Minute)
 }
+
+func TestFakeAfterFiresWhenAdvanced(t *testing.T) {
+	start := time.Unix(1_700_000_000, 0)
+	c := clock.NewFake(start)
+	ch := clock.After(c, 2*time.Second)
+	require.Equal(t, 1, c.Waiters())
+	c.Advance(1999 * time.Millisecond)
+	select {
+	case <-ch:
+		t.Fatal("fired early")
+	default:
+	}
+	c.Advance(time.Millisecond)
+	require.Equal(t, start.Add(2*time.Second), <-ch)
+	require.Zero(t, c.Waiters())
+
+	now := <-clock.After(c, 0)
+	require.Equal(t, start.Add(2*time.Second), now)
+}
+
+func TestAfterOnSystemClockUsesRealTime(t *testing.T) {
+	select {
+	case <-clock.After(clock.System, time.Millisecond):
+	case <-time.After(time.Minute):
+		t.Fatal("system After never fired")
+	}
+}
