@@ -1,0 +1,65 @@
+package limiter_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/clock"
+	"github.com/limitkit/limitkit/limiter"
+)
+
+func Example() {
+	store, _ := memorystore.New()
+	fake := clock.NewFake(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	lim, err := limiter.New(store, limiter.Config{Limit: 3, Window: time.Minute, Prefix: "api:"}, limiter.WithClock(fake))
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	for range 4 {
+		d, _ := lim.Allow(ctx, "alice")
+		fmt.Printf("allowed=%v remaining=%d retry-after=%v\n", d.Allowed, d.Remaining, d.RetryAfter)
+		fake.Advance(10 * time.Second)
+	}
+	// Output:
+	// allowed=true remaining=2 retry-after=0s
+	// allowed=true remaining=1 retry-after=0s
+	// allowed=true remaining=0 retry-after=0s
+	// allowed=false remaining=0 retry-after=30s
+}
+
+func ExampleLimiter_AllowN() {
+	store, _ := memorystore.New()
+	fake := clock.NewFake(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	lim, _ := limiter.New(store, limiter.Config{Algorithm: "fixed_window", Limit: 10, Window: time.Minute}, limiter.WithClock(fake))
+	ctx := context.Background()
+
+	d, _ := lim.AllowN(ctx, "batch-job", 8)
+	fmt.Println(d.Allowed, d.Remaining)
+	d, _ = lim.AllowN(ctx, "batch-job", 3) // all or nothing: denied, nothing consumed
+	fmt.Println(d.Allowed, d.Remaining, d.RetryAfter)
+	d, _ = lim.AllowN(ctx, "batch-job", 2)
+	fmt.Println(d.Allowed, d.Remaining)
+	// Output:
+	// true 2
+	// false 2 1m0s
+	// true 0
+}
+
+func ExampleLimiter_Peek() {
+	store, _ := memorystore.New()
+	fake := clock.NewFake(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	lim, _ := limiter.New(store, limiter.Config{Limit: 2, Window: time.Second}, limiter.WithClock(fake))
+	ctx := context.Background()
+
+	_, _ = lim.Allow(ctx, "bob")
+	p, _ := lim.Peek(ctx, "bob")
+	fmt.Println(p.Allowed, p.Remaining) // Peek counts nothing
+	p, _ = lim.Peek(ctx, "bob")
+	fmt.Println(p.Allowed, p.Remaining)
+	// Output:
+	// true 1
+	// true 1
+}
