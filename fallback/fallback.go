@@ -1,0 +1,528 @@
+// Package fallback keeps limiting while the primary store (Redis) is down.
+//
+// fallback.New wraps a primary backend.Store with a circuit breaker
+// (github.com/sony/gobreaker/v2) and returns a Store. Every primary call gets
+// a deadline (DefaultTimeout unless set), enforced here whatever the client
+// library does, so a hung Redis costs a request at most that long. Backend
+// failures (connection errors, timeouts, BUSY, LOADING, READONLY, OOM,
+// NOREPLICAS, CLUSTERDOWN, TRYAGAIN and any other error the primary returns)
+// count toward opening the breaker; the caller cancelling its own context and
+// invalid requests do not. A request whose primary call fails, and every
+// request while the breaker is open, is decided by the policy instead:
+//
+//   - Local(n): decide on an in-process store with the limit scaled to this
+//     instance's share, ceil(limit/n) and at least 1 (the default is
+//     Local(1): the whole limit per instance).
+//   - FailOpen: admit.
+//   - FailClosed: deny, with RetryAfter until the breaker next probes.
+//
+// Such decisions have Degraded set. After OpenTimeout the breaker lets a
+// bounded number of probe requests through (half-open); when they succeed,
+// decisions return to the primary.
+//
+// Policies are chosen per limit: Store.Policy returns a view of the same
+// store (same breaker, same local store) with another policy, so that a login
+// limit can fail open while a payment guard fails closed.
+//
+// State changes are logged with log/slog and passed to an optional hook.
+// Unlike gobreaker's OnStateChange, the hook runs outside the breaker's lock,
+// so it may call back into the store (State, Stats) without deadlocking.
+package fallback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/sony/gobreaker/v2"
+)
+
+// Defaults of the options.
+const (
+	// DefaultTimeout bounds each primary call.
+	DefaultTimeout = 100 * time.Millisecond
+	// DefaultFailureThreshold is the number of consecutive failures that
+	// opens the breaker.
+	DefaultFailureThreshold = 5
+	// DefaultOpenTimeout is how long the breaker stays open before probing.
+	DefaultOpenTimeout = 2 * time.Second
+	// DefaultProbes is the number of requests let through while half-open;
+	// that many consecutive successes close the breaker.
+	DefaultProbes = 3
+)
+
+// ErrUnavailable is wrapped by the errors of calls that have no local
+// answer (Reset) when the primary could not be reached.
+var ErrUnavailable = errors.New("fallback: primary store unavailable")
+
+// State is the breaker's state.
+type State string
+
+// The breaker's states.
+const (
+	// Closed: decisions come from the primary.
+	Closed State = "closed"
+	// Open: the primary is skipped; decisions follow the policy.
+	Open State = "open"
+	// HalfOpen: a bounded number of probes go to the primary.
+	HalfOpen State = "half-open"
+)
+
+func stateOf(s gobreaker.State) State {
+	switch s {
+	case gobreaker.StateOpen:
+		return Open
+	case gobreaker.StateHalfOpen:
+		return HalfOpen
+	default:
+		return Closed
+	}
+}
+
+// StateChange describes one transition of the breaker.
+type StateChange struct {
+	From, To State
+	// At is when the breaker changed state.
+	At time.Time
+}
+
+// Policy decides requests the primary cannot.
+type Policy struct {
+	mode      mode
+	instances int64
+}
+
+type mode uint8
+
+const (
+	local mode = iota
+	failOpen
+	failClosed
+)
+
+// Local decides on the in-process store with the limit divided among
+// instances: ceil(limit/instances), at least 1. Instances below 1 count as 1.
+func Local(instances int) Policy {
+	return Policy{mode: local, instances: int64(max(instances, 1))}
+}
+
+// The policies that need no local state.
+var (
+	// FailOpen admits every request the primary cannot decide.
+	FailOpen = Policy{mode: failOpen}
+	// FailClosed denies every request the primary cannot decide.
+	FailClosed = Policy{mode: failClosed}
+)
+
+// String names the policy as configuration files do.
+func (p Policy) String() string {
+	switch p.mode {
+	case failOpen:
+		return "fail_open"
+	case failClosed:
+		return "fail_closed"
+	default:
+		return fmt.Sprintf("local(%d)", max(p.instances, 1))
+	}
+}
+
+// Option configures a Store.
+type Option func(*config) error
+
+type config struct {
+	timeout     time.Duration
+	threshold   uint32
+	openTimeout time.Duration
+	probes      uint32
+	policy      Policy
+	local       backend.Store
+	hook        func(StateChange)
+	logger      *slog.Logger
+	name        string
+}
+
+// WithTimeout bounds each primary call (default DefaultTimeout).
+func WithTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("fallback: timeout is %v; it must be positive", d)
+		}
+		c.timeout = d
+		return nil
+	}
+}
+
+// WithFailureThreshold sets how many consecutive primary failures open the
+// breaker (default DefaultFailureThreshold).
+func WithFailureThreshold(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("fallback: failure threshold is %d; it must be at least 1", n)
+		}
+		c.threshold = uint32(n)
+		return nil
+	}
+}
+
+// WithOpenTimeout sets how long the breaker stays open before it probes the
+// primary again (default DefaultOpenTimeout).
+func WithOpenTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("fallback: open timeout is %v; it must be positive", d)
+		}
+		c.openTimeout = d
+		return nil
+	}
+}
+
+// WithProbes sets how many requests go to the primary while half-open, and
+// how many consecutive successes close the breaker (default DefaultProbes).
+func WithProbes(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("fallback: probes is %d; it must be at least 1", n)
+		}
+		c.probes = uint32(n)
+		return nil
+	}
+}
+
+// WithPolicy sets the policy of the returned Store (default Local(1)).
+// Store.Policy gives views with other policies.
+func WithPolicy(p Policy) Option {
+	return func(c *config) error {
+		c.policy = p
+		return nil
+	}
+}
+
+// WithLocalStore sets the store that Local policies decide on (default: a
+// new memorystore with its defaults).
+func WithLocalStore(s backend.Store) Option {
+	return func(c *config) error {
+		if s == nil {
+			return errors.New("fallback: local store is nil")
+		}
+		c.local = s
+		return nil
+	}
+}
+
+// WithStateHook calls fn on every breaker state change, in order, outside
+// the breaker's lock.
+func WithStateHook(fn func(StateChange)) Option {
+	return func(c *config) error {
+		c.hook = fn
+		return nil
+	}
+}
+
+// WithLogger logs state changes to l (default slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return errors.New("fallback: logger is nil")
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// WithName names the breaker in logs (default "limitkit").
+func WithName(name string) Option {
+	return func(c *config) error {
+		c.name = name
+		return nil
+	}
+}
+
+// Store is a backend.Store that decides on the primary while it is healthy
+// and by policy while it is not. It is safe for concurrent use.
+type Store struct {
+	*shared
+	policy Policy
+}
+
+// shared is what every policy view of one Store shares.
+type shared struct {
+	primary backend.Store
+	local   backend.Store
+	cb      *gobreaker.CircuitBreaker[backend.Result]
+	cfg     config
+
+	// openedAt is the Unix nanosecond time the breaker last opened.
+	openedAt atomic.Int64
+
+	eventsMu   sync.Mutex
+	events     []StateChange
+	pending    atomic.Int32
+	delivering sync.Mutex
+
+	degraded atomic.Uint64
+	failures atomic.Uint64
+}
+
+var _ backend.Store = (*Store)(nil)
+
+// New wraps primary. It returns an error only for invalid options.
+func New(primary backend.Store, opts ...Option) (*Store, error) {
+	if primary == nil {
+		return nil, errors.New("fallback: primary store is nil")
+	}
+	c := config{
+		timeout:     DefaultTimeout,
+		threshold:   DefaultFailureThreshold,
+		openTimeout: DefaultOpenTimeout,
+		probes:      DefaultProbes,
+		policy:      Local(1),
+		logger:      slog.Default(),
+		name:        "limitkit",
+	}
+	for _, opt := range opts {
+		if err := opt(&c); err != nil {
+			return nil, err
+		}
+	}
+	if c.local == nil {
+		m, err := memorystore.New()
+		if err != nil {
+			return nil, err
+		}
+		c.local = m
+	}
+	sh := &shared{primary: primary, local: c.local, cfg: c}
+	sh.cb = gobreaker.NewCircuitBreaker[backend.Result](gobreaker.Settings{
+		Name:        c.name,
+		MaxRequests: c.probes,
+		Timeout:     c.openTimeout,
+		ReadyToTrip: func(counts gobreaker.Counts) bool {
+			return counts.ConsecutiveFailures >= c.threshold
+		},
+		IsExcluded:    func(err error) bool { return errors.As(err, new(callerError)) },
+		OnStateChange: sh.queue,
+	})
+	return &Store{shared: sh, policy: c.policy}, nil
+}
+
+// Policy returns a view of s that decides by p while the primary is
+// unavailable. Views share the breaker, the local store and the statistics.
+func (s *Store) Policy(p Policy) *Store {
+	return &Store{shared: s.shared, policy: p}
+}
+
+// State returns the breaker's current state.
+func (s *Store) State() State {
+	st := stateOf(s.cb.State())
+	s.deliver()
+	return st
+}
+
+// Stats counts what the store did since it was created.
+type Stats struct {
+	// State is the breaker's current state.
+	State State
+	// PrimaryFailures counts primary calls that failed or timed out.
+	PrimaryFailures uint64
+	// Degraded counts decisions made by a policy instead of the primary.
+	Degraded uint64
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	return Stats{State: s.State(), PrimaryFailures: s.failures.Load(), Degraded: s.degraded.Load()}
+}
+
+// Take implements backend.Store.
+func (s *Store) Take(ctx context.Context, req backend.Request) (backend.Result, error) {
+	if err := req.Validate(); err != nil {
+		return backend.Result{}, err
+	}
+	res, err := s.execute(ctx, func(ctx context.Context) (backend.Result, error) { return s.primary.Take(ctx, req) })
+	if err == nil {
+		return res, nil
+	}
+	if errors.As(err, new(callerError)) {
+		return backend.Result{}, errors.Unwrap(err)
+	}
+	return s.decide(ctx, req, true)
+}
+
+// Peek implements backend.Store.
+func (s *Store) Peek(ctx context.Context, req backend.Request) (backend.Result, error) {
+	if err := req.Validate(); err != nil {
+		return backend.Result{}, err
+	}
+	res, err := s.execute(ctx, func(ctx context.Context) (backend.Result, error) { return s.primary.Peek(ctx, req) })
+	if err == nil {
+		return res, nil
+	}
+	if errors.As(err, new(callerError)) {
+		return backend.Result{}, errors.Unwrap(err)
+	}
+	return s.decide(ctx, req, false)
+}
+
+// Reset implements backend.Store. It resets the key on the local store too,
+// and reports an error wrapping ErrUnavailable when the primary could not be
+// reset.
+func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule) error {
+	if err := key.Validate(); err != nil {
+		return err
+	}
+	if err := rule.Validate(); err != nil {
+		return err
+	}
+	if err := s.local.Reset(ctx, key, rule); err != nil {
+		return err
+	}
+	_, err := s.execute(ctx, func(ctx context.Context) (backend.Result, error) {
+		return backend.Result{}, s.primary.Reset(ctx, key, rule)
+	})
+	if err == nil {
+		return nil
+	}
+	if errors.As(err, new(callerError)) {
+		return errors.Unwrap(err)
+	}
+	return fmt.Errorf("%w: reset %q: %w", ErrUnavailable, key.ID, err)
+}
+
+// callerError marks an error caused by the caller (its context ended, or its
+// request was invalid): it does not count against the primary.
+type callerError struct{ err error }
+
+func (e callerError) Error() string { return e.err.Error() }
+func (e callerError) Unwrap() error { return e.err }
+
+// execute runs fn on the primary through the breaker, within the deadline.
+func (s *shared) execute(ctx context.Context, fn func(context.Context) (backend.Result, error)) (backend.Result, error) {
+	res, err := s.cb.Execute(func() (backend.Result, error) {
+		res, err := s.withDeadline(ctx, fn)
+		if err != nil && !errors.As(err, new(callerError)) {
+			s.failures.Add(1)
+		}
+		return res, err
+	})
+	s.deliver()
+	return res, err
+}
+
+// withDeadline runs fn and stops waiting for it after the timeout, whether
+// or not the client library honours the context.
+func (s *shared) withDeadline(ctx context.Context, fn func(context.Context) (backend.Result, error)) (backend.Result, error) {
+	callCtx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
+	defer cancel()
+	type outcome struct {
+		res backend.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := fn(callCtx)
+		done <- outcome{res, err}
+	}()
+	select {
+	case o := <-done:
+		switch {
+		case o.err == nil:
+			return o.res, nil
+		case ctx.Err() != nil:
+			return o.res, callerError{ctx.Err()}
+		case errors.Is(o.err, algorithms.ErrInvalidRequest), errors.Is(o.err, algorithms.ErrInvalidRule):
+			return o.res, callerError{o.err}
+		}
+		return o.res, o.err
+	case <-callCtx.Done():
+		if ctx.Err() != nil {
+			return backend.Result{}, callerError{ctx.Err()}
+		}
+		return backend.Result{}, fmt.Errorf("fallback: primary did not answer within %v: %w", s.cfg.timeout, context.DeadlineExceeded)
+	}
+}
+
+// decide answers by policy, with Degraded set.
+func (s *Store) decide(ctx context.Context, req backend.Request, take bool) (backend.Result, error) {
+	s.degraded.Add(1)
+	switch s.policy.mode {
+	case failOpen:
+		return backend.Result{Allowed: true, Limit: req.Rule.Limit, Degraded: true}, nil
+	case failClosed:
+		return backend.Result{Limit: req.Rule.Limit, RetryAfter: s.untilProbe(), Degraded: true}, nil
+	}
+	share := (req.Rule.Limit + s.policy.instances - 1) / max(s.policy.instances, 1)
+	if req.Cost > share {
+		// This instance's share can never admit it: deny until the
+		// primary is back.
+		return backend.Result{Limit: share, RetryAfter: s.untilProbe(), Degraded: true}, nil
+	}
+	req.Rule.Limit = share
+	var res backend.Result
+	var err error
+	if take {
+		res, err = s.local.Take(ctx, req)
+	} else {
+		res, err = s.local.Peek(ctx, req)
+	}
+	if err != nil {
+		return backend.Result{}, fmt.Errorf("fallback: local store: %w", err)
+	}
+	res.Degraded = true
+	return res, nil
+}
+
+// untilProbe estimates how long until the breaker lets a probe through.
+func (s *shared) untilProbe() time.Duration {
+	opened := s.openedAt.Load()
+	if opened == 0 {
+		return s.cfg.openTimeout
+	}
+	return max(time.Until(time.Unix(0, opened).Add(s.cfg.openTimeout)), time.Millisecond)
+}
+
+// queue records a state change. gobreaker calls it with its lock held, so it
+// only appends; deliver runs the hook and the log later, lock-free.
+func (s *shared) queue(_ string, from, to gobreaker.State) {
+	now := time.Now()
+	if to == gobreaker.StateOpen {
+		s.openedAt.Store(now.UnixNano())
+	}
+	s.eventsMu.Lock()
+	s.events = append(s.events, StateChange{From: stateOf(from), To: stateOf(to), At: now})
+	s.eventsMu.Unlock()
+	s.pending.Add(1)
+}
+
+// deliver passes queued state changes to the log and the hook, in order, one
+// deliverer at a time.
+func (s *shared) deliver() {
+	for s.pending.Load() > 0 {
+		if !s.delivering.TryLock() {
+			return // another goroutine is delivering; it will see ours
+		}
+		s.eventsMu.Lock()
+		events := s.events
+		s.events = nil
+		s.pending.Add(-int32(len(events)))
+		s.eventsMu.Unlock()
+		for _, e := range events {
+			level := slog.LevelInfo
+			if e.To == Open {
+				level = slog.LevelWarn
+			}
+			s.cfg.logger.Log(context.Background(), level, "limitkit: circuit breaker state changed",
+				"breaker", s.cfg.name, "from", string(e.From), "to", string(e.To))
+			if s.cfg.hook != nil {
+				s.cfg.hook(e)
+			}
+		}
+		s.delivering.Unlock()
+	}
+}
