@@ -170,6 +170,14 @@ type State struct {
 	log ring
 }
 
+// Clone returns a copy of s that shares no memory with it, for stores that
+// decide on a copy and write it back.
+func (s *State) Clone() State {
+	c := *s
+	c.log = append(ring(nil), s.log...)
+	return c
+}
+
 // Take performs one step of the rule's algorithm at now (milliseconds since
 // the Unix epoch) for a request of the given cost, updating s when the
 // request is admitted. The rule and cost must be valid (see Validate and

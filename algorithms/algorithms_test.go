@@ -11,12 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func (s *State) clone() State {
-	c := *s
-	c.log = slices.Clone(s.log)
-	return c
-}
-
 func TestRuleValidate(t *testing.T) {
 	ok := Rule{Algorithm: SlidingLog, Limit: 10, Window: time.Second}
 	require.NoError(t, ok.Validate())
@@ -55,12 +49,18 @@ func TestValidateCost(t *testing.T) {
 }
 
 // exactLog is a brute-force sliding log: an unordered list of admitted
-// timestamps from which those that slid out are deleted.
+// timestamps, forgotten a window after they slid out.
 type exactLog struct{ stamps []int64 }
 
 func (x *exactLog) live(now, w int64) int64 {
-	x.stamps = slices.DeleteFunc(x.stamps, func(t int64) bool { return t <= now-w })
-	return int64(len(x.stamps))
+	x.stamps = slices.DeleteFunc(x.stamps, func(t int64) bool { return t <= now-2*w })
+	n := int64(0)
+	for _, t := range x.stamps {
+		if t > now-w {
+			n++
+		}
+	}
+	return n
 }
 
 // TestSlidingLogMatchesBruteForce runs random traffic, with the clock going
@@ -134,7 +134,7 @@ func TestRetryAndResetAreExact(t *testing.T) {
 						checked++
 						firstAdmitted := int64(-1)
 						for d := int64(1); d <= 10*w; d++ {
-							c := s.clone()
+							c := s.Clone()
 							if r.Take(&c, now+d, cost).Allowed {
 								firstAdmitted = d
 								break
@@ -171,11 +171,11 @@ func TestPeekDoesNotConsume(t *testing.T) {
 		now := int64(10_000)
 		for range 500 {
 			now += int64(rng.IntN(8))
-			before := s.clone()
+			before := s.Clone()
 			cost := int64(1 + rng.IntN(4))
 			p := r.Peek(&s, now, cost)
-			require.Equal(t, before, s.clone(), name)
-			c := s.clone()
+			require.Equal(t, before, s.Clone(), name)
+			c := s.Clone()
 			took := r.Take(&c, now, cost)
 			require.Equal(t, took.Allowed, p.Allowed, name)
 			require.Equal(t, took.RetryAfter, p.RetryAfter, name)
@@ -189,6 +189,39 @@ func TestPeekDoesNotConsume(t *testing.T) {
 // TestSlidingCounterNeverUndercounts compares the integer estimate with the
 // exact rational previous*(w-e)/w + current, including limits near 2^53 and
 // windows of a year, where a float64 product would lose digits.
+// TestSlidingLogExactUnderDisorder delivers requests out of timestamp order
+// (each stamped up to a jitter before it arrives) and checks, by timestamp,
+// that no window ever holds more than the limit.
+func TestSlidingLogExactUnderDisorder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for round := range 30 {
+		const limit, w, jitter = 5, 100, 60
+		r := Rule{Algorithm: SlidingLog, Limit: limit, Window: w * time.Millisecond}
+		var s State
+		var admitted []int64
+		arrival := int64(10_000)
+		for range 500 {
+			arrival += int64(rng.IntN(15))
+			stamp := arrival - int64(rng.IntN(jitter))
+			cost := int64(1 + rng.IntN(2))
+			if r.Take(&s, stamp, cost).Allowed {
+				for range cost {
+					admitted = append(admitted, stamp)
+				}
+			}
+		}
+		slices.Sort(admitted)
+		for i := range admitted {
+			// The window (admitted[i]-1, admitted[i]-1+w] starts just before entry i.
+			j := i
+			for j < len(admitted) && admitted[j] < admitted[i]+w {
+				j++
+			}
+			require.LessOrEqual(t, j-i, limit, "round %d: window from %d holds %d", round, admitted[i], j-i)
+		}
+	}
+}
+
 func TestSlidingCounterNeverUndercounts(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	year := MaxWindow.Milliseconds()

@@ -3,17 +3,31 @@ package algorithms
 // The sliding log records one timestamp per admitted unit of cost, oldest
 // first, and admits a request when the units with a timestamp after
 // now-window, plus its cost, fit within the limit. A timestamp t has slid out
-// at now when t <= now-window. Timestamps later than now (the clock went back)
-// keep counting until they slide out. Only the newest limit timestamps can
-// ever matter, so the log never holds more than limit of them.
+// at now when t <= now-window. Timestamps later than now (the clock went
+// back) keep counting until they slide out.
+//
+// Requests can arrive out of timestamp order (callers read their clocks
+// before their requests reach the store). So that every window of
+// timestamps holds at most the limit whatever the arrival order, a timestamp
+// that slid out is kept for one more window, where a late request's window
+// can still see it; only older ones are forgotten, and those beyond the
+// newest limit, which can never decide anything: a window that holds one of
+// them holds the newest limit too. The log never holds more than limit.
 
 func slidingLogTake(s *State, now, w, limit, cost int64) Outcome {
 	l := &s.log
 	l.shrinkTo(limit)
-	l.dropUpTo(now - w)
+	l.dropUpTo(now - 2*w)
 	size := l.size()
-	out := Outcome{Remaining: limit - size}
+	expired := l.countUpTo(now - w)
+	live := size - expired
+	out := Outcome{Remaining: limit - live}
 	if cost <= out.Remaining {
+		// Room for cost, taken from slid-out timestamps only: live+cost <= limit.
+		if drop := size + cost - limit; drop > 0 {
+			l.dropOldest(drop)
+			size -= drop
+		}
 		l.insert(now, cost, limit)
 		size += cost
 		out.Allowed = true

@@ -16,6 +16,7 @@ package backend
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
@@ -119,7 +120,16 @@ func ResultOf(rule algorithms.Rule, o algorithms.Outcome) Result {
 		Allowed:    o.Allowed,
 		Limit:      rule.Limit,
 		Remaining:  o.Remaining,
-		RetryAfter: time.Duration(o.RetryAfter) * time.Millisecond,
-		ResetAfter: time.Duration(o.ResetAfter) * time.Millisecond,
+		RetryAfter: millis(o.RetryAfter),
+		ResetAfter: millis(o.ResetAfter),
 	}
+}
+
+// maxMillis is the longest duration, in milliseconds, a time.Duration holds.
+const maxMillis = int64(math.MaxInt64 / time.Millisecond)
+
+// millis converts milliseconds to a Duration, saturating instead of wrapping
+// (state and request centuries apart).
+func millis(ms int64) time.Duration {
+	return time.Duration(min(ms, maxMillis)) * time.Millisecond
 }

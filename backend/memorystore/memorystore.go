@@ -7,8 +7,9 @@
 // limitkit.
 //
 // Memory is bounded. The store holds at most MaxKeys keys (DefaultMaxKeys
-// unless set), split across shards. A key whose window has passed is expired:
-// it behaves as new and its memory is reclaimed when a new key needs room.
+// unless set), split across shards. A key expires one window after it is
+// back to its full allowance (the extra window serves requests that arrive
+// late); its memory is then reclaimed when a new key needs room.
 // When a shard is full, a new key first takes the place of expired keys
 // found among eight sampled keys or, failing that, by a sweep of the whole
 // shard (at most once per capacity/8 new keys, so a flood of new keys costs
@@ -173,7 +174,9 @@ func (s *Store) Take(_ context.Context, req backend.Request) (backend.Result, er
 		e = s.insert(sh, h1, h2, now)
 	}
 	out := req.Rule.Take(&e.state, now, req.Cost)
-	e.expires = now + out.ResetAfter
+	// Keep the state a window past its reset, for requests that arrive
+	// late (stamped before others already decided).
+	e.expires = now + out.ResetAfter + req.Rule.Window.Milliseconds()
 	sh.mu.Unlock()
 	return backend.ResultOf(req.Rule, out), nil
 }

@@ -66,6 +66,7 @@ func (r *racy) Take(_ context.Context, req backend.Request) (backend.Result, err
 	}
 	r.mu.Lock()
 	st := r.states[req.Key]
+	st = st.Clone()
 	r.mu.Unlock()
 	time.Sleep(10 * time.Microsecond) // the round trips between the commands
 	out := req.Rule.Take(&st, req.Millis(), req.Cost)
