@@ -1,0 +1,140 @@
+-- limitkit sliding window counter: the Lua twin of slidingCounterTake/
+-- slidingCounterPeek (slidingcounter.go). Keep the two in step: the
+-- conformance suite compares them decision by decision.
+--
+-- KEYS[1]  the key's state: the string "start:current:previous" (current
+--          window start in ms, units in it, units in the window before),
+--          absent when the key is new.
+-- ARGV[1]  now in ms since the Unix epoch; negative: read the server's TIME
+-- ARGV[2]  window in ms        ARGV[3]  limit
+-- ARGV[4]  cost                ARGV[5]  "1" take, "0" peek (peek never writes,
+--                                       so it runs under EVALSHA_RO)
+-- Returns {allowed (0/1), remaining, retry_after_ms, reset_after_ms}.
+--
+-- Every value stays an integer below 2^53, exact in a Lua number: floor(a/b)
+-- of such integers is exact, and the one product that could pass 2^53
+-- (room * 2^16 in earliest) is done by binary long division. Numbers sent to
+-- Redis are formatted with %d, never tostring (%.14g).
+
+local EXPIRY_MARGIN_MS = 1000
+local S = 65536 -- weightScale
+
+local key = KEYS[1]
+local now = tonumber(ARGV[1])
+if now < 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local w = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+local cost = tonumber(ARGV[4])
+local take = ARGV[5] == '1'
+
+-- ceildiv returns ceil(a/b) for 0 <= a, 0 < b, a+b < 2^53.
+local function ceildiv(a, b)
+  return math.floor((a + b - 1) / b)
+end
+
+-- weighted returns ceil(previous * ceil((w-e)*S/w) / S).
+local function weighted(previous, e)
+  if previous == 0 then
+    return 0
+  end
+  local wq = ceildiv((w - e) * S, w)
+  return math.floor(previous / S) * wq + ceildiv((previous % S) * wq, S)
+end
+
+-- earliest returns the smallest elapsed time in [0, w] at which
+-- weighted(count, e) <= room (0 <= room), or w when none inside the window.
+local function earliest(count, room)
+  if count <= room then
+    return 0
+  end
+  -- q = floor(room * S / count), with room < count <= 2^53: 16 steps of
+  -- long division keep every value an integer below 2^54 (and even when
+  -- above 2^53), so exact.
+  local q, r = 0, room
+  for _ = 1, 16 do
+    r = r * 2
+    q = q * 2
+    if r >= count then
+      r = r - count
+      q = q + 1
+    end
+  end
+  return w - math.floor(q * w / S)
+end
+
+local start, current, previous = 0, 0, 0
+local v = redis.call('GET', key)
+if v then
+  local a, b, c = string.match(v, '^(%d+):(%d+):(%d+)$')
+  if not a then
+    return redis.error_reply('limitkit: unreadable sliding_counter state')
+  end
+  start, current, previous = tonumber(a), tonumber(b), tonumber(c)
+end
+
+-- Roll to the window holding now (windowStart: the recorded window while
+-- now is inside it, else the aligned one). Before the recorded window (the clock went
+-- back) nothing moves and the elapsed time is 0: the previous window counts
+-- in full.
+local changed = false
+local e = 0
+local ws = start
+if start > now or now - start >= w then
+  ws = now - now % w
+end
+if ws >= start then
+  if ws > start then
+    if ws - start <= w then
+      previous = current
+    else
+      previous = 0
+    end
+    current, start, changed = 0, ws, true
+  end
+  e = now - ws
+end
+
+local room = limit - weighted(previous, e) - current
+local allowed, retry = 0, 0
+if cost <= room then
+  allowed = 1
+  if take then
+    current = current + cost
+    room = room - cost
+    changed = true
+  end
+else
+  -- Later in this window the previous one weighs less; failing that, in
+  -- the next window the current one becomes the weighted previous.
+  local wait
+  local r2 = limit - current - cost
+  local at = w
+  if r2 >= 0 then
+    at = earliest(previous, r2)
+  end
+  if at < w then
+    wait = at - e
+  else
+    wait = w - e + earliest(current, limit - cost)
+  end
+  retry = start + e + wait - now
+end
+if room < 0 then
+  room = 0
+end
+local reset = 0
+if current > 0 then
+  reset = start + 2 * w - now
+elseif previous > 0 then
+  reset = start + w - now
+end
+-- A denial that rolled the window writes too: the Go step keeps the roll,
+-- and a later request from before it (the clock going back) must see it.
+if take and changed then
+  redis.call('SET', key, string.format('%d:%d:%d', start, current, previous),
+    'PX', string.format('%d', reset + EXPIRY_MARGIN_MS))
+end
+return {allowed, room, retry, reset}
