@@ -1,0 +1,65 @@
+// Package rediskey builds the Redis key names of the Redis stores.
+//
+// A key is prefix + "{" + tag + "}" + suffix. The braces make tag the Redis
+// Cluster hash tag, so every key of one id (all algorithms) lands in one slot
+// and a script that touches several of them never fails with CROSSSLOT.
+//
+// The tag is the id itself when that is safe: non-empty, at most MaxRawID
+// bytes, no brace, and not starting with HashMarker. Any other id (huge,
+// with a brace that would end or restart the tag, or empty) is replaced by
+// HashMarker followed by the unpadded base64url SHA-256 of the id. So keys
+// are bounded in size, and two ids never share a key (up to SHA-256
+// collisions): a safe id never starts with the marker, so it cannot pose as
+// the digest of another. Prefixes never contain braces (backend.Key.Validate
+// rejects them), so the first "{" of a key is always the tag's.
+package rediskey
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"strings"
+)
+
+const (
+	// MaxRawID is the longest id used as its own hash tag.
+	MaxRawID = 64
+	// HashMarker starts the tag of every id that is replaced by its digest.
+	HashMarker = '#'
+	// hashedLen is the length of a digest tag: the marker and 43 base64
+	// characters for 32 bytes.
+	hashedLen = 1 + 43
+)
+
+// Safe reports whether id is used as its own hash tag.
+func Safe(id string) bool {
+	if id == "" || len(id) > MaxRawID || id[0] == HashMarker {
+		return false
+	}
+	return strings.IndexByte(id, '{') < 0 && strings.IndexByte(id, '}') < 0
+}
+
+// Build returns prefix + "{" + tag(id) + "}" + suffix in one allocation.
+// prefix and suffix must not contain braces.
+func Build(prefix, id, suffix string) string {
+	safe := Safe(id)
+	tagLen := len(id)
+	if !safe {
+		tagLen = hashedLen
+	}
+	var b strings.Builder
+	b.Grow(len(prefix) + tagLen + len(suffix) + 2)
+	b.WriteString(prefix)
+	b.WriteByte('{')
+	if safe {
+		b.WriteString(id)
+	} else {
+		sum := sha256.Sum256([]byte(id))
+		var enc [hashedLen]byte
+		enc[0] = HashMarker
+		base64.RawURLEncoding.Encode(enc[1:], sum[:])
+		b.Write(enc[:])
+	}
+	b.WriteByte('}')
+	b.WriteString(suffix)
+	return b.String()
+}
