@@ -1,0 +1,116 @@
+// Package scripttest holds checks shared by the Redis stores' tests: a
+// randomised comparison of a store with the algorithms' Go engine that goes
+// beyond the conformance suite (huge limits and costs, year-long windows,
+// windows that change under an existing key, times near the latest the
+// scripts accept).
+package scripttest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/backend"
+)
+
+// Reporter receives failures; *testing.T is one.
+type Reporter interface {
+	Helper()
+	Errorf(format string, args ...any)
+}
+
+// Differential runs steps random requests against store and the Go engine
+// and reports the first decision where they differ. Each call uses its own
+// key prefix.
+func Differential(ctx context.Context, r Reporter, store backend.Store, seed uint64, steps int) {
+	r.Helper()
+	rng := rand.New(rand.NewPCG(seed, 7))
+	run := fmt.Sprintf("scripttest:%d:%d:", seed, time.Now().UnixNano())
+	windows := []time.Duration{
+		time.Millisecond, 7 * time.Millisecond, time.Second, 1500 * time.Millisecond,
+		time.Hour, 24 * time.Hour, algorithms.MaxWindow,
+	}
+	limits := []int64{1, 2, 3, 7, 100, 1 << 20, 1<<53 - 1, algorithms.MaxLimit}
+	logLimits := []int64{1, 2, 5, 128, 2000, algorithms.MaxSlidingLogLimit}
+	starts := []int64{
+		0, 1, 1_767_225_600_000, 1_767_225_600_000 + 123_457,
+		algorithms.MaxLuaTime - 2*algorithms.MaxWindow.Milliseconds(),
+	}
+	ids := []string{"a", "b{", "}c"}
+	pick := func(rule *algorithms.Rule) {
+		rule.Window = windows[rng.IntN(len(windows))]
+		if rule.Algorithm == algorithms.SlidingLog {
+			rule.Limit = logLimits[rng.IntN(len(logLimits))]
+		} else {
+			rule.Limit = limits[rng.IntN(len(limits))]
+		}
+	}
+	// Each round has its own keys (Redis expires keys in real time, which
+	// the Go engine does not model) and a burst of steps: the clock
+	// creeping, jumping back and forward, and now and then the limit and
+	// window changing under the same keys.
+	for round, step := 0, 0; step < steps; round++ {
+		prefix := fmt.Sprintf("%s%d:", run, round)
+		rule := algorithms.Rule{Algorithm: algorithms.Names()[rng.IntN(3)]}
+		pick(&rule)
+		states := map[string]*algorithms.State{}
+		now := starts[rng.IntN(len(starts))] + rng.Int64N(3*rule.Window.Milliseconds()+1)
+		for range 1 + rng.IntN(60) {
+			step++
+			if rng.IntN(20) == 0 {
+				pick(&rule)
+			}
+			w := rule.Window.Milliseconds()
+			switch p := rng.IntN(100); {
+			case p < 25:
+			case p < 80:
+				now += rng.Int64N(w/2 + 2)
+			case p < 92:
+				now -= rng.Int64N(2*w + 1)
+			default:
+				now += rng.Int64N(3*w + 1)
+			}
+			now = min(max(now, 0), algorithms.MaxLuaTime)
+			id := ids[rng.IntN(len(ids))]
+			st := states[id]
+			if st == nil {
+				st = &algorithms.State{}
+				states[id] = st
+			}
+			var cost int64
+			switch p := rng.IntN(10); {
+			case p < 5:
+				cost = 1
+			case p < 7:
+				cost = rule.Limit
+			case p < 8:
+				cost = max(rule.Limit-1, 1)
+			default:
+				cost = 1 + rng.Int64N(rule.Limit)
+			}
+			req := backend.Request{Key: backend.Key{Prefix: prefix, ID: id}, Rule: rule, Now: time.UnixMilli(now), Cost: cost}
+			var got backend.Result
+			var err error
+			var want algorithms.Outcome
+			op := "Take"
+			if rng.IntN(5) == 0 {
+				op = "Peek"
+				want = rule.Peek(st, now, cost)
+				got, err = store.Peek(ctx, req)
+			} else {
+				want = rule.Take(st, now, cost)
+				got, err = store.Take(ctx, req)
+			}
+			if err != nil {
+				r.Errorf("round %d step %d: %s(%q, %+v, now %d, cost %d): %v", round, step, op, id, rule, now, cost, err)
+				return
+			}
+			if w := backend.ResultOf(rule, want); got != w {
+				r.Errorf("round %d step %d: %s(%q, %+v, now %d, cost %d):\n got  %+v\n want %+v", round, step, op, id, rule, now, cost, got, w)
+				return
+			}
+		}
+	}
+}
