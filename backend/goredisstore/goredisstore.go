@@ -1,0 +1,168 @@
+// Package goredisstore is a backend.Store in Redis, through
+// github.com/redis/go-redis/v9: a single server, Redis Cluster, or a
+// sentinel-managed failover set, whichever redis.UniversalClient the caller
+// already has.
+//
+// Each decision is one Lua script (the algorithm's Lua twin, see package
+// algorithms) run atomically by Redis on one key, so concurrent callers in
+// any number of processes never admit more than the limit. Keys are
+// prefix + "{" + id + "}" + suffix; ids that are huge, contain braces or
+// start with '#' are replaced by their SHA-256 digest, so every id works,
+// stays in one cluster slot and keeps a bounded key size.
+//
+//	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+//	store, err := goredisstore.New(client)
+//
+// The store never builds, configures or closes the client.
+//
+// # Retries
+//
+// go-redis retries a failed command up to Options.MaxRetries times (3 by
+// default), including after a read timeout or a dropped connection, when
+// the command may already have run. For a writing script that would count
+// one request twice. The store therefore sends its writing scripts as
+// commands whose NoRetry method reports true (the Cmder method go-redis
+// consults before every retry), which go-redis honours in Client,
+// ClusterClient and failover clients: such a command is sent once. It is
+// re-sent only when go-redis knows it never reached the server, or after a
+// MOVED, ASK or READONLY reply, which prove it wrote nothing (the scripts'
+// writes come after their reads, so a refused write means none happened).
+// The client's MaxRetries still applies to everything else, including the
+// read-only scripts of Peek, so no client setting has to change. The store's own runner re-sends a script only
+// after NOSCRIPT, which proves it did not run. A timed-out Take is reported
+// as an error; whether it was counted is unknown, and it is never counted
+// twice.
+//
+// # Time
+//
+// By default the script decides at the request's Now, the limiter's clock.
+// WithServerTime makes the scripts read the Redis server's clock instead,
+// for fleets whose clocks cannot be trusted; that time cannot be faked in
+// tests. For a clock that follows the server's while staying local, see
+// clock.NewOffset with ServerTime as its probe.
+package goredisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/internal/redisscript"
+)
+
+// Option configures a Store.
+type Option func(*config)
+
+type config struct {
+	serverTime bool
+}
+
+// WithServerTime makes every decision at the Redis server's time (the
+// scripts call TIME) instead of the request's Now. Use it when the clocks of
+// the processes sharing a limit cannot be trusted. Requests' Now is then
+// ignored, so a fake clock has no effect.
+func WithServerTime() Option {
+	return func(c *config) { c.serverTime = true }
+}
+
+// Store is a backend.Store in Redis. It is safe for concurrent use.
+type Store struct {
+	runner *redisscript.Runner
+}
+
+var _ backend.Store = (*Store)(nil)
+
+// New returns a store that keeps its state in Redis through client, which
+// the caller keeps owning (New does not contact the server).
+func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("goredisstore: the client is nil")
+	}
+	var c config
+	for _, opt := range opts {
+		opt(&c)
+	}
+	r, err := redisscript.New(conn{client}, "goredisstore", c.serverTime)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{runner: r}, nil
+}
+
+// Take implements backend.Store.
+func (s *Store) Take(ctx context.Context, req backend.Request) (backend.Result, error) {
+	return s.runner.Take(ctx, req)
+}
+
+// Peek implements backend.Store. It runs read-only (EVALSHA_RO), so a
+// cluster client with ReadOnly set may serve it from a replica.
+func (s *Store) Peek(ctx context.Context, req backend.Request) (backend.Result, error) {
+	return s.runner.Peek(ctx, req)
+}
+
+// Reset implements backend.Store.
+func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule) error {
+	return s.runner.Reset(ctx, key, rule)
+}
+
+// ServerTime returns a probe that reads the Redis server's clock (TIME), for
+// clock.NewOffset.
+func ServerTime(client redis.UniversalClient) func(context.Context) (time.Time, error) {
+	return func(ctx context.Context) (time.Time, error) {
+		t, err := client.Time(ctx).Result()
+		if err != nil {
+			return time.Time{}, fmt.Errorf("goredisstore: TIME: %w", err)
+		}
+		return t, nil
+	}
+}
+
+// conn adapts a go-redis client to the script runner.
+type conn struct {
+	c redis.UniversalClient
+}
+
+// noRetry is a command go-redis sends at most once: its retry loops skip
+// commands whose NoRetry reports true after they may have been written.
+type noRetry struct{ *redis.Cmd }
+
+func (noRetry) NoRetry() bool { return true }
+
+func (a conn) Eval(ctx context.Context, cmd redisscript.Command, script, key string, args []string) ([]int64, error) {
+	argv := make([]any, 4, 4+len(args))
+	argv[0], argv[1], argv[2], argv[3] = cmd.String(), script, "1", key
+	for _, arg := range args {
+		argv = append(argv, arg)
+	}
+	c := redis.NewCmd(ctx, argv...)
+	var err error
+	if cmd.ReadOnly() {
+		err = a.c.Process(ctx, c)
+	} else {
+		err = a.c.Process(ctx, noRetry{c})
+	}
+	if errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("%w: nil", redisscript.ErrBadReply)
+	}
+	if err != nil {
+		return nil, err
+	}
+	vals, err := c.Int64Slice()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", redisscript.ErrBadReply, err)
+	}
+	return vals, nil
+}
+
+func (a conn) Del(ctx context.Context, key string) error {
+	return a.c.Del(ctx, key).Err()
+}
+
+func (conn) IsNoScript(err error) bool {
+	return redis.HasErrorPrefix(err, "NOSCRIPT")
+}

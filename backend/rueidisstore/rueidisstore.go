@@ -1,0 +1,179 @@
+// Package rueidisstore is a backend.Store in Redis, through
+// github.com/redis/rueidis: a single server, Redis Cluster or a sentinel
+// set, whichever rueidis.Client the caller already has.
+//
+// Each decision is one Lua script (the algorithm's Lua twin, see package
+// algorithms) run atomically by Redis on one key, so concurrent callers in
+// any number of processes never admit more than the limit. Keys are
+// prefix + "{" + id + "}" + suffix; ids that are huge, contain braces or
+// start with '#' are replaced by their SHA-256 digest, so every id works,
+// stays in one cluster slot and keeps a bounded key size.
+//
+//	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"localhost:6379"}})
+//	store, err := rueidisstore.New(client)
+//
+// The store never builds, configures or closes the client. Calls from many
+// goroutines share the client's connections through rueidis'
+// auto-pipelining; leave it on (do not set DisableAutoPipelining), it is
+// what makes this store fast under concurrency.
+//
+// # Retries
+//
+// rueidis retries only commands it marks read-only; EVALSHA and EVAL are
+// not, so a writing script that timed out or lost its connection is never
+// re-sent by rueidis (it is re-sent after a cluster MOVED/ASK redirection,
+// which proves it did not run). The store's own runner re-sends a script
+// only after NOSCRIPT, which proves it did not run. Peek's EVALSHA_RO is
+// read-only and may be retried. One exception in rueidis: with
+// ClientOption.ConnLifetime set, a connection that expires and then breaks
+// while a script is in flight reports it as expired and rueidis re-sends
+// it, which could count that request twice; leave ConnLifetime unset for
+// clients given to this store.
+//
+// # Time
+//
+// By default the script decides at the request's Now, the limiter's clock.
+// WithServerTime makes the scripts read the Redis server's clock instead,
+// for fleets whose clocks cannot be trusted; that time cannot be faked in
+// tests. For a clock that follows the server's while staying local, see
+// clock.NewOffset with ServerTime as its probe.
+package rueidisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/internal/redisscript"
+)
+
+// Option configures a Store.
+type Option func(*config)
+
+type config struct {
+	serverTime bool
+}
+
+// WithServerTime makes every decision at the Redis server's time (the
+// scripts call TIME) instead of the request's Now. Use it when the clocks of
+// the processes sharing a limit cannot be trusted. Requests' Now is then
+// ignored, so a fake clock has no effect.
+func WithServerTime() Option {
+	return func(c *config) { c.serverTime = true }
+}
+
+// Store is a backend.Store in Redis. It is safe for concurrent use.
+type Store struct {
+	runner *redisscript.Runner
+}
+
+var _ backend.Store = (*Store)(nil)
+
+// New returns a store that keeps its state in Redis through client, which
+// the caller keeps owning (New does not contact the server).
+func New(client rueidis.Client, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("rueidisstore: the client is nil")
+	}
+	var c config
+	for _, opt := range opts {
+		opt(&c)
+	}
+	r, err := redisscript.New(conn{client}, "rueidisstore", c.serverTime)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{runner: r}, nil
+}
+
+// Take implements backend.Store.
+func (s *Store) Take(ctx context.Context, req backend.Request) (backend.Result, error) {
+	return s.runner.Take(ctx, req)
+}
+
+// Peek implements backend.Store. It runs read-only (EVALSHA_RO), so a client
+// that sends read-only commands to replicas may serve it from one.
+func (s *Store) Peek(ctx context.Context, req backend.Request) (backend.Result, error) {
+	return s.runner.Peek(ctx, req)
+}
+
+// Reset implements backend.Store.
+func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule) error {
+	return s.runner.Reset(ctx, key, rule)
+}
+
+// ServerTime returns a probe that reads the Redis server's clock (TIME), for
+// clock.NewOffset.
+func ServerTime(client rueidis.Client) func(context.Context) (time.Time, error) {
+	return func(ctx context.Context) (time.Time, error) {
+		parts, err := client.Do(ctx, client.B().Time().Build()).AsStrSlice()
+		if err != nil {
+			return time.Time{}, fmt.Errorf("rueidisstore: TIME: %w", err)
+		}
+		if len(parts) != 2 {
+			return time.Time{}, fmt.Errorf("rueidisstore: TIME: %w: %d parts, want 2", redisscript.ErrBadReply, len(parts))
+		}
+		sec, err1 := strconv.ParseInt(parts[0], 10, 64)
+		usec, err2 := strconv.ParseInt(parts[1], 10, 64)
+		if err := errors.Join(err1, err2); err != nil {
+			return time.Time{}, fmt.Errorf("rueidisstore: TIME: %w: %v", redisscript.ErrBadReply, err)
+		}
+		return time.Unix(sec, usec*1000), nil
+	}
+}
+
+// conn adapts a rueidis client to the script runner.
+type conn struct {
+	c rueidis.Client
+}
+
+func (a conn) Eval(ctx context.Context, cmd redisscript.Command, script, key string, args []string) ([]int64, error) {
+	b := a.c.B()
+	var c rueidis.Completed
+	switch cmd {
+	case redisscript.EvalSHA:
+		c = b.Evalsha().Sha1(script).Numkeys(1).Key(key).Arg(args...).Build()
+	case redisscript.Eval:
+		c = b.Eval().Script(script).Numkeys(1).Key(key).Arg(args...).Build()
+	case redisscript.EvalSHARO:
+		c = b.EvalshaRo().Sha1(script).Numkeys(1).Key(key).Arg(args...).Build()
+	case redisscript.EvalRO:
+		c = b.EvalRo().Script(script).Numkeys(1).Key(key).Arg(args...).Build()
+	default:
+		return nil, fmt.Errorf("rueidisstore: unknown command %v", cmd)
+	}
+	resp := a.c.Do(ctx, c)
+	if err := resp.Error(); err != nil {
+		if rueidis.IsRedisNil(err) {
+			return nil, fmt.Errorf("%w: nil", redisscript.ErrBadReply)
+		}
+		return nil, err
+	}
+	// Not AsIntSlice: it reads a nested array as its length.
+	arr, err := resp.ToArray()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", redisscript.ErrBadReply, err)
+	}
+	vals := make([]int64, len(arr))
+	for i := range arr {
+		if vals[i], err = arr[i].AsInt64(); err != nil {
+			return nil, fmt.Errorf("%w: element %d: %v", redisscript.ErrBadReply, i, err)
+		}
+	}
+	return vals, nil
+}
+
+func (a conn) Del(ctx context.Context, key string) error {
+	return a.c.Do(ctx, a.c.B().Del().Key(key).Build()).Error()
+}
+
+func (conn) IsNoScript(err error) bool {
+	e, ok := rueidis.IsRedisErr(err)
+	return ok && e.IsNoScript()
+}

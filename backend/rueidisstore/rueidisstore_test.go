@@ -1,0 +1,147 @@
+package rueidisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/backend/rueidisstore"
+	"github.com/limitkit/limitkit/backend/storetest"
+	"github.com/limitkit/limitkit/clock"
+	"github.com/limitkit/limitkit/internal/redisscript"
+	"github.com/limitkit/limitkit/internal/redisscript/scripttest"
+	"github.com/limitkit/limitkit/internal/redistest"
+)
+
+func newClient(t testing.TB, opt rueidis.ClientOption) rueidis.Client {
+	opt.DisableCache = true
+	c, err := rueidis.NewClient(opt)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c
+}
+
+func newStore(t testing.TB, client rueidis.Client, opts ...rueidisstore.Option) *rueidisstore.Store {
+	s, err := rueidisstore.New(client, opts...)
+	require.NoError(t, err)
+	return s
+}
+
+func TestNewRejectsNil(t *testing.T) {
+	_, err := rueidisstore.New(nil)
+	require.Error(t, err)
+}
+
+func TestConformanceRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, newClient(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}}))
+	storetest.Run(t, s)
+	scripttest.Differential(t.Context(), t, s, 3, 1500)
+}
+
+func TestConformanceCluster(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	s := newStore(t, newClient(t, rueidis.ClientOption{InitAddress: c.Addrs()}))
+	storetest.Run(t, s)
+	scripttest.Differential(t.Context(), t, s, 4, 500)
+	scripttest.HostileIDsSpread(t, s, c)
+}
+
+// TestWritingScriptIsSentOnce hangs the server while a Take and a control
+// (the same EVALSHA marked retryable) wait for their replies on one
+// pipelined connection, until rueidis gives the connection up. rueidis
+// re-sends the control on a new connection; the store's script must run
+// exactly once.
+func TestWritingScriptIsSentOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	client := newClient(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}, ConnWriteTimeout: 300 * time.Millisecond})
+	s := newStore(t, client)
+	rule := algorithms.Rule{Algorithm: algorithms.SlidingLog, Limit: 100, Window: time.Hour}
+	now := time.Now()
+	req := func(id string) backend.Request {
+		return backend.Request{Key: backend.Key{Prefix: "retry:", ID: id}, Rule: rule, Now: now, Cost: 1}
+	}
+	_, err := s.Take(t.Context(), req("warm"))
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	controlKey := redisscript.Key(req("control").Key, rule)
+	control := make(chan error, 1)
+	srv.Pause()
+	go func() {
+		cmd := client.B().Evalsha().Sha1(scripttest.SHA1(t, algorithms.SlidingLog)).Numkeys(1).Key(controlKey).
+			Arg(rule.LuaArgs(now.UnixMilli(), 1, true)...).Build().ToRetryable()
+		control <- client.Do(ctx, cmd).Error()
+	}()
+	time.Sleep(50 * time.Millisecond) // let the control reach the socket first (not required)
+	_, err = s.Take(ctx, req("store"))
+	require.Error(t, err)
+	require.NoError(t, ctx.Err(), "the Take should fail with the connection, not the test's deadline")
+	srv.Resume()
+	// The control's connection broke, so its success means rueidis sent it
+	// again (or, if it had not reached the socket yet, for the first time).
+	require.NoError(t, <-control, "the control was not retried: the test cannot see a retry")
+
+	controlRuns := scripttest.WaitCount(t, srv, controlKey, func(n int64) bool { return n >= 1 })
+	got := scripttest.WaitCount(t, srv, redisscript.Key(req("store").Key, rule), func(int64) bool { return true })
+	require.LessOrEqual(t, got, int64(1), "the store's script ran %d times for one Take", got)
+	t.Logf("one EVALSHA on a dropped connection: store ran it once, the retryable control %d times", controlRuns)
+}
+
+// TestTimedOutTakeRunsAtMostOnce: a Take whose context ends while the
+// server hangs may or may not have run (rueidis may not even have written
+// it yet), but it must not run twice.
+func TestTimedOutTakeRunsAtMostOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, newClient(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}}))
+	rule := algorithms.Rule{Algorithm: algorithms.SlidingLog, Limit: 100, Window: time.Hour}
+	req := backend.Request{Key: backend.Key{Prefix: "timeout:", ID: "k"}, Rule: rule, Now: time.Now(), Cost: 1}
+	_, err := s.Take(t.Context(), req)
+	require.NoError(t, err)
+	srv.Pause()
+	ctx, cancel := context.WithTimeout(t.Context(), 150*time.Millisecond)
+	_, err = s.Take(ctx, req)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	srv.Resume()
+	n := scripttest.WaitCount(t, srv, redisscript.Key(req.Key, rule), func(n int64) bool { return n >= 1 })
+	require.LessOrEqual(t, n, int64(2))
+}
+
+func TestServerTime(t *testing.T) {
+	srv := redistest.Start(t)
+	client := newClient(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
+	scripttest.ServerTime(t, newStore(t, client, rueidisstore.WithServerTime()))
+
+	probe := rueidisstore.ServerTime(client)
+	st, err := probe(t.Context())
+	require.NoError(t, err)
+	require.WithinDuration(t, time.Now(), st, time.Minute)
+	o, err := clock.NewOffset(t.Context(), nil, probe, time.Hour)
+	require.NoError(t, err)
+	defer o.Close()
+	require.Less(t, o.Offset().Abs(), 5*time.Second)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err = probe(ctx)
+	require.Error(t, err)
+}
+
+func TestPeekUsesReadOnlyScripts(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, newClient(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}}))
+	scripttest.PeekIsReadOnly(t, s, srv)
+}
+
+func BenchmarkTake(b *testing.B) {
+	srv := redistest.Start(b)
+	client := newClient(b, rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
+	scripttest.BenchmarkTake(b, newStore(b, client))
+}
