@@ -17,9 +17,22 @@ package algorithms
 func slidingLogTake(s *State, now, w, limit, cost int64) Outcome {
 	l := &s.log
 	l.shrinkTo(limit)
-	l.dropUpTo(now - 2*w)
+	// One scan from the oldest: forget what slid out a window ago, count
+	// what slid out since. Both are few per request.
 	size := l.size()
-	expired := l.countUpTo(now - w)
+	forgotten, expired := int64(0), int64(0)
+	for ; expired < size; expired++ {
+		t := l.at(expired)
+		if t > now-w {
+			break
+		}
+		if t <= now-2*w {
+			forgotten++
+		}
+	}
+	l.dropOldest(forgotten)
+	size -= forgotten
+	expired -= forgotten
 	live := size - expired
 	out := Outcome{Remaining: limit - live}
 	if cost <= out.Remaining {
@@ -93,15 +106,6 @@ func (r ring) countUpTo(t int64) int64 {
 		}
 	}
 	return lo
-}
-
-// dropUpTo drops the timestamps <= t. Few drop per request, so it scans
-// from the oldest rather than searching.
-func (r ring) dropUpTo(t int64) {
-	n := int64(0)
-	for size := r.size(); n < size && r.at(n) <= t; n++ {
-	}
-	r.dropOldest(n)
 }
 
 func (r ring) dropOldest(n int64) {
