@@ -1,20 +1,30 @@
 // Command quickstart shows each limitkit algorithm deciding a short burst.
 //
 //	go run ./examples/quickstart
+//	go run ./examples/quickstart -redis redis://127.0.0.1:6379/0 [-client rueidis]
 //
-// It runs on the in-memory store with a simulated clock, so it needs no
-// server and prints the same thing every time.
+// It uses a simulated clock, so it prints the same thing every time. By
+// default the state is in memory and no server is needed; with -redis the
+// same decisions are made by the Lua scripts inside Redis.
 package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
 	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/backend/rueidisstore"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/limiter"
 )
@@ -26,25 +36,61 @@ var about = map[algorithms.Name]string{
 }
 
 func main() {
-	if err := run(os.Stdout); err != nil {
+	redisURL := flag.String("redis", "", "Redis URL (redis://host:port/db); empty keeps the state in memory")
+	client := flag.String("client", "go-redis", "Redis client library: go-redis or rueidis")
+	flag.Parse()
+	store, where, closeStore, err := openStore(*redisURL, *client)
+	if err == nil {
+		defer closeStore()
+		err = run(os.Stdout, store, where)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)
 		os.Exit(1)
 	}
 }
 
-func run(out io.Writer) error {
+// openStore returns the store to demonstrate on, and where it keeps state.
+func openStore(redisURL, client string) (backend.Store, string, func(), error) {
+	if redisURL == "" {
+		s, err := memorystore.New()
+		return s, "in memory", func() {}, err
+	}
+	switch client {
+	case "go-redis":
+		opts, err := redis.ParseURL(redisURL)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		c := redis.NewClient(opts)
+		s, err := goredisstore.New(c)
+		return s, "in Redis (go-redis)", func() { _ = c.Close() }, err
+	case "rueidis":
+		opts, err := rueidis.ParseURL(redisURL)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		c, err := rueidis.NewClient(opts)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		s, err := rueidisstore.New(c)
+		return s, "in Redis (rueidis)", c.Close, err
+	}
+	return nil, "", nil, fmt.Errorf("unknown client %q: use go-redis or rueidis", client)
+}
+
+func run(out io.Writer, store backend.Store, where string) error {
 	ctx := context.Background()
 	start := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	// A fresh prefix per run, so that a Redis store starts empty each time.
+	prefix := "quickstart:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
 	fmt.Fprintln(out, "limitkit quickstart: a limit of 5 requests per 10 s for one user.")
-	fmt.Fprintln(out, "The clock is simulated; the store is in memory.")
+	fmt.Fprintf(out, "The clock is simulated; the state is %s.\n", where)
 
 	for _, alg := range algorithms.Names() {
-		store, err := memorystore.New()
-		if err != nil {
-			return err
-		}
 		fake := clock.NewFake(start)
-		lim, err := limiter.New(store, limiter.Config{Algorithm: alg, Limit: 5, Window: 10 * time.Second},
+		lim, err := limiter.New(store, limiter.Config{Algorithm: alg, Limit: 5, Window: 10 * time.Second, Prefix: prefix + "burst:"},
 			limiter.WithClock(fake))
 		if err != nil {
 			return err
@@ -70,12 +116,8 @@ func run(out io.Writer) error {
 
 	fmt.Fprintln(out, "\nA burst across a window boundary: 5 requests at t=9.5s, 5 more at t=10.5s.")
 	for _, alg := range algorithms.Names() {
-		store, err := memorystore.New()
-		if err != nil {
-			return err
-		}
 		fake := clock.NewFake(start.Add(9500 * time.Millisecond))
-		lim, err := limiter.New(store, limiter.Config{Algorithm: alg, Limit: 5, Window: 10 * time.Second},
+		lim, err := limiter.New(store, limiter.Config{Algorithm: alg, Limit: 5, Window: 10 * time.Second, Prefix: prefix + "boundary:"},
 			limiter.WithClock(fake))
 		if err != nil {
 			return err

@@ -5,11 +5,36 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/internal/redistest"
 )
 
-func TestQuickstartOutput(t *testing.T) {
+func TestQuickstartInMemory(t *testing.T) {
+	store, where, closeStore, err := openStore("", "")
+	require.NoError(t, err)
+	defer closeStore()
+	checkOutput(t, store, where)
+}
+
+// TestQuickstartOnRedis: the same decisions, made inside a real
+// redis-server by either client.
+func TestQuickstartOnRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, client := range []string{"go-redis", "rueidis"} {
+		t.Run(client, func(t *testing.T) {
+			store, where, closeStore, err := openStore("redis://"+srv.Addr()+"/0", client)
+			require.NoError(t, err)
+			defer closeStore()
+			checkOutput(t, store, where)
+		})
+	}
+}
+
+func checkOutput(t *testing.T, store backend.Store, where string) {
+	t.Helper()
 	var out strings.Builder
-	require.NoError(t, run(&out))
+	require.NoError(t, run(&out, store, where))
 	text := out.String()
 	for _, want := range []string{
 		"t=2.5s  request 6: denied, retry in 7.5s",
