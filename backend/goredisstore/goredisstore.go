@@ -33,6 +33,15 @@
 // as an error; whether it was counted is unknown, and it is never counted
 // twice.
 //
+// # Cluster failover
+//
+// A *redis.ClusterClient reloads its slot map after MOVED or ASK replies,
+// but not after connection errors, so after a master dies it would keep
+// dialling it until its periodic reload (ClusterStateReloadInterval, a
+// minute by default). The store asks the client to reload after every
+// connection error (go-redis coalesces the requests), which brings decisions
+// back to the cluster within moments of its failover.
+//
 // # Time
 //
 // By default the script decides at the request's Now, the limiter's clock.
@@ -127,6 +136,22 @@ type conn struct {
 	c redis.UniversalClient
 }
 
+// failed reacts to an error from the client. A cluster client reloads its
+// slot map after MOVED or ASK replies but not after connection errors, so
+// after a failover it would keep dialling the dead master until its periodic
+// reload (a minute by default); a connection error asks it to reload now.
+// Reloads are asynchronous and coalesced by go-redis.
+func (a conn) failed(ctx context.Context, err error) {
+	cluster, ok := a.c.(*redis.ClusterClient)
+	if !ok || errors.Is(err, context.Canceled) {
+		return
+	}
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		cluster.ReloadState(ctx)
+	}
+}
+
 // noRetry is a command go-redis sends at most once: its retry loops skip
 // commands whose NoRetry reports true after they may have been written.
 type noRetry struct{ *redis.Cmd }
@@ -150,6 +175,7 @@ func (a conn) Eval(ctx context.Context, cmd redisscript.Command, script, key str
 		return nil, fmt.Errorf("%w: nil", redisscript.ErrBadReply)
 	}
 	if err != nil {
+		a.failed(ctx, err)
 		return nil, err
 	}
 	vals, err := c.Int64Slice()
@@ -160,7 +186,11 @@ func (a conn) Eval(ctx context.Context, cmd redisscript.Command, script, key str
 }
 
 func (a conn) Del(ctx context.Context, key string) error {
-	return a.c.Del(ctx, key).Err()
+	err := a.c.Del(ctx, key).Err()
+	if err != nil {
+		a.failed(ctx, err)
+	}
+	return err
 }
 
 func (conn) IsNoScript(err error) bool {
