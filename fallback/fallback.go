@@ -26,7 +26,17 @@
 //
 // State changes are logged with log/slog and passed to an optional hook.
 // Unlike gobreaker's OnStateChange, the hook runs outside the breaker's lock,
-// so it may call back into the store (State, Stats) without deadlocking.
+// so it may call back into the store (State, Stats) without deadlocking; it
+// runs in the goroutine of the request that observed the change, so keep it
+// quick.
+//
+// Limits of the design: a call that missed its deadline is abandoned, not
+// stopped. The client keeps it (and a connection) until its own timeout, so
+// give go-redis clients ContextTimeoutEnabled or a short ReadTimeout; and a
+// Take that reached Redis after its deadline is counted there as well as by
+// the policy. One breaker covers the whole primary: when one master of a
+// Redis Cluster is down, the failures it causes open the breaker for keys on
+// the healthy masters too. Use one fallback store per independent Redis.
 package fallback
 
 import (
