@@ -35,8 +35,9 @@ import (
 )
 
 // DefaultMaxKeys is the number of keys a store holds unless WithMaxKeys says
-// otherwise. A key of a counter algorithm takes about 150 bytes; a sliding log
-// key adds 8 bytes per admitted unit still in its window.
+// otherwise. A key takes a 72-byte slot in a table at most 3/4 full; a
+// sliding log key adds 8 bytes per unit admitted in its last two windows (at
+// most 8 × limit).
 const DefaultMaxKeys = 1_000_000
 
 // keysPerShard sets the shard count: enough shards to spread concurrent
