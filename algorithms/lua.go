@@ -12,14 +12,25 @@ import (
 // returns the four integers of an Outcome in LuaReply order. The Redis stores
 // run them; they hold no algorithm math of their own.
 
+//go:embed prelude.lua
+var preludeLua string
+
 //go:embed sliding_log.lua
-var slidingLogLua string
+var slidingLogBody string
 
 //go:embed sliding_counter.lua
-var slidingCounterLua string
+var slidingCounterBody string
 
 //go:embed fixed_window.lua
-var fixedWindowLua string
+var fixedWindowBody string
+
+// The scripts as sent to Redis: the shared prelude (inputs, server time)
+// and the algorithm's body.
+var (
+	slidingLogLua     = preludeLua + slidingLogBody
+	slidingCounterLua = preludeLua + slidingCounterBody
+	fixedWindowLua    = preludeLua + fixedWindowBody
+)
 
 // LuaServerTime, passed as now to LuaArgs, makes the script read the Redis
 // server's clock (TIME) instead of taking the time as an argument.
@@ -27,8 +38,8 @@ const LuaServerTime int64 = -1
 
 // LuaExpiryMargin is how long a Redis key outlives the moment its state
 // would have become empty (ResetAfter): the scripts set the key's expiry to
-// ResetAfter plus this margin on every write, and the sliding log on every
-// denial too. It absorbs the latency between the limiter reading its clock
+// ResetAfter plus this margin on every write (the sliding log adds a window,
+// for requests that arrive late, and refreshes it on denials too). It absorbs the latency between the limiter reading its clock
 // and the script running, and clock differences between callers of up to
 // the margin: a key that expired early would hand its full allowance back.
 const LuaExpiryMargin = time.Second

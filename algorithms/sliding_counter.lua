@@ -5,30 +5,13 @@
 -- KEYS[1]  the key's state: the string "start:current:previous" (current
 --          window start in ms, units in it, units in the window before),
 --          absent when the key is new.
--- ARGV[1]  now in ms since the Unix epoch; negative: read the server's TIME
--- ARGV[2]  window in ms        ARGV[3]  limit
--- ARGV[4]  cost                ARGV[5]  "1" take, "0" peek (peek never writes,
---                                       so it runs under EVALSHA_RO)
--- Returns {allowed (0/1), remaining, retry_after_ms, reset_after_ms}.
+-- The prelude (prelude.lua) reads the key and the arguments.
 --
--- Every value stays an integer below 2^53, exact in a Lua number: floor(a/b)
--- of such integers is exact, and the one product that could pass 2^53
--- (room * 2^16 in earliest) is done by binary long division. Numbers sent to
--- Redis are formatted with %d, never tostring (%.14g).
+-- floor(a/b) of integers below 2^53 is exact in a Lua number; the one
+-- product that could pass 2^53 (room * 2^16 in earliest) is done by binary
+-- long division.
 
-local EXPIRY_MARGIN_MS = 1000
 local S = 65536 -- weightScale
-
-local key = KEYS[1]
-local now = tonumber(ARGV[1])
-if now < 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local w = tonumber(ARGV[2])
-local limit = tonumber(ARGV[3])
-local cost = tonumber(ARGV[4])
-local take = ARGV[5] == '1'
 
 -- ceildiv returns ceil(a/b) for 0 <= a, 0 < b, a+b < 2^53.
 local function ceildiv(a, b)

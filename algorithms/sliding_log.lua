@@ -7,29 +7,14 @@
 --          counts the member names handed out. Units get the names n+1,
 --          n+2, ...: short, unique, and stored as integers in a listpack.
 --          n restarts at 0 whenever the log empties.
--- ARGV[1]  now in ms since the Unix epoch; negative: read the server's TIME
--- ARGV[2]  window in ms        ARGV[3]  limit
--- ARGV[4]  cost                ARGV[5]  "1" take, "0" peek (peek never writes,
---                                       so it runs under EVALSHA_RO)
--- Returns {allowed (0/1), remaining, retry_after_ms, reset_after_ms}.
+-- The prelude (prelude.lua) reads the key and the arguments.
 --
 -- An entry with a time <= now - window has slid out; it is kept one more
 -- window for requests that arrive late. Entries later than now (recorded
 -- before the clock went back) keep counting until they slide out.
--- Numbers sent to Redis are formatted with %d, never tostring (%.14g).
 
-local EXPIRY_MARGIN_MS = 1000
 local ZADD_CHUNK = 1000 -- members per ZADD: unpack is limited to ~8000 values
 
-local key = KEYS[1]
-local now = tonumber(ARGV[1])
-if now < 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local w = tonumber(ARGV[2])
-local limit = tonumber(ARGV[3])
-local cost = tonumber(ARGV[4])
 local cutoff = now - w
 
 -- scoreAt returns the score of the member at rank r.
@@ -48,7 +33,7 @@ else
   n = 0
 end
 
-if ARGV[5] ~= '1' then
+if not take then
   -- Peek: read only. Entries are the members scored >= 0.
   local size = redis.call('ZCOUNT', key, 0, '+inf')
   local live = size
