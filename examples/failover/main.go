@@ -24,21 +24,17 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-	"github.com/redis/rueidis"
-
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/backend/memorystore"
-	"github.com/limitkit/limitkit/backend/rueidisstore"
+	"github.com/limitkit/limitkit/examples/internal/stores"
 	"github.com/limitkit/limitkit/fallback"
 	"github.com/limitkit/limitkit/limiter"
 )
 
 func main() {
 	redisURL := flag.String("redis", "", "Redis URL (redis://host:port/db); empty simulates an outage in memory")
-	client := flag.String("client", "go-redis", "Redis client library: go-redis or rueidis")
+	client := flag.String("client", "go-redis", "Redis client library: "+stores.Clients)
 	duration := flag.Duration("duration", 8*time.Second, "how long to run (0: until interrupted)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -121,34 +117,7 @@ func openPrimary(redisURL, client string) (backend.Store, func(), error) {
 		}
 		return &outage{Store: m, from: time.Now().Add(2 * time.Second), to: time.Now().Add(5 * time.Second)}, func() {}, nil
 	}
-	switch client {
-	case "go-redis":
-		opts, err := redis.ParseURL(redisURL)
-		if err != nil {
-			return nil, nil, err
-		}
-		c := redis.NewClient(opts)
-		s, err := goredisstore.New(c)
-		if err != nil {
-			return nil, nil, err
-		}
-		return s, func() { _ = c.Close() }, nil
-	case "rueidis":
-		opts, err := rueidis.ParseURL(redisURL)
-		if err != nil {
-			return nil, nil, err
-		}
-		c, err := rueidis.NewClient(opts)
-		if err != nil {
-			return nil, nil, err
-		}
-		s, err := rueidisstore.New(c)
-		if err != nil {
-			return nil, nil, err
-		}
-		return s, c.Close, nil
-	}
-	return nil, nil, fmt.Errorf("unknown client %q: use go-redis or rueidis", client)
+	return stores.Redis(redisURL, client)
 }
 
 // outage is a primary that fails between from and to.

@@ -17,15 +17,11 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-	"github.com/redis/rueidis"
-
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/backend/memorystore"
-	"github.com/limitkit/limitkit/backend/rueidisstore"
 	"github.com/limitkit/limitkit/clock"
+	"github.com/limitkit/limitkit/examples/internal/stores"
 	"github.com/limitkit/limitkit/limiter"
 )
 
@@ -37,7 +33,7 @@ var about = map[algorithms.Name]string{
 
 func main() {
 	redisURL := flag.String("redis", "", "Redis URL (redis://host:port/db); empty keeps the state in memory")
-	client := flag.String("client", "go-redis", "Redis client library: go-redis or rueidis")
+	client := flag.String("client", "go-redis", "Redis client library: "+stores.Clients)
 	flag.Parse()
 	store, where, closeStore, err := openStore(*redisURL, *client)
 	if err == nil {
@@ -56,28 +52,8 @@ func openStore(redisURL, client string) (backend.Store, string, func(), error) {
 		s, err := memorystore.New()
 		return s, "in memory", func() {}, err
 	}
-	switch client {
-	case "go-redis":
-		opts, err := redis.ParseURL(redisURL)
-		if err != nil {
-			return nil, "", nil, err
-		}
-		c := redis.NewClient(opts)
-		s, err := goredisstore.New(c)
-		return s, "in Redis (go-redis)", func() { _ = c.Close() }, err
-	case "rueidis":
-		opts, err := rueidis.ParseURL(redisURL)
-		if err != nil {
-			return nil, "", nil, err
-		}
-		c, err := rueidis.NewClient(opts)
-		if err != nil {
-			return nil, "", nil, err
-		}
-		s, err := rueidisstore.New(c)
-		return s, "in Redis (rueidis)", c.Close, err
-	}
-	return nil, "", nil, fmt.Errorf("unknown client %q: use go-redis or rueidis", client)
+	s, closeStore, err := stores.Redis(redisURL, client)
+	return s, "in Redis (" + client + ")", closeStore, err
 }
 
 func run(out io.Writer, store backend.Store, where string) error {

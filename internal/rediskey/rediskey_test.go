@@ -5,41 +5,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/limitkit/limitkit/internal/redistest"
 )
-
-// crc16 is the CRC-16/XMODEM Redis Cluster uses for key slots.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
-
-// Slot is the Redis Cluster slot of key, hash tags included.
-func Slot(key string) uint16 {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	return crc16(key) % 16384
-}
-
-func TestSlotMatchesRedis(t *testing.T) {
-	// Values from the Redis Cluster specification and CLUSTER KEYSLOT.
-	require.Equal(t, uint16(0x31C3), crc16("123456789"))
-	require.Equal(t, uint16(12182), Slot("foo"))
-	require.Equal(t, Slot("bar"), Slot("{bar}foo"))
-	require.Equal(t, Slot("{}foo"), crc16("{}foo")%16384) // empty tag: whole key
-}
 
 func hostileIDs() []string {
 	huge := strings.Repeat("a", 1<<20)
@@ -58,11 +26,11 @@ func TestHostileIDs(t *testing.T) {
 	suffixes := []string{":sl", ":sc", ":fw"}
 	seen := map[string]string{}
 	for _, id := range hostileIDs() {
-		slot := Slot(Build("p:", id, suffixes[0]))
+		slot := redistest.KeySlot(Build("p:", id, suffixes[0]))
 		for _, suffix := range suffixes {
 			key := Build("p:", id, suffix)
 			require.LessOrEqual(t, len(key), len("p:")+MaxRawID+2+len(suffix), "id %.20q", id)
-			require.Equal(t, slot, Slot(key), "id %.20q suffix %s", id, suffix)
+			require.Equal(t, slot, redistest.KeySlot(key), "id %.20q suffix %s", id, suffix)
 			// The tag is exactly what sits between the first braces.
 			open, end := strings.IndexByte(key, '{'), strings.IndexByte(key, '}')
 			require.Equal(t, len("p:"), open)
