@@ -352,32 +352,30 @@ func (s *Store) Stats() Stats {
 
 // Take implements backend.Store.
 func (s *Store) Take(ctx context.Context, req backend.Request) (backend.Result, error) {
-	if err := req.Validate(); err != nil {
-		return backend.Result{}, err
-	}
-	res, err := s.execute(ctx, func(ctx context.Context) (backend.Result, error) { return s.primary.Take(ctx, req) })
-	if err == nil {
-		return res, nil
-	}
-	if errors.As(err, new(callerError)) {
-		return backend.Result{}, errors.Unwrap(err)
-	}
-	return s.decide(ctx, req, true)
+	return s.step(ctx, req, true)
 }
 
 // Peek implements backend.Store.
 func (s *Store) Peek(ctx context.Context, req backend.Request) (backend.Result, error) {
+	return s.step(ctx, req, false)
+}
+
+func (s *Store) step(ctx context.Context, req backend.Request, take bool) (backend.Result, error) {
 	if err := req.Validate(); err != nil {
 		return backend.Result{}, err
 	}
-	res, err := s.execute(ctx, func(ctx context.Context) (backend.Result, error) { return s.primary.Peek(ctx, req) })
+	call := s.primary.Peek
+	if take {
+		call = s.primary.Take
+	}
+	res, err := s.execute(ctx, func(ctx context.Context) (backend.Result, error) { return call(ctx, req) })
 	if err == nil {
 		return res, nil
 	}
-	if errors.As(err, new(callerError)) {
-		return backend.Result{}, errors.Unwrap(err)
+	if ce, ok := errors.AsType[callerError](err); ok {
+		return backend.Result{}, ce.err
 	}
-	return s.decide(ctx, req, false)
+	return s.decide(ctx, req, take)
 }
 
 // Reset implements backend.Store. It resets the key on the local store too,
@@ -399,8 +397,8 @@ func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule
 	if err == nil {
 		return nil
 	}
-	if errors.As(err, new(callerError)) {
-		return errors.Unwrap(err)
+	if ce, ok := errors.AsType[callerError](err); ok {
+		return ce.err
 	}
 	return fmt.Errorf("%w: reset %q: %w", ErrUnavailable, key.ID, err)
 }
