@@ -712,21 +712,6 @@ func TestPausedRedis(t *testing.T) {
 	})
 }
 
-// evalCount returns how many EVAL (not EVALSHA) calls srv ran.
-func evalCount(t *testing.T, srv *redistest.Server) int {
-	t.Helper()
-	stats, err := srv.Do("INFO", "commandstats")
-	require.NoError(t, err)
-	for _, line := range strings.Split(stats, "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_eval:calls="); ok {
-			n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-			require.NoError(t, err)
-			return n
-		}
-	}
-	return 0
-}
-
 // TestScriptFlushUnderLoad runs SCRIPT FLUSH every 100 ms for 2 s under
 // load: NOSCRIPT is handled by the runner (EVALSHA, then EVAL), so no caller
 // sees an error, no decision is degraded, the breaker never moves and the
@@ -742,7 +727,7 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 		conn := cl.single(t, srv.Addr())
 		rule := algorithms.Rule{Algorithm: algorithms.SlidingLog, Limit: 100, Window: time.Minute}
 		h := newHarness(t, conn.store, rule, 4, fallback.WithTimeout(time.Second))
-		evalsBefore := evalCount(t, srv)
+		evalsBefore := scripttest.EvalCalls(t, srv)
 		r := h.start(100000, 20*time.Second)
 		waitForCount(t, &r.calls, 50, "decisions before the flushes")
 		flushes := 0
@@ -770,7 +755,7 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 			require.Equal(t, rule.Limit, allowed[k], "key %d: admissions", k)
 			require.Equal(t, rule.Limit, scripttest.Count(t, srv, redisscript.Key(key, rule)), "key %d: the server's count", k)
 		}
-		evals := evalCount(t, srv) - evalsBefore
+		evals := scripttest.EvalCalls(t, srv) - evalsBefore
 		require.Greater(t, evals, 1, "the flushes never forced a fallback to EVAL")
 		t.Logf("%s: %d flushes, %d EVAL fallbacks, %d decisions, none degraded", cl.name, flushes, evals, len(ds))
 	})

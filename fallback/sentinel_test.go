@@ -8,6 +8,7 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/fallback"
+	"github.com/limitkit/limitkit/internal/redisscript/scripttest"
 	"github.com/limitkit/limitkit/internal/redistest"
 )
 
@@ -30,7 +31,7 @@ func TestSentinelFailover(t *testing.T) {
 		r := h.start(1000000, 120*time.Second)
 
 		waitForCount(t, &r.fresh, 200, "decisions from the master before the kill")
-		require.Zero(t, evalCount(t, sn.Replica), "the replica ran EVAL before the failover")
+		require.Zero(t, scripttest.EvalCalls(t, sn.Replica), "the replica ran EVAL before the failover")
 		killAt := time.Now()
 		sn.Master.Kill()
 		waitUntilFor(t, itWait, "degraded decisions after the kill", func() bool { return h.transitionsSince(fallback.Open, killAt) > 0 })
@@ -71,7 +72,7 @@ func TestSentinelFailover(t *testing.T) {
 		role, err := sn.Replica.Do("ROLE")
 		require.NoError(t, err)
 		require.Contains(t, role, "master", "the replica was not promoted")
-		evals := evalCount(t, sn.Replica)
+		evals := scripttest.EvalCalls(t, sn.Replica)
 		require.Positive(t, evals, "the promoted replica never ran a script from its source (NOSCRIPT, then EVAL)")
 		firstDegraded, ok := firstSince(ds, killAt, func(d loadDecision) bool { return d.degraded })
 		require.True(t, ok)

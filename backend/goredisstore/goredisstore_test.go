@@ -1,7 +1,6 @@
 package goredisstore_test
 
 import (
-	"context"
 	"sync"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/backend/storetest"
-	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/internal/redisscript"
 	"github.com/limitkit/limitkit/internal/redisscript/scripttest"
 	"github.com/limitkit/limitkit/internal/redistest"
@@ -124,20 +122,7 @@ func TestServerTime(t *testing.T) {
 	client := newClient(t, &redis.Options{Addr: srv.Addr()})
 	scripttest.ServerTime(t, newStore(t, client, goredisstore.WithServerTime()))
 
-	probe := goredisstore.ServerTime(client)
-	st, err := probe(t.Context())
-	require.NoError(t, err)
-	require.WithinDuration(t, time.Now(), st, time.Minute)
-	o, err := clock.NewOffset(t.Context(), nil, probe, time.Hour)
-	require.NoError(t, err)
-	defer o.Close()
-	// Same machine: the server's clock is ours, give or take the round trip.
-	require.Less(t, o.Offset().Abs(), 5*time.Second)
-
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	_, err = probe(ctx)
-	require.Error(t, err)
+	scripttest.ServerTimeProbe(t, goredisstore.ServerTime(client))
 }
 
 func TestPeekUsesReadOnlyScripts(t *testing.T) {

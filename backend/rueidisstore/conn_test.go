@@ -7,40 +7,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/limitkit/limitkit/internal/redisscript"
+	"github.com/limitkit/limitkit/internal/redisscript/scripttest"
 	"github.com/limitkit/limitkit/internal/redistest"
 )
 
-// TestConnMalformedReplies runs scripts that reply with the wrong shapes
-// through the adapter: each is an error wrapping ErrBadReply, or the
-// script's own error, never a panic.
+// TestConnMalformedReplies: replies of the wrong shape through the adapter
+// are errors, never panics.
 func TestConnMalformedReplies(t *testing.T) {
 	srv := redistest.Start(t)
 	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
 	require.NoError(t, err)
 	defer client.Close()
-	a := conn{client}
-	bad := []string{
-		"return nil",
-		"return 'x'",
-		"return {1, 'a', 3, 4}",
-		"return {1, {2}, 3, 4}",
-		"return {ok = 'fine'}",
-	}
-	for _, src := range bad {
-		_, err := a.Eval(t.Context(), redisscript.Eval, src, "k", nil)
-		require.ErrorIs(t, err, redisscript.ErrBadReply, src)
-	}
-	_, err = a.Eval(t.Context(), redisscript.Eval, "return redis.error_reply('boom')", "k", nil)
-	require.ErrorContains(t, err, "boom")
-	require.NotErrorIs(t, err, redisscript.ErrBadReply)
-	vals, err := a.Eval(t.Context(), redisscript.EvalRO, "return {1, 2, 3, 4, 5}", "k", nil)
-	require.NoError(t, err) // the runner, not the adapter, checks the length
-	require.Equal(t, []int64{1, 2, 3, 4, 5}, vals)
-
-	_, err = a.Eval(t.Context(), redisscript.EvalSHA, "0000000000000000000000000000000000000000", "k", nil)
-	require.True(t, a.IsNoScript(err), "%v", err)
-	require.False(t, a.IsNoScript(redisscript.ErrBadReply))
-	_, err = a.Eval(t.Context(), redisscript.Command(9), "", "k", nil)
+	scripttest.ConnRejectsMalformedReplies(t, conn{client})
+	_, err = conn{client}.Eval(t.Context(), redisscript.Command(9), "", "k", nil)
 	require.Error(t, err)
-	require.NoError(t, a.Del(t.Context(), "k"))
 }

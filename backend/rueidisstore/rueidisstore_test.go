@@ -12,7 +12,6 @@ import (
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/rueidisstore"
 	"github.com/limitkit/limitkit/backend/storetest"
-	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/internal/redisscript"
 	"github.com/limitkit/limitkit/internal/redisscript/scripttest"
 	"github.com/limitkit/limitkit/internal/redistest"
@@ -119,19 +118,7 @@ func TestServerTime(t *testing.T) {
 	client := newClient(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
 	scripttest.ServerTime(t, newStore(t, client, rueidisstore.WithServerTime()))
 
-	probe := rueidisstore.ServerTime(client)
-	st, err := probe(t.Context())
-	require.NoError(t, err)
-	require.WithinDuration(t, time.Now(), st, time.Minute)
-	o, err := clock.NewOffset(t.Context(), nil, probe, time.Hour)
-	require.NoError(t, err)
-	defer o.Close()
-	require.Less(t, o.Offset().Abs(), 5*time.Second)
-
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	_, err = probe(ctx)
-	require.Error(t, err)
+	scripttest.ServerTimeProbe(t, rueidisstore.ServerTime(client))
 }
 
 func TestPeekUsesReadOnlyScripts(t *testing.T) {

@@ -227,21 +227,6 @@ func TestNoOverAdmissionClientTime(t *testing.T) {
 	t.Logf("sliding log at client time: %d admitted, %d denied, at most %d in one window", len(stamps), denied.Load(), most)
 }
 
-// evalCalls returns how many EVAL (not EVALSHA) calls the server ran.
-func evalCalls(t *testing.T, srv *redistest.Server) int {
-	t.Helper()
-	stats, err := srv.Do("INFO", "commandstats")
-	require.NoError(t, err)
-	for _, line := range strings.Split(stats, "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_eval:calls="); ok {
-			n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-			require.NoError(t, err)
-			return n
-		}
-	}
-	return 0
-}
-
 // TestScriptFlushUnderLoad flushes the script cache again and again while
 // both libraries take from one key: every call succeeds (NOSCRIPT falls back
 // to EVAL) and the key holds exactly the admissions (nothing ran twice).
@@ -275,8 +260,8 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 	require.Zero(t, failed.Load())
 	require.Len(t, admitted, total, "every request fits the limit")
 	require.Equal(t, int64(total), scripttest.Count(t, srv, redisscript.Key(key, rule)), "admissions and the key's count differ")
-	t.Logf("%d flushes, %d EVAL fallbacks, %d admissions, none lost or doubled", flushes, evalCalls(t, srv), len(admitted))
-	require.Greater(t, evalCalls(t, srv), len(all), "the flushes never forced a fallback to EVAL")
+	t.Logf("%d flushes, %d EVAL fallbacks, %d admissions, none lost or doubled", flushes, scripttest.EvalCalls(t, srv), len(admitted))
+	require.Greater(t, scripttest.EvalCalls(t, srv), len(all), "the flushes never forced a fallback to EVAL")
 }
 
 type outcome struct {
