@@ -23,6 +23,7 @@ package algorithms
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -89,14 +90,11 @@ type Rule struct {
 // Validate reports whether the rule can be used, and if not, what to change.
 // The error wraps ErrInvalidRule.
 func (r Rule) Validate() error {
-	switch r.Algorithm {
-	case SlidingLog, SlidingCounter, FixedWindow:
-	case "":
-		return fmt.Errorf("%w: algorithm is empty; choose one of %q, %q or %q",
-			ErrInvalidRule, SlidingLog, SlidingCounter, FixedWindow)
-	default:
-		return fmt.Errorf("%w: unknown algorithm %q; choose one of %q, %q or %q",
-			ErrInvalidRule, string(r.Algorithm), SlidingLog, SlidingCounter, FixedWindow)
+	if !slices.Contains(Names(), r.Algorithm) {
+		if r.Algorithm == "" {
+			return fmt.Errorf("%w: algorithm is empty; choose one of %q", ErrInvalidRule, Names())
+		}
+		return fmt.Errorf("%w: unknown algorithm %q; choose one of %q", ErrInvalidRule, string(r.Algorithm), Names())
 	}
 	if r.Limit <= 0 {
 		return fmt.Errorf("%w: limit is %d; it must be at least 1", ErrInvalidRule, r.Limit)
@@ -218,4 +216,32 @@ func windowStart(recorded, now, w int64) int64 {
 		return recorded
 	}
 	return now - now%w
+}
+
+// ChargedAt returns where a Take at now that was just admitted recorded its
+// units: the sliding log's timestamp (now), or the start of the window the
+// counters charged. Refund takes it.
+func (r Rule) ChargedAt(s *State, now int64) int64 {
+	if r.Algorithm == SlidingLog {
+		return now
+	}
+	return s.start
+}
+
+// Refund gives back cost units that a Take admitted and recorded at at (see
+// ChargedAt), for stores that must undo an admission (a later rule of a
+// composite denied, or too few replicas acknowledged it), and returns what a
+// Peek of cost at now reports afterwards. Units that are no longer where
+// they were recorded (their window has moved out of the state) are not
+// given back, so a refund never creates allowance that was not taken.
+func (r Rule) Refund(s *State, now, at, cost int64) Outcome {
+	switch {
+	case r.Algorithm == SlidingLog:
+		s.log.remove(at, cost)
+	case s.start == at:
+		s.current -= min(cost, s.current)
+	case r.Algorithm == SlidingCounter && s.start == at+r.Window.Milliseconds():
+		s.previous -= min(cost, s.previous)
+	}
+	return r.Peek(s, now, cost)
 }

@@ -4,7 +4,7 @@
 --
 -- KEYS[1]  the key's state: the string "start:current" (window start in ms,
 --          units admitted in it), absent when the key is new.
--- The prelude (prelude.lua) reads the key and the arguments.
+-- The body of step(key, now, w, limit, cost, take, refund); see prelude.lua.
 
 local start, current = 0, 0
 local v = redis.call('GET', key)
@@ -14,6 +14,16 @@ if v then
     return redis.error_reply('limitkit: unreadable fixed_window state')
   end
   start, current = tonumber(a), tonumber(b)
+end
+
+-- Refund: give cost back to the window the take counted it in (at, the
+-- fifth value of its reply), if that is still the recorded one.
+if refund then
+  if v and start == at and current > 0 then
+    current = current - math.min(cost, current)
+    redis.call('SET', key, string.format('%d:%d', start, current), 'KEEPTTL')
+  end
+  take = false
 end
 
 -- Roll to the window holding now (windowStart: the recorded window while
@@ -35,16 +45,16 @@ if cost > limit - current then
   end
   -- A denial never follows a roll (a rolled window is empty and cost <=
   -- limit), so there is nothing to write.
-  return {0, remaining, finish, finish}
+  return {0, remaining, finish, finish, start}
 end
 if not take then
   local reset = 0
   if current > 0 then
     reset = finish
   end
-  return {1, limit - current, 0, reset}
+  return {1, limit - current, 0, reset, start}
 end
 current = current + cost
 redis.call('SET', key, string.format('%d:%d', start, current),
   'PX', string.format('%d', finish + EXPIRY_MARGIN_MS))
-return {1, limit - current, 0, finish}
+return {1, limit - current, 0, finish, start}

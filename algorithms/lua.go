@@ -7,13 +7,21 @@ import (
 	"time"
 )
 
-// The Lua twins of the Go steps. Each script takes one key (KEYS[1], the
-// key name ends with Rule.KeySuffix) and the ARGV built by Rule.LuaArgs, and
-// returns the four integers of an Outcome in LuaReply order. The Redis stores
-// run them; they hold no algorithm math of their own.
+// The Lua twins of the Go steps. Each algorithm's body (sliding_log.lua,
+// ...) becomes a Lua function step(key, now, w, limit, cost, take, refund)
+// after the shared prelude (prelude.lua). LuaScript wraps one of them for
+// single requests (single.lua: one key, the ARGV built by Rule.LuaArgs);
+// LuaMultiScript holds them all for requests decided together (multi.lua).
+// The Redis stores run them; they hold no algorithm math of their own.
 
 //go:embed prelude.lua
 var preludeLua string
+
+//go:embed single.lua
+var singleLua string
+
+//go:embed multi.lua
+var multiLua string
 
 //go:embed sliding_log.lua
 var slidingLogBody string
@@ -24,13 +32,44 @@ var slidingCounterBody string
 //go:embed fixed_window.lua
 var fixedWindowBody string
 
-// The scripts as sent to Redis: the shared prelude (inputs, server time)
-// and the algorithm's body.
+// luaBodies maps each algorithm to its body, in the order of Names.
+var luaBodies = map[Name]string{
+	SlidingLog:     slidingLogBody,
+	SlidingCounter: slidingCounterBody,
+	FixedWindow:    fixedWindowBody,
+}
+
+// luaStep wraps an algorithm's body as the local function fn.
+func luaStep(fn, body string) string {
+	return "local function " + fn + "(key, now, w, limit, cost, take, refund, at)\n" + body + "end\n"
+}
+
+// The scripts as sent to Redis, built once.
 var (
-	slidingLogLua     = preludeLua + slidingLogBody
-	slidingCounterLua = preludeLua + slidingCounterBody
-	fixedWindowLua    = preludeLua + fixedWindowBody
+	singleScripts = map[Name]string{}
+	multiScript   string
 )
+
+func init() {
+	steps := "local STEPS = {}\n"
+	multi := preludeLua
+	for _, name := range Names() {
+		body := luaBodies[name]
+		singleScripts[name] = preludeLua + luaStep("step", body) + singleLua
+		fn := "step_" + string(name)
+		multi += luaStep(fn, body)
+		steps += "STEPS['" + string(name) + "'] = " + fn + "\n"
+	}
+	multiScript = multi + steps + multiLua
+}
+
+// LuaRefundArgs returns the ARGV of a refund of cost units that a take
+// recorded at at (its reply's LuaReplyAt), reporting at now.
+func (r Rule) LuaRefundArgs(now, at, cost int64) []string {
+	return append(r.LuaArgs(now, cost, LuaRefund), strconv.FormatInt(at, 10))
+}
+
+var luaModes = [...]string{LuaPeek: "0", LuaTake: "1", LuaRefund: "2"}
 
 // LuaServerTime, passed as now to LuaArgs, makes the script read the Redis
 // server's clock (TIME) instead of taking the time as an argument.
@@ -49,36 +88,61 @@ const LuaExpiryMargin = time.Second
 // 2^53, where Lua numbers stop being exact integers.
 const MaxLuaTime = int64(1)<<51 - 1
 
-// The positions of an Outcome's fields in a script's reply.
+// The positions of an Outcome's fields in a script's reply for one request,
+// and of where its admission was recorded (see Rule.ChargedAt), which a
+// refund must name.
 const (
 	LuaReplyAllowed = iota
 	LuaReplyRemaining
 	LuaReplyRetryAfter
 	LuaReplyResetAfter
-	// LuaReplyLen is the number of integers in a reply.
+	// LuaReplyAt is where an admission was recorded.
+	LuaReplyAt
+	// LuaReplyLen is the number of integers in a reply for one request.
 	LuaReplyLen
 )
 
 // LuaScript returns the source of the named algorithm's Lua twin. The error
 // wraps ErrInvalidRule for an unknown name.
 func LuaScript(name Name) (string, error) {
-	switch name {
-	case SlidingLog:
-		return slidingLogLua, nil
-	case SlidingCounter:
-		return slidingCounterLua, nil
-	case FixedWindow:
-		return fixedWindowLua, nil
+	if s, ok := singleScripts[name]; ok {
+		return s, nil
 	}
 	return "", fmt.Errorf("%w: no Lua script for algorithm %q", ErrInvalidRule, string(name))
 }
 
-// LuaArgs returns the ARGV of one call of the rule's script: a step at now
-// (ms since the Unix epoch, or LuaServerTime) for a request of the given
-// cost, that consumes (take) or only looks (peek: the script then makes no
-// writes and can run with EVALSHA_RO). The rule, cost and now must be valid;
-// see Rule.Validate, Rule.ValidateCost and MaxLuaTime.
-func (r Rule) LuaArgs(now, cost int64, take bool) []string {
+// LuaMultiScript returns the script that decides several requests all or
+// nothing: KEYS are the requests' keys, ARGV is now (ms, or LuaServerTime)
+// followed by each request's LuaMultiArgs. Its reply is 1 when all were
+// admitted (else 0) and LuaReplyLen integers per request.
+func LuaMultiScript() string { return multiScript }
+
+// LuaMultiArgs appends to args the four values multi.lua reads for one
+// request of the rule with the given cost.
+func (r Rule) LuaMultiArgs(args []string, cost int64) []string {
+	return append(args, string(r.Algorithm), strconv.FormatInt(r.Window.Milliseconds(), 10),
+		strconv.FormatInt(r.Limit, 10), strconv.FormatInt(cost, 10))
+}
+
+// LuaMode says what one call of a single-request script does.
+type LuaMode uint8
+
+// The modes of a single-request script.
+const (
+	// LuaPeek reports without writing (it may run with EVALSHA_RO).
+	LuaPeek LuaMode = iota
+	// LuaTake decides and, when admitted, consumes.
+	LuaTake
+	// LuaRefund gives back what a take admitted (see Rule.Refund), then
+	// reports as LuaPeek does. Its arguments come from LuaRefundArgs.
+	LuaRefund
+)
+
+// LuaArgs returns the ARGV of one call of the rule's script: a step in the
+// given mode at now (ms since the Unix epoch, or LuaServerTime) for a
+// request of the given cost. The rule, cost and now must be valid; see
+// Rule.Validate, Rule.ValidateCost and MaxLuaTime.
+func (r Rule) LuaArgs(now, cost int64, mode LuaMode) []string {
 	// One buffer and one string for the numbers, sliced into the four
 	// numeric arguments.
 	var buf [4 * 20]byte
@@ -89,9 +153,5 @@ func (r Rule) LuaArgs(now, cost int64, take bool) []string {
 		ends[i] = len(b)
 	}
 	s := string(b)
-	mode := "0"
-	if take {
-		mode = "1"
-	}
-	return []string{s[:ends[0]], s[ends[0]:ends[1]], s[ends[1]:ends[2]], s[ends[2]:ends[3]], mode}
+	return []string{s[:ends[0]], s[ends[0]:ends[1]], s[ends[1]:ends[2]], s[ends[2]:ends[3]], luaModes[mode]}
 }

@@ -30,12 +30,12 @@ func TestLuaScripts(t *testing.T) {
 func TestLuaArgs(t *testing.T) {
 	r := Rule{Algorithm: SlidingCounter, Limit: MaxLimit, Window: MaxWindow}
 	require.Equal(t, []string{"1767225600123", "31622400000", "9007199254740992", "42", "1"},
-		r.LuaArgs(1_767_225_600_123, 42, true))
+		r.LuaArgs(1_767_225_600_123, 42, LuaTake))
 	require.Equal(t, []string{"-1", "31622400000", "9007199254740992", "1", "0"},
-		r.LuaArgs(LuaServerTime, 1, false))
+		r.LuaArgs(LuaServerTime, 1, LuaPeek))
 	r = Rule{Algorithm: FixedWindow, Limit: 1, Window: time.Millisecond}
-	require.Equal(t, []string{"0", "1", "1", "1", "1"}, r.LuaArgs(0, 1, true))
-	allocs := testing.AllocsPerRun(100, func() { _ = r.LuaArgs(1_767_225_600_123, 1, true) })
+	require.Equal(t, []string{"0", "1", "1", "1", "1"}, r.LuaArgs(0, 1, LuaTake))
+	allocs := testing.AllocsPerRun(100, func() { _ = r.LuaArgs(1_767_225_600_123, 1, LuaTake) })
 	require.LessOrEqual(t, allocs, 2.0)
 }
 

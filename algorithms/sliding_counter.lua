@@ -5,7 +5,7 @@
 -- KEYS[1]  the key's state: the string "start:current:previous" (current
 --          window start in ms, units in it, units in the window before),
 --          absent when the key is new.
--- The prelude (prelude.lua) reads the key and the arguments.
+-- The body of step(key, now, w, limit, cost, take, refund); see prelude.lua.
 --
 -- floor(a/b) of integers below 2^53 is exact in a Lua number; the one
 -- product that could pass 2^53 (room * 2^16 in earliest) is done by binary
@@ -56,6 +56,20 @@ if v then
     return redis.error_reply('limitkit: unreadable sliding_counter state')
   end
   start, current, previous = tonumber(a), tonumber(b), tonumber(c)
+end
+
+-- Refund: give cost back to the window the take counted it in (at, the
+-- fifth value of its reply): the current one, or the previous one if the
+-- window has rolled once since.
+if refund then
+  if v and start == at and current > 0 then
+    current = current - math.min(cost, current)
+    redis.call('SET', key, string.format('%d:%d:%d', start, current, previous), 'KEEPTTL')
+  elseif v and start == at + w and previous > 0 then
+    previous = previous - math.min(cost, previous)
+    redis.call('SET', key, string.format('%d:%d:%d', start, current, previous), 'KEEPTTL')
+  end
+  take = false
 end
 
 -- Roll to the window holding now (windowStart: the recorded window while
@@ -120,4 +134,4 @@ if take and changed then
   redis.call('SET', key, string.format('%d:%d:%d', start, current, previous),
     'PX', string.format('%d', reset + EXPIRY_MARGIN_MS))
 end
-return {allowed, room, retry, reset}
+return {allowed, room, retry, reset, start}

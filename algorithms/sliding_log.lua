@@ -7,7 +7,7 @@
 --          counts the member names handed out. Units get the names n+1,
 --          n+2, ...: short, unique, and stored as integers in a listpack.
 --          n restarts at 0 whenever the log empties.
--- The prelude (prelude.lua) reads the key and the arguments.
+-- The body of step(key, now, w, limit, cost, take, refund); see prelude.lua.
 --
 -- An entry with a time <= now - window has slid out; it is kept one more
 -- window for requests that arrive late. Entries later than now (recorded
@@ -16,6 +16,17 @@
 local ZADD_CHUNK = 1000 -- members per ZADD: unpack is limited to ~8000 values
 
 local cutoff = now - w
+
+-- Refund: remove cost entries stamped at, the take's time (which of them
+-- does not matter).
+if refund then
+  local ms = string.format('%d', at)
+  local m = redis.call('ZRANGEBYSCORE', key, ms, ms, 'LIMIT', 0, cost)
+  for i = 1, #m, ZADD_CHUNK do
+    redis.call('ZREM', key, unpack(m, i, math.min(i + ZADD_CHUNK - 1, #m)))
+  end
+  take = false
+end
 
 -- scoreAt returns the score of the member at rank r.
 local function scoreAt(r)
@@ -52,7 +63,7 @@ if not take then
   if live > 0 then
     reset = scoreAt(-1) + w - now
   end
-  return {allowed, remaining, retry, reset}
+  return {allowed, remaining, retry, reset, now}
 end
 
 -- Take: forget entries that slid out a window ago or more (kept until then
@@ -106,4 +117,4 @@ end
 local reset = scoreAt(-1) + w - now
 -- Keep the key while a late request could still need its entries.
 redis.call('PEXPIRE', key, string.format('%d', reset + w + EXPIRY_MARGIN_MS))
-return {allowed, limit - live, retry, reset}
+return {allowed, limit - live, retry, reset, now}

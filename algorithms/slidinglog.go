@@ -163,3 +163,20 @@ func (r *ring) insert(t, cost, limit int64) {
 	}
 	l[1] = need
 }
+
+// remove deletes up to n timestamps equal to t, keeping the order.
+func (r ring) remove(t, n int64) {
+	size := r.size()
+	end := r.countUpTo(t)
+	k := min(n, end-r.countUpTo(t-1))
+	if k <= 0 {
+		return
+	}
+	for i := end; i < size; i++ {
+		r[r.slot(i-k)] = r[r.slot(i)]
+	}
+	r[1] -= k
+	if r[1] == 0 {
+		r[0] = 0
+	}
+}

@@ -33,6 +33,14 @@ type Store interface {
 	Peek(ctx context.Context, req Request) (Result, error)
 	// Reset forgets everything recorded for key under rule's algorithm.
 	Reset(ctx context.Context, key Key, rule algorithms.Rule) error
+	// TakeAll decides several requests all or nothing: they are admitted
+	// only when every one of them is, and then each consumes its cost; a
+	// denial consumes nothing from any of them. The Result describes the
+	// deciding request and says which (Result.Rule). Requests must pass
+	// ValidateAll. Stores that cannot check every key at once (Redis
+	// Cluster keys in different slots) say in their docs what they
+	// guarantee instead.
+	TakeAll(ctx context.Context, reqs []Request) (Result, error)
 }
 
 // Key names one limited subject: ID (a user, an IP address, an API token)
@@ -59,6 +67,10 @@ type Request struct {
 	Now time.Time
 	// Cost is the number of units the request takes, 1..Rule.Limit.
 	Cost int64
+	// OnFailure is how a fallback store (package fallback) decides the
+	// request while its primary store is unavailable. The zero value
+	// leaves it to the fallback store's own policy; other stores ignore it.
+	OnFailure FailurePolicy
 }
 
 // Validate reports whether the request can be decided. Errors wrap
@@ -112,6 +124,15 @@ type Result struct {
 	// Degraded reports that the decision was not made by the primary store
 	// (it was unavailable) but by a fallback policy.
 	Degraded bool
+	// Unconfirmed reports an admission that fewer replicas acknowledged
+	// than the store was told to wait for (see the Redis stores'
+	// WithReplicaAck): a failover now could lose it.
+	Unconfirmed bool
+	// Rule is, for a decision over several requests (Store.TakeAll), the
+	// index of the request the other fields describe: when denied, the
+	// denying request that must wait longest; when admitted, the one with
+	// the least allowance left. It is 0 for a single request.
+	Rule int
 }
 
 // ResultOf converts an algorithm outcome for rule into a Result.
@@ -132,4 +153,66 @@ const maxMillis = int64(math.MaxInt64 / time.Millisecond)
 // (state and request centuries apart).
 func millis(ms int64) time.Duration {
 	return time.Duration(min(ms, maxMillis)) * time.Millisecond
+}
+
+// MaxRequests is the most requests one TakeAll call decides.
+const MaxRequests = 16
+
+// ValidateAll reports whether reqs can be decided together by TakeAll: 1 to
+// MaxRequests valid requests, all at the same time, and no two on the same
+// state (same key and algorithm). Errors wrap algorithms.ErrInvalidRule or
+// algorithms.ErrInvalidRequest.
+func ValidateAll(reqs []Request) error {
+	if len(reqs) == 0 || len(reqs) > MaxRequests {
+		return fmt.Errorf("%w: %d requests in one call; give 1 to %d", algorithms.ErrInvalidRequest, len(reqs), MaxRequests)
+	}
+	now := reqs[0].Millis()
+	for i := range reqs {
+		r := &reqs[i]
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("request %d: %w", i, err)
+		}
+		if r.Millis() != now {
+			return fmt.Errorf("%w: request %d is at %v, request 0 at %v; requests decided together share one time",
+				algorithms.ErrInvalidRequest, i, r.Now, reqs[0].Now)
+		}
+		for j := range i {
+			if reqs[j].Key == r.Key && reqs[j].Rule.Algorithm == r.Rule.Algorithm {
+				return fmt.Errorf("%w: requests %d and %d both count key %q (prefix %q) with %s; give each rule its own prefix",
+					algorithms.ErrInvalidRequest, j, i, r.Key.ID, r.Key.Prefix, r.Rule.Algorithm)
+			}
+		}
+	}
+	return nil
+}
+
+// Combine folds the results of requests decided together into one: allowed
+// only when all are, described by the result Result.Rule names (see there),
+// degraded or unconfirmed when any is.
+func Combine(results []Result) Result {
+	if len(results) == 0 {
+		return Result{}
+	}
+	pick, allowed := 0, true
+	degraded, unconfirmed := false, false
+	for _, r := range results {
+		allowed = allowed && r.Allowed
+		degraded = degraded || r.Degraded
+		unconfirmed = unconfirmed || r.Unconfirmed
+	}
+	for i, r := range results {
+		p := results[pick]
+		switch {
+		case !allowed && !r.Allowed && (p.Allowed || r.RetryAfter > p.RetryAfter):
+			pick = i
+		case allowed && r.Remaining < p.Remaining:
+			pick = i
+		}
+	}
+	out := results[pick]
+	out.Allowed, out.Degraded, out.Unconfirmed, out.Rule = allowed, degraded, unconfirmed, pick
+	if allowed {
+		out.RetryAfter = 0
+	}
+	return out
 }

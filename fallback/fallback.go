@@ -103,45 +103,22 @@ type StateChange struct {
 	At time.Time
 }
 
-// Policy decides requests the primary cannot.
-type Policy struct {
-	mode      mode
-	instances int64
-}
-
-type mode uint8
-
-const (
-	local mode = iota
-	failOpen
-	failClosed
-)
+// Policy decides requests the primary cannot. It is backend.FailurePolicy,
+// so a request can carry its own (backend.Request.OnFailure); requests that
+// carry none use the store's.
+type Policy = backend.FailurePolicy
 
 // Local decides on the in-process store with the limit divided among
 // instances: ceil(limit/instances), at least 1. Instances below 1 count as 1.
-func Local(instances int) Policy {
-	return Policy{mode: local, instances: int64(max(instances, 1))}
-}
+func Local(instances int) Policy { return backend.LocalPolicy(instances) }
 
 // The policies that need no local state.
 var (
 	// FailOpen admits every request the primary cannot decide.
-	FailOpen = Policy{mode: failOpen}
+	FailOpen = backend.FailOpen
 	// FailClosed denies every request the primary cannot decide.
-	FailClosed = Policy{mode: failClosed}
+	FailClosed = backend.FailClosed
 )
-
-// String names the policy as configuration files do.
-func (p Policy) String() string {
-	switch p.mode {
-	case failOpen:
-		return "fail_open"
-	case failClosed:
-		return "fail_closed"
-	default:
-		return fmt.Sprintf("local(%d)", max(p.instances, 1))
-	}
-}
 
 // Option configures a Store.
 type Option func(*config) error
@@ -209,6 +186,9 @@ func WithProbes(n int) Option {
 // Store.Policy gives views with other policies.
 func WithPolicy(p Policy) Option {
 	return func(c *config) error {
+		if p.Mode() == backend.ModeUnset {
+			p = Local(1)
+		}
 		c.policy = p
 		return nil
 	}
@@ -323,8 +303,13 @@ func New(primary backend.Store, opts ...Option) (*Store, error) {
 }
 
 // Policy returns a view of s that decides by p while the primary is
-// unavailable. Views share the breaker, the local store and the statistics.
+// unavailable (requests that carry their own policy still follow it). Views
+// share the breaker, the local store and the statistics. The unset policy
+// means Local(1).
 func (s *Store) Policy(p Policy) *Store {
+	if p.Mode() == backend.ModeUnset {
+		p = Local(1)
+	}
 	return &Store{shared: s.shared, policy: p}
 }
 
@@ -456,23 +441,42 @@ func (s *shared) withDeadline(ctx context.Context, fn func(context.Context) (bac
 	}
 }
 
-// decide answers by policy, with Degraded set.
-func (s *Store) decide(ctx context.Context, req backend.Request, take bool) (backend.Result, error) {
-	s.degraded.Add(1)
-	switch s.policy.mode {
-	case failOpen:
-		return backend.Result{Allowed: true, Limit: req.Rule.Limit, Degraded: true}, nil
-	case failClosed:
-		return backend.Result{Limit: req.Rule.Limit, RetryAfter: s.untilProbe(), Degraded: true}, nil
+// policyOf returns the policy that decides req: its own, else the store's.
+func (s *Store) policyOf(req *backend.Request) Policy {
+	if req.OnFailure.Mode() != backend.ModeUnset {
+		return req.OnFailure
 	}
-	share := (req.Rule.Limit + s.policy.instances - 1) / max(s.policy.instances, 1)
+	return s.policy
+}
+
+// byPolicy answers req without the primary when its policy needs no local
+// store (fail open, fail closed, or a cost beyond this instance's share),
+// and otherwise scales req's limit to the share and reports local.
+func (s *Store) byPolicy(req *backend.Request) (res backend.Result, local bool) {
+	p := s.policyOf(req)
+	switch p.Mode() {
+	case backend.ModeOpen:
+		return backend.Result{Allowed: true, Limit: req.Rule.Limit, Degraded: true}, false
+	case backend.ModeClosed:
+		return backend.Result{Limit: req.Rule.Limit, RetryAfter: s.untilProbe(), Degraded: true}, false
+	}
+	share := (req.Rule.Limit + p.Instances() - 1) / p.Instances()
 	if req.Cost > share {
 		// This instance's share can never admit it: deny until the
 		// primary is back.
-		return backend.Result{Limit: share, RetryAfter: s.untilProbe(), Degraded: true}, nil
+		return backend.Result{Limit: share, RetryAfter: s.untilProbe(), Degraded: true}, false
 	}
 	req.Rule.Limit = share
-	var res backend.Result
+	return backend.Result{}, true
+}
+
+// decide answers by policy, with Degraded set.
+func (s *Store) decide(ctx context.Context, req backend.Request, take bool) (backend.Result, error) {
+	s.degraded.Add(1)
+	res, local := s.byPolicy(&req)
+	if !local {
+		return res, nil
+	}
 	var err error
 	if take {
 		res, err = s.local.Take(ctx, req)
@@ -482,6 +486,47 @@ func (s *Store) decide(ctx context.Context, req backend.Request, take bool) (bac
 	if err != nil {
 		return backend.Result{}, fmt.Errorf("fallback: local store: %w", err)
 	}
+	res.Degraded = true
+	return res, nil
+}
+
+// TakeAll implements backend.Store. While the primary is unavailable each
+// request follows its own policy (Request.OnFailure, else the store's): the
+// call is denied when any request's policy denies (fail closed), requests
+// that fail open drop out, and the rest are decided together on the local
+// store with their limits scaled.
+func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
+	if err := backend.ValidateAll(reqs); err != nil {
+		return backend.Result{}, err
+	}
+	res, err := s.execute(ctx, func(ctx context.Context) (backend.Result, error) { return s.primary.TakeAll(ctx, reqs) })
+	if err == nil {
+		return res, nil
+	}
+	if ce, ok := errors.AsType[callerError](err); ok {
+		return backend.Result{}, ce.err
+	}
+	s.degraded.Add(1)
+	results := make([]backend.Result, len(reqs))
+	local := make([]backend.Request, 0, len(reqs))
+	index := make([]int, 0, len(reqs))
+	for i := range reqs {
+		req := reqs[i]
+		r, isLocal := s.byPolicy(&req)
+		results[i] = r
+		if isLocal {
+			local = append(local, req)
+			index = append(index, i)
+		}
+	}
+	if combined := backend.Combine(results); !combined.Allowed || len(local) == 0 {
+		return combined, nil
+	}
+	res, err = s.local.TakeAll(ctx, local)
+	if err != nil {
+		return backend.Result{}, fmt.Errorf("fallback: local store: %w", err)
+	}
+	res.Rule = index[res.Rule]
 	res.Degraded = true
 	return res, nil
 }

@@ -143,7 +143,7 @@ func TestPoliciesPerLimit(t *testing.T) {
 	}
 	require.Equal(t, fallback.Open, closed.State(), "views share the breaker")
 	require.Equal(t, "fail_open", fallback.FailOpen.String())
-	require.Equal(t, "local(3)", fallback.Local(3).String())
+	require.Equal(t, "local:3", fallback.Local(3).String())
 }
 
 func TestCostAboveTheLocalShareIsDenied(t *testing.T) {

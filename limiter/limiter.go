@@ -39,6 +39,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
@@ -58,34 +59,96 @@ var (
 // DefaultPrefix is the key prefix of a Config that sets none.
 const DefaultPrefix = "limitkit:"
 
-// Config describes one limit. In JSON, the window is a duration string:
+// Config describes one limit. In JSON, windows are duration strings:
 //
-//	{"algorithm": "sliding_counter", "limit": 100, "window": "1m", "prefix": "api:"}
+//	{"algorithm": "sliding_log", "limit": 100, "window": "1m", "prefix": "pay:",
+//	 "on_failure": "fail_closed",
+//	 "guard": {"limit": 1000, "window": "24h", "on_failure": "fail_closed"}}
 type Config struct {
 	// Algorithm is "sliding_log" (default), "sliding_counter" or
 	// "fixed_window".
-	Algorithm algorithms.Name `json:"algorithm,omitempty"`
+	Algorithm algorithms.Name
 	// Limit is the number of units admitted per Window. Required, 1 to
 	// 2^53 (10,000 for sliding_log).
-	Limit int64 `json:"limit"`
+	Limit int64
 	// Window is the period of the limit. Required, a whole number of
 	// milliseconds up to 366 days.
-	Window time.Duration `json:"window"`
+	Window time.Duration
 	// Prefix namespaces this limit's keys in the store; give each limit
 	// sharing a store its own. Default DefaultPrefix. It must not contain
 	// '{' or '}'.
-	Prefix string `json:"prefix,omitempty"`
+	Prefix string
+	// OnFailure is how requests are decided while a fallback store's
+	// primary (Redis) is unavailable: "local", "local:N", "fail_open" or
+	// "fail_closed" (see package fallback). Default: the fallback store's
+	// own policy. Stores other than fallback ignore it.
+	OnFailure backend.FailurePolicy
+	// Guard, when set, is a second, independent limit on the same keys,
+	// such as 1,000 a day on top of 100 a minute. A request is admitted
+	// only when both admit; a denial by either consumes nothing from the
+	// other. Default: none.
+	Guard *Guard
+}
+
+// Guard is a limiter's secondary limit, kept apart from the main one (its
+// keys are the limiter's prefix + "guard:" with the same ids, so on Redis
+// both share a hash slot and are decided by one script). On financial
+// endpoints it bounds what a Redis failover that lost the main limit's
+// latest writes can let through.
+type Guard struct {
+	// Algorithm is "fixed_window" (default), "sliding_counter" or
+	// "sliding_log".
+	Algorithm algorithms.Name
+	// Limit is the number of units admitted per Window. Required.
+	Limit int64
+	// Window is the period of the limit. Required.
+	Window time.Duration
+	// OnFailure is the guard's own failure policy (see
+	// Config.OnFailure); a payment guard can fail closed while the main
+	// limit goes local. Default: the fallback store's own policy.
+	OnFailure backend.FailurePolicy
+}
+
+// GuardRule is the Decision.Rule of a denial by a limiter's guard (0 is the
+// main limit).
+const GuardRule = 1
+
+// guardPrefix follows the limiter's prefix in its guard's keys.
+const guardPrefix = "guard:"
+
+// ruleJSON is the part of Config and Guard written the same way in JSON.
+type ruleJSON struct {
+	Algorithm algorithms.Name       `json:"algorithm,omitempty"`
+	Limit     int64                 `json:"limit"`
+	Window    string                `json:"window"`
+	OnFailure backend.FailurePolicy `json:"on_failure,omitzero"`
 }
 
 // configJSON is Config as written in JSON.
 type configJSON struct {
-	Algorithm algorithms.Name `json:"algorithm,omitempty"`
-	Limit     int64           `json:"limit"`
-	Window    string          `json:"window"`
-	Prefix    string          `json:"prefix,omitempty"`
+	ruleJSON
+	Prefix string     `json:"prefix,omitempty"`
+	Guard  *guardJSON `json:"guard,omitempty"`
 }
 
-// UnmarshalJSON reads a Config, with the window as a duration string such as
+type guardJSON struct{ ruleJSON }
+
+func (j ruleJSON) window(field string) (time.Duration, error) {
+	if j.Window == "" {
+		return 0, nil
+	}
+	w, err := time.ParseDuration(j.Window)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s %q: write it as a duration such as \"1m\" or \"500ms\": %w", ErrInvalidConfig, field, j.Window, err)
+	}
+	return w, nil
+}
+
+func toRuleJSON(alg algorithms.Name, limit int64, window time.Duration, onFailure backend.FailurePolicy) ruleJSON {
+	return ruleJSON{Algorithm: alg, Limit: limit, Window: window.String(), OnFailure: onFailure}
+}
+
+// UnmarshalJSON reads a Config, with windows as duration strings such as
 // "1m" or "500ms". Unknown fields are errors, so that typos do not pass
 // silently.
 func (c *Config) UnmarshalJSON(data []byte) error {
@@ -94,25 +157,34 @@ func (c *Config) UnmarshalJSON(data []byte) error {
 	var j configJSON
 	if err := dec.Decode(&j); err != nil {
 		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) && typeErr.Field == "window" {
-			return fmt.Errorf("%w: window must be a duration string such as \"1m\" or \"500ms\": %w", ErrInvalidConfig, err)
+		if errors.As(err, &typeErr) && strings.HasSuffix(typeErr.Field, "window") {
+			return fmt.Errorf("%w: %s must be a duration string such as \"1m\" or \"500ms\": %w", ErrInvalidConfig, typeErr.Field, err)
 		}
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	var w time.Duration
-	if j.Window != "" {
-		var err error
-		if w, err = time.ParseDuration(j.Window); err != nil {
-			return fmt.Errorf("%w: window %q: write it as a duration such as \"1m\" or \"500ms\": %w", ErrInvalidConfig, j.Window, err)
-		}
+	w, err := j.window("window")
+	if err != nil {
+		return err
 	}
-	*c = Config{Algorithm: j.Algorithm, Limit: j.Limit, Window: w, Prefix: j.Prefix}
+	cfg := Config{Algorithm: j.Algorithm, Limit: j.Limit, Window: w, Prefix: j.Prefix, OnFailure: j.OnFailure}
+	if j.Guard != nil {
+		gw, err := j.Guard.window("guard.window")
+		if err != nil {
+			return err
+		}
+		cfg.Guard = &Guard{Algorithm: j.Guard.Algorithm, Limit: j.Guard.Limit, Window: gw, OnFailure: j.Guard.OnFailure}
+	}
+	*c = cfg
 	return nil
 }
 
-// MarshalJSON writes a Config with the window as a duration string.
+// MarshalJSON writes a Config with windows as duration strings.
 func (c Config) MarshalJSON() ([]byte, error) {
-	return json.Marshal(configJSON{Algorithm: c.Algorithm, Limit: c.Limit, Window: c.Window.String(), Prefix: c.Prefix})
+	j := configJSON{ruleJSON: toRuleJSON(c.Algorithm, c.Limit, c.Window, c.OnFailure), Prefix: c.Prefix}
+	if g := c.Guard; g != nil {
+		j.Guard = &guardJSON{toRuleJSON(g.Algorithm, g.Limit, g.Window, g.OnFailure)}
+	}
+	return json.Marshal(j)
 }
 
 // withDefaults returns c with its empty fields set to their defaults.
@@ -122,6 +194,13 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Prefix == "" {
 		c.Prefix = DefaultPrefix
+	}
+	if c.Guard != nil {
+		g := *c.Guard
+		if g.Algorithm == "" {
+			g.Algorithm = algorithms.FixedWindow
+		}
+		c.Guard = &g
 	}
 	return c
 }
@@ -135,11 +214,35 @@ func (c Config) Validate() error {
 	if err := (backend.Key{Prefix: c.Prefix, ID: "-"}).Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	if g := c.Guard; g != nil {
+		if err := (algorithms.Rule{Algorithm: g.Algorithm, Limit: g.Limit, Window: g.Window}).Validate(); err != nil {
+			return fmt.Errorf("guard: %w", err)
+		}
+	}
 	return nil
 }
 
 func (c Config) rule() algorithms.Rule {
 	return algorithms.Rule{Algorithm: c.Algorithm, Limit: c.Limit, Window: c.Window}
+}
+
+// parts returns the rules a limiter with c applies to each key: the main
+// one, then the guard's. c has its defaults.
+func (c Config) parts(key int) []part {
+	ps := []part{{key: key, prefix: c.Prefix, rule: c.rule(), onFailure: c.OnFailure}}
+	if g := c.Guard; g != nil {
+		ps = append(ps, part{key: key, prefix: c.Prefix + guardPrefix,
+			rule: algorithms.Rule{Algorithm: g.Algorithm, Limit: g.Limit, Window: g.Window}, onFailure: g.OnFailure})
+	}
+	return ps
+}
+
+// part is one rule a limiter applies, to the key at index key of a call.
+type part struct {
+	key       int
+	prefix    string
+	rule      algorithms.Rule
+	onFailure backend.FailurePolicy
 }
 
 // Option configures a Limiter.
@@ -157,14 +260,15 @@ func WithClock(c clock.Clock) Option {
 
 // Decision is the outcome of a call: whether the request was admitted, the
 // limit, the remaining allowance, when to retry and when the key is free
-// again, and whether a fallback made it.
+// again, whether a fallback made it, and, for a limiter with a guard or a
+// Composite, which rule it describes (Rule: GuardRule for the guard).
 type Decision = backend.Result
 
 // Limiter enforces one Config on a Store.
 type Limiter struct {
 	store  backend.Store
 	config Config
-	rule   algorithms.Rule
+	parts  []part
 	clock  clock.Clock
 }
 
@@ -178,7 +282,7 @@ func New(store backend.Store, cfg Config, opts ...Option) (*Limiter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	l := &Limiter{store: store, config: cfg, rule: cfg.rule(), clock: clock.System}
+	l := &Limiter{store: store, config: cfg, parts: cfg.parts(0), clock: clock.System}
 	for _, opt := range opts {
 		opt(l)
 	}
@@ -186,7 +290,14 @@ func New(store backend.Store, cfg Config, opts ...Option) (*Limiter, error) {
 }
 
 // Config returns the limiter's configuration, defaults filled in.
-func (l *Limiter) Config() Config { return l.config }
+func (l *Limiter) Config() Config {
+	c := l.config
+	if c.Guard != nil {
+		g := *c.Guard
+		c.Guard = &g
+	}
+	return c
+}
 
 // Allow decides one request for key and, if admitted, counts it.
 func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
@@ -196,29 +307,22 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 // AllowN decides a request of n units for key: all n are admitted and
 // counted, or none. n must be between 1 and the limit.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
-	req, err := l.request(key, n)
-	if err != nil {
-		return Decision{}, err
-	}
-	return l.store.Take(ctx, req)
+	keys := [1]string{key}
+	return allow(ctx, l.store, l.clock, l.parts, keys[:], n)
 }
 
 // Peek reports what Allow would decide for key now, without counting
 // anything. Its Remaining is the allowance before the request.
 func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
-	req, err := l.request(key, 1)
-	if err != nil {
-		return Decision{}, err
-	}
-	return l.store.Peek(ctx, req)
+	keys := [1]string{key}
+	return peek(ctx, l.store, l.clock, l.parts, keys[:])
 }
 
 // Reset forgets what was counted for key, giving it its full allowance.
+// With a guard, the guard's count is forgotten too.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
-	if key == "" {
-		return fmt.Errorf("%w: key is empty", ErrInvalidRequest)
-	}
-	return l.store.Reset(ctx, backend.Key{Prefix: l.config.Prefix, ID: key}, l.rule)
+	keys := [1]string{key}
+	return reset(ctx, l.store, l.parts, keys[:])
 }
 
 // Wait blocks until one request for key is admitted, and returns that
@@ -255,17 +359,73 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 	}
 }
 
-func (l *Limiter) request(key string, n int64) (backend.Request, error) {
+// allow decides a request of n units for keys against every part, through
+// Take for one part and TakeAll for several.
+func allow(ctx context.Context, store backend.Store, clk clock.Clock, parts []part, keys []string, n int64) (Decision, error) {
+	now := clk.Now()
+	if len(parts) == 1 {
+		req, err := request(&parts[0], keys, n, now)
+		if err != nil {
+			return Decision{}, err
+		}
+		return store.Take(ctx, req)
+	}
+	var buf [backend.MaxRequests]backend.Request
+	reqs := buf[:len(parts)]
+	for i := range parts {
+		var err error
+		if reqs[i], err = request(&parts[i], keys, n, now); err != nil {
+			return Decision{}, err
+		}
+	}
+	return store.TakeAll(ctx, reqs)
+}
+
+// peek reports what allow would decide for one unit, without consuming.
+func peek(ctx context.Context, store backend.Store, clk clock.Clock, parts []part, keys []string) (Decision, error) {
+	now := clk.Now()
+	var buf [backend.MaxRequests]Decision
+	results := buf[:len(parts)]
+	for i := range parts {
+		req, err := request(&parts[i], keys, 1, now)
+		if err != nil {
+			return Decision{}, err
+		}
+		if results[i], err = store.Peek(ctx, req); err != nil {
+			return Decision{}, err
+		}
+	}
+	return backend.Combine(results), nil
+}
+
+// reset forgets what every part counted for keys.
+func reset(ctx context.Context, store backend.Store, parts []part, keys []string) error {
+	for i := range parts {
+		p := &parts[i]
+		if keys[p.key] == "" {
+			return fmt.Errorf("%w: key is empty", ErrInvalidRequest)
+		}
+		if err := store.Reset(ctx, backend.Key{Prefix: p.prefix, ID: keys[p.key]}, p.rule); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// request builds part p's request of n units at now.
+func request(p *part, keys []string, n int64, now time.Time) (backend.Request, error) {
+	key := keys[p.key]
 	if key == "" {
 		return backend.Request{}, fmt.Errorf("%w: key is empty", ErrInvalidRequest)
 	}
-	if err := l.rule.ValidateCost(n); err != nil {
+	if err := p.rule.ValidateCost(n); err != nil {
 		return backend.Request{}, err
 	}
 	return backend.Request{
-		Key:  backend.Key{Prefix: l.config.Prefix, ID: key},
-		Rule: l.rule,
-		Now:  l.clock.Now(),
-		Cost: n,
+		Key:       backend.Key{Prefix: p.prefix, ID: key},
+		Rule:      p.rule,
+		Now:       now,
+		Cost:      n,
+		OnFailure: p.onFailure,
 	}, nil
 }

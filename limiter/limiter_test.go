@@ -233,6 +233,9 @@ func (f failing) Peek(context.Context, backend.Request) (backend.Result, error) 
 	return backend.Result{}, f.err
 }
 func (f failing) Reset(context.Context, backend.Key, algorithms.Rule) error { return f.err }
+func (f failing) TakeAll(context.Context, []backend.Request) (backend.Result, error) {
+	return backend.Result{}, f.err
+}
 
 func TestStoreErrorsPassThrough(t *testing.T) {
 	down := errors.New("connection refused")

@@ -68,7 +68,7 @@ import (
 type Option func(*config)
 
 type config struct {
-	serverTime bool
+	opts redisscript.Options
 }
 
 // WithServerTime makes every decision at the Redis server's time (the
@@ -76,7 +76,33 @@ type config struct {
 // the processes sharing a limit cannot be trusted. Requests' Now is then
 // ignored, so a fake clock has no effect.
 func WithServerTime() Option {
-	return func(c *config) { c.serverTime = true }
+	return func(c *config) { c.opts.ServerTime = true }
+}
+
+// OnShortAck says what happens to an admission fewer replicas acknowledged
+// in time than WithReplicaAck asks for.
+type OnShortAck = redisscript.OnShortAck
+
+// The policies for admissions too few replicas acknowledged.
+const (
+	// DenyUnconfirmed gives the units back and denies the request, with
+	// Result.Unconfirmed set and RetryAfter the wait's timeout.
+	DenyUnconfirmed = redisscript.DenyUnconfirmed
+	// AdmitUnconfirmed admits the request with Result.Unconfirmed set.
+	AdmitUnconfirmed = redisscript.AdmitUnconfirmed
+)
+
+// WithReplicaAck makes every admission wait until at least replicas
+// replicas acknowledged its writes (WAIT replicas timeout, pipelined with
+// the script on the same connection), for limits that must survive a
+// failover. Admissions fewer replicas acknowledged within timeout are
+// decided by onShort. It needs a single-master client (redis.Client,
+// including sentinel failover clients); New refuses cluster clients. Each
+// admission costs up to timeout more when replicas lag.
+func WithReplicaAck(replicas int, timeout time.Duration, onShort OnShortAck) Option {
+	return func(c *config) {
+		c.opts.Ack = redisscript.Ack{Replicas: replicas, Timeout: timeout, OnShort: onShort}
+	}
 }
 
 // Store is a backend.Store in Redis. It is safe for concurrent use.
@@ -96,7 +122,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	for _, opt := range opts {
 		opt(&c)
 	}
-	r, err := redisscript.New(conn{client}, "goredisstore", c.serverTime)
+	r, err := redisscript.New(conn{client}, "goredisstore", c.opts)
 	if err != nil {
 		return nil, err
 	}
@@ -112,6 +138,14 @@ func (s *Store) Take(ctx context.Context, req backend.Request) (backend.Result, 
 // cluster client with ReadOnly set may serve it from a replica.
 func (s *Store) Peek(ctx context.Context, req backend.Request) (backend.Result, error) {
 	return s.runner.Peek(ctx, req)
+}
+
+// TakeAll implements backend.Store. Keys in one hash slot (or any keys on a
+// single-master client) are decided by one atomic script; keys of a cluster
+// in different slots are taken in order with refunds (see
+// redisscript.Runner.TakeAll for what that guarantees).
+func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
+	return s.runner.TakeAll(ctx, reqs)
 }
 
 // Reset implements backend.Store.
@@ -158,19 +192,51 @@ type noRetry struct{ *redis.Cmd }
 
 func (noRetry) NoRetry() bool { return true }
 
-func (a conn) Eval(ctx context.Context, cmd redisscript.Command, script, key string, args []string) ([]int64, error) {
-	argv := make([]any, 4, 4+len(args))
-	argv[0], argv[1], argv[2], argv[3] = cmd.String(), script, "1", key
+// evalCmd builds cmd as a go-redis command, sent at most once unless it is
+// read-only.
+func evalCmd(ctx context.Context, cmd redisscript.Command, script string, keys, args []string) (*redis.Cmd, redis.Cmder) {
+	argv := make([]any, 3, 3+len(keys)+len(args))
+	argv[0], argv[1], argv[2] = cmd.String(), script, len(keys)
+	for _, k := range keys {
+		argv = append(argv, k)
+	}
 	for _, arg := range args {
 		argv = append(argv, arg)
 	}
 	c := redis.NewCmd(ctx, argv...)
-	var err error
 	if cmd.ReadOnly() {
-		err = a.c.Process(ctx, c)
-	} else {
-		err = a.c.Process(ctx, noRetry{c})
+		return c, c
 	}
+	return c, noRetry{c}
+}
+
+func (a conn) Eval(ctx context.Context, cmd redisscript.Command, script string, keys, args []string) ([]int64, error) {
+	c, send := evalCmd(ctx, cmd, script, keys, args)
+	return a.reply(ctx, c, a.c.Process(ctx, send))
+}
+
+// EvalWait pipelines the script and WAIT: one round trip on one connection
+// (the store refuses cluster clients for this), sent at most once.
+func (a conn) EvalWait(ctx context.Context, cmd redisscript.Command, script string, keys, args []string, replicas int, timeout time.Duration) ([]int64, int64, error) {
+	c, send := evalCmd(ctx, cmd, script, keys, args)
+	wait := redis.NewIntCmd(ctx, "WAIT", replicas, timeout.Milliseconds())
+	pipe := a.c.Pipeline()
+	_ = pipe.Process(ctx, send)
+	_ = pipe.Process(ctx, wait)
+	_, _ = pipe.Exec(ctx) // errors are read per command below
+	vals, err := a.reply(ctx, c, c.Err())
+	if err != nil {
+		return nil, 0, err
+	}
+	n, err := wait.Result()
+	if err != nil {
+		return nil, 0, fmt.Errorf("WAIT: %w", err)
+	}
+	return vals, n, nil
+}
+
+// reply converts a script's reply, reporting errors to failed.
+func (a conn) reply(ctx context.Context, c *redis.Cmd, err error) ([]int64, error) {
 	if errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("%w: nil", redisscript.ErrBadReply)
 	}
@@ -183,6 +249,11 @@ func (a conn) Eval(ctx context.Context, cmd redisscript.Command, script, key str
 		return nil, fmt.Errorf("%w: %v", redisscript.ErrBadReply, err)
 	}
 	return vals, nil
+}
+
+func (a conn) Cluster() bool {
+	_, ok := a.c.(*redis.ClusterClient)
+	return ok
 }
 
 func (a conn) Del(ctx context.Context, key string) error {

@@ -106,7 +106,7 @@ func sentOnce(t *testing.T, client redis.UniversalClient, serverOf func(key stri
 	_, err = s.Take(t.Context(), store)
 	require.Error(t, err)
 	sha := scripttest.SHA1(t, algorithms.SlidingLog)
-	err = client.EvalSha(t.Context(), sha, []string{controlKey}, rule.LuaArgs(now.UnixMilli(), 1, true)).Err()
+	err = client.EvalSha(t.Context(), sha, []string{controlKey}, rule.LuaArgs(now.UnixMilli(), 1, algorithms.LuaTake)).Err()
 	require.Error(t, err)
 	srv.Resume()
 

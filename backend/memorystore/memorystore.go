@@ -21,10 +21,12 @@
 package memorystore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"hash/maphash"
 	"math/bits"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -124,9 +126,15 @@ func algorithmSalt(alg algorithms.Name) uint64 {
 		return 0x9e3779b97f4a7c15
 	case algorithms.SlidingCounter:
 		return 0xc2b2ae3d27d4eb4f
-	default:
+	case algorithms.FixedWindow:
 		return 0x165667b19e3779f9
 	}
+	// Any other algorithm: FNV-1a of its name.
+	h := uint64(0xcbf29ce484222325)
+	for i := 0; i < len(alg); i++ {
+		h = (h ^ uint64(alg[i])) * 0x100000001b3
+	}
+	return h
 }
 
 // locate hashes a key twice, with independent seeds, and returns its shard.
@@ -170,6 +178,13 @@ func (s *Store) Take(_ context.Context, req backend.Request) (backend.Result, er
 	now := req.Millis()
 	sh, h1, h2 := s.locate(&req.Key, req.Rule.Algorithm)
 	sh.mu.Lock()
+	out := s.takeLocked(sh, h1, h2, &req, now)
+	sh.mu.Unlock()
+	return backend.ResultOf(req.Rule, out), nil
+}
+
+// takeLocked runs req's Take on its key in the locked shard sh.
+func (s *Store) takeLocked(sh *shard, h1, h2 uint64, req *backend.Request, now int64) algorithms.Outcome {
 	e := sh.table.find(h1, h2)
 	if e == nil {
 		e = s.insert(sh, h1, h2, now)
@@ -178,8 +193,63 @@ func (s *Store) Take(_ context.Context, req backend.Request) (backend.Result, er
 	// Keep the state a window past its reset, for requests that arrive
 	// late (stamped before others already decided).
 	e.expires = now + out.ResetAfter + req.Rule.Window.Milliseconds()
-	sh.mu.Unlock()
-	return backend.ResultOf(req.Rule, out), nil
+	return out
+}
+
+// peekLocked runs req's Peek on its key in the locked shard sh.
+func peekLocked(sh *shard, h1, h2 uint64, req *backend.Request, now int64) algorithms.Outcome {
+	if e := sh.table.find(h1, h2); e != nil {
+		return req.Rule.Peek(&e.state, now, req.Cost)
+	}
+	var empty algorithms.State
+	return req.Rule.Peek(&empty, now, req.Cost)
+}
+
+// TakeAll implements backend.Store. It locks the shards of every key (in
+// shard order, so concurrent calls cannot deadlock), checks every request,
+// and takes them all only when all are admitted: exact and atomic.
+func (s *Store) TakeAll(_ context.Context, reqs []backend.Request) (backend.Result, error) {
+	if err := backend.ValidateAll(reqs); err != nil {
+		return backend.Result{}, err
+	}
+	now := reqs[0].Millis()
+	type located struct {
+		sh     *shard
+		h1, h2 uint64
+	}
+	var loc [backend.MaxRequests]located
+	var locks [backend.MaxRequests]*shard
+	n := 0
+	for i := range reqs {
+		sh, h1, h2 := s.locate(&reqs[i].Key, reqs[i].Rule.Algorithm)
+		loc[i] = located{sh, h1, h2}
+		if !slices.Contains(locks[:n], sh) {
+			locks[n] = sh
+			n++
+		}
+	}
+	slices.SortFunc(locks[:n], func(a, b *shard) int { return cmp.Compare(uintptr(unsafe.Pointer(a)), uintptr(unsafe.Pointer(b))) })
+	for _, sh := range locks[:n] {
+		sh.mu.Lock()
+	}
+	var results [backend.MaxRequests]backend.Result
+	all := true
+	for i := range reqs {
+		out := peekLocked(loc[i].sh, loc[i].h1, loc[i].h2, &reqs[i], now)
+		results[i] = backend.ResultOf(reqs[i].Rule, out)
+		all = all && out.Allowed
+	}
+	if all {
+		// Look each key up again: an insert may have moved slots.
+		for i := range reqs {
+			out := s.takeLocked(loc[i].sh, loc[i].h1, loc[i].h2, &reqs[i], now)
+			results[i] = backend.ResultOf(reqs[i].Rule, out)
+		}
+	}
+	for _, sh := range locks[:n] {
+		sh.mu.Unlock()
+	}
+	return backend.Combine(results[:len(reqs)]), nil
 }
 
 // Peek implements backend.Store.
@@ -187,15 +257,9 @@ func (s *Store) Peek(_ context.Context, req backend.Request) (backend.Result, er
 	if err := req.Validate(); err != nil {
 		return backend.Result{}, err
 	}
-	now := req.Millis()
-	var empty algorithms.State
 	sh, h1, h2 := s.locate(&req.Key, req.Rule.Algorithm)
 	sh.mu.Lock()
-	st := &empty
-	if e := sh.table.find(h1, h2); e != nil {
-		st = &e.state
-	}
-	out := req.Rule.Peek(st, now, req.Cost)
+	out := peekLocked(sh, h1, h2, &req, req.Millis())
 	sh.mu.Unlock()
 	return backend.ResultOf(req.Rule, out), nil
 }

@@ -19,6 +19,6 @@ func TestConnMalformedReplies(t *testing.T) {
 	require.NoError(t, err)
 	defer client.Close()
 	scripttest.ConnRejectsMalformedReplies(t, conn{client})
-	_, err = conn{client}.Eval(t.Context(), redisscript.Command(9), "", "k", nil)
+	_, err = conn{client}.Eval(t.Context(), redisscript.Command(9), "", []string{"k"}, nil)
 	require.Error(t, err)
 }

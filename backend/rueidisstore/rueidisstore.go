@@ -57,7 +57,7 @@ import (
 type Option func(*config)
 
 type config struct {
-	serverTime bool
+	opts redisscript.Options
 }
 
 // WithServerTime makes every decision at the Redis server's time (the
@@ -65,7 +65,33 @@ type config struct {
 // the processes sharing a limit cannot be trusted. Requests' Now is then
 // ignored, so a fake clock has no effect.
 func WithServerTime() Option {
-	return func(c *config) { c.serverTime = true }
+	return func(c *config) { c.opts.ServerTime = true }
+}
+
+// OnShortAck says what happens to an admission fewer replicas acknowledged
+// in time than WithReplicaAck asks for.
+type OnShortAck = redisscript.OnShortAck
+
+// The policies for admissions too few replicas acknowledged.
+const (
+	// DenyUnconfirmed gives the units back and denies the request, with
+	// Result.Unconfirmed set and RetryAfter the wait's timeout.
+	DenyUnconfirmed = redisscript.DenyUnconfirmed
+	// AdmitUnconfirmed admits the request with Result.Unconfirmed set.
+	AdmitUnconfirmed = redisscript.AdmitUnconfirmed
+)
+
+// WithReplicaAck makes every admission wait until at least replicas
+// replicas acknowledged its writes (WAIT replicas timeout, sent with the
+// script in one batch on one connection), for limits that must survive a
+// failover. Admissions fewer replicas acknowledged within timeout are
+// decided by onShort. It needs a single-master client (standalone or
+// sentinel); New refuses cluster clients. Each admission costs up to
+// timeout more when replicas lag.
+func WithReplicaAck(replicas int, timeout time.Duration, onShort OnShortAck) Option {
+	return func(c *config) {
+		c.opts.Ack = redisscript.Ack{Replicas: replicas, Timeout: timeout, OnShort: onShort}
+	}
 }
 
 // Store is a backend.Store in Redis. It is safe for concurrent use.
@@ -85,7 +111,7 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 	for _, opt := range opts {
 		opt(&c)
 	}
-	r, err := redisscript.New(conn{client}, "rueidisstore", c.serverTime)
+	r, err := redisscript.New(conn{client}, "rueidisstore", c.opts)
 	if err != nil {
 		return nil, err
 	}
@@ -101,6 +127,14 @@ func (s *Store) Take(ctx context.Context, req backend.Request) (backend.Result, 
 // that sends read-only commands to replicas may serve it from one.
 func (s *Store) Peek(ctx context.Context, req backend.Request) (backend.Result, error) {
 	return s.runner.Peek(ctx, req)
+}
+
+// TakeAll implements backend.Store. Keys in one hash slot (or any keys on a
+// single-master client) are decided by one atomic script; keys of a cluster
+// in different slots are taken in order with refunds (see
+// redisscript.Runner.TakeAll for what that guarantees).
+func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
+	return s.runner.TakeAll(ctx, reqs)
 }
 
 // Reset implements backend.Store.
@@ -133,22 +167,54 @@ type conn struct {
 	c rueidis.Client
 }
 
-func (a conn) Eval(ctx context.Context, cmd redisscript.Command, script, key string, args []string) ([]int64, error) {
+// evalCmd builds cmd as a rueidis command. rueidis never retries a
+// command that is not read-only, so a writing script is sent at most once.
+func (a conn) evalCmd(cmd redisscript.Command, script string, keys, args []string) (rueidis.Completed, error) {
 	b := a.c.B()
-	var c rueidis.Completed
+	n := int64(len(keys))
 	switch cmd {
 	case redisscript.EvalSHA:
-		c = b.Evalsha().Sha1(script).Numkeys(1).Key(key).Arg(args...).Build()
+		return b.Evalsha().Sha1(script).Numkeys(n).Key(keys...).Arg(args...).Build(), nil
 	case redisscript.Eval:
-		c = b.Eval().Script(script).Numkeys(1).Key(key).Arg(args...).Build()
+		return b.Eval().Script(script).Numkeys(n).Key(keys...).Arg(args...).Build(), nil
 	case redisscript.EvalSHARO:
-		c = b.EvalshaRo().Sha1(script).Numkeys(1).Key(key).Arg(args...).Build()
+		return b.EvalshaRo().Sha1(script).Numkeys(n).Key(keys...).Arg(args...).Build(), nil
 	case redisscript.EvalRO:
-		c = b.EvalRo().Script(script).Numkeys(1).Key(key).Arg(args...).Build()
-	default:
-		return nil, fmt.Errorf("rueidisstore: unknown command %v", cmd)
+		return b.EvalRo().Script(script).Numkeys(n).Key(keys...).Arg(args...).Build(), nil
 	}
-	resp := a.c.Do(ctx, c)
+	return rueidis.Completed{}, fmt.Errorf("rueidisstore: unknown command %v", cmd)
+}
+
+func (a conn) Eval(ctx context.Context, cmd redisscript.Command, script string, keys, args []string) ([]int64, error) {
+	c, err := a.evalCmd(cmd, script, keys, args)
+	if err != nil {
+		return nil, err
+	}
+	return ints(a.c.Do(ctx, c))
+}
+
+// EvalWait sends the script and WAIT in one DoMulti. WAIT is a blocking
+// command, so rueidis sends the whole batch on one dedicated connection.
+func (a conn) EvalWait(ctx context.Context, cmd redisscript.Command, script string, keys, args []string, replicas int, timeout time.Duration) ([]int64, int64, error) {
+	c, err := a.evalCmd(cmd, script, keys, args)
+	if err != nil {
+		return nil, 0, err
+	}
+	wait := a.c.B().Wait().Numreplicas(int64(replicas)).Timeout(timeout.Milliseconds()).Build()
+	resps := a.c.DoMulti(ctx, c, wait)
+	vals, err := ints(resps[0])
+	if err != nil {
+		return nil, 0, err
+	}
+	n, err := resps[1].AsInt64()
+	if err != nil {
+		return nil, 0, fmt.Errorf("WAIT: %w", err)
+	}
+	return vals, n, nil
+}
+
+// ints reads a script's reply as integers.
+func ints(resp rueidis.RedisResult) ([]int64, error) {
 	if err := resp.Error(); err != nil {
 		if rueidis.IsRedisNil(err) {
 			return nil, fmt.Errorf("%w: nil", redisscript.ErrBadReply)
@@ -168,6 +234,8 @@ func (a conn) Eval(ctx context.Context, cmd redisscript.Command, script, key str
 	}
 	return vals, nil
 }
+
+func (a conn) Cluster() bool { return a.c.Mode() == rueidis.ClientModeCluster }
 
 func (a conn) Del(ctx context.Context, key string) error {
 	return a.c.Do(ctx, a.c.B().Del().Key(key).Build()).Error()

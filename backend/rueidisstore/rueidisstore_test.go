@@ -75,7 +75,7 @@ func TestWritingScriptIsSentOnce(t *testing.T) {
 	srv.Pause()
 	go func() {
 		cmd := client.B().Evalsha().Sha1(scripttest.SHA1(t, algorithms.SlidingLog)).Numkeys(1).Key(controlKey).
-			Arg(rule.LuaArgs(now.UnixMilli(), 1, true)...).Build().ToRetryable()
+			Arg(rule.LuaArgs(now.UnixMilli(), 1, algorithms.LuaTake)...).Build().ToRetryable()
 		control <- client.Do(ctx, cmd).Error()
 	}()
 	time.Sleep(50 * time.Millisecond) // let the control reach the socket first (not required)

@@ -12,7 +12,10 @@
 // exact RetryAfter and ResetAfter, Peek, Reset, independent keys, expiry, the
 // clock jumping back 5 s and forward an hour), through hostile key ids and
 // bad input, through concurrent callers on one key, and through a long random
-// sequence compared decision by decision with the algorithms' Go engine. Each
+// sequence compared decision by decision with the algorithms' Go engine;
+// and TakeAll (several rules on several keys, all or nothing) through a
+// guard table, a random sequence against the Go engine and concurrent
+// callers. Each
 // case uses its own key prefix, so one store can serve the whole suite.
 package storetest
 
@@ -159,6 +162,7 @@ func cases() []testCase {
 			})
 		}
 	}
+	all = append(all, multiCases()...)
 	all = append(all, testCase{name: "invalid_input", run: invalidInput})
 	return all
 }

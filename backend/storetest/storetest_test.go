@@ -76,6 +76,23 @@ func (r *racy) Take(_ context.Context, req backend.Request) (backend.Result, err
 	return backend.ResultOf(req.Rule, out), nil
 }
 
+// TakeAll takes each request in turn with no refunds: a later denial
+// leaves the earlier units taken.
+func (r *racy) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
+	if err := backend.ValidateAll(reqs); err != nil {
+		return backend.Result{}, err
+	}
+	results := make([]backend.Result, len(reqs))
+	for i, req := range reqs {
+		res, err := r.Take(ctx, req)
+		if err != nil {
+			return backend.Result{}, err
+		}
+		results[i] = res
+	}
+	return backend.Combine(results), nil
+}
+
 func (r *racy) Peek(_ context.Context, req backend.Request) (backend.Result, error) {
 	if err := req.Validate(); err != nil {
 		return backend.Result{}, err
@@ -168,7 +185,8 @@ func TestBrokenStoresFail(t *testing.T) {
 		},
 		"read-decide-write without atomicity": {
 			func(t *testing.T) backend.Store { return &racy{states: map[backend.Key]algorithms.State{}} },
-			[]string{"concurrency/sliding_log", "concurrency/fixed_window", "concurrency/sliding_counter"},
+			[]string{"concurrency/sliding_log", "concurrency/fixed_window", "concurrency/sliding_counter",
+				"take_all/guard", "take_all/same_as_go_engine", "take_all/concurrency"},
 		},
 	}
 	for name, b := range broken {

@@ -63,3 +63,46 @@ func Build(prefix, id, suffix string) string {
 	b.WriteString(suffix)
 	return b.String()
 }
+
+// NumSlots is the number of Redis Cluster hash slots.
+const NumSlots = 16384
+
+// Slot returns the cluster hash slot of a key, as CLUSTER KEYSLOT does:
+// CRC16 of the key, or of its hash tag (the text between the first "{" and
+// the next "}", when not empty), modulo NumSlots.
+func Slot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	return int(crc16(key)) % NumSlots
+}
+
+// SameSlot reports whether all keys hash to one cluster slot, so one
+// script may touch them all.
+func SameSlot(keys []string) bool {
+	for _, k := range keys[min(1, len(keys)):] {
+		if Slot(k) != Slot(keys[0]) {
+			return false
+		}
+	}
+	return true
+}
+
+// crc16 is CRC-16/XMODEM (polynomial 0x1021, initial value 0), Redis
+// Cluster's key hash.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}

@@ -5,8 +5,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/limitkit/limitkit/internal/redistest"
 )
 
 func hostileIDs() []string {
@@ -26,11 +24,11 @@ func TestHostileIDs(t *testing.T) {
 	suffixes := []string{":sl", ":sc", ":fw"}
 	seen := map[string]string{}
 	for _, id := range hostileIDs() {
-		slot := redistest.KeySlot(Build("p:", id, suffixes[0]))
+		slot := Slot(Build("p:", id, suffixes[0]))
 		for _, suffix := range suffixes {
 			key := Build("p:", id, suffix)
 			require.LessOrEqual(t, len(key), len("p:")+MaxRawID+2+len(suffix), "id %.20q", id)
-			require.Equal(t, slot, redistest.KeySlot(key), "id %.20q suffix %s", id, suffix)
+			require.Equal(t, slot, Slot(key), "id %.20q suffix %s", id, suffix)
 			// The tag is exactly what sits between the first braces.
 			open, end := strings.IndexByte(key, '{'), strings.IndexByte(key, '}')
 			require.Equal(t, len("p:"), open)

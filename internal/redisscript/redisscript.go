@@ -27,6 +27,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
@@ -73,15 +75,55 @@ func (c Command) BySHA() bool { return c == EvalSHA || c == EvalSHARO }
 // Conn is a Redis client library as the runner uses it.
 type Conn interface {
 	// Eval sends cmd with script (the SHA1 digest when cmd.BySHA, else
-	// the source), the single key and args, and returns the reply's
-	// integers. A reply that is not an array of integers is an error
-	// wrapping ErrBadReply. Unless cmd.ReadOnly, the command must be sent
-	// at most once: no retry after it may have reached the server.
-	Eval(ctx context.Context, cmd Command, script, key string, args []string) ([]int64, error)
+	// the source), keys and args, and returns the reply's integers. A
+	// reply that is not an array of integers is an error wrapping
+	// ErrBadReply. Unless cmd.ReadOnly, the command must be sent at most
+	// once: no retry after it may have reached the server.
+	Eval(ctx context.Context, cmd Command, script string, keys, args []string) ([]int64, error)
+	// EvalWait is Eval followed, on the same connection and in the same
+	// round trip, by WAIT replicas timeout. It returns the script's reply
+	// and the number of replicas that acknowledged its writes.
+	EvalWait(ctx context.Context, cmd Command, script string, keys, args []string, replicas int, timeout time.Duration) ([]int64, int64, error)
 	// Del deletes key.
 	Del(ctx context.Context, key string) error
 	// IsNoScript reports whether err is the server's NOSCRIPT error.
 	IsNoScript(err error) bool
+	// Cluster reports whether the client talks to a Redis Cluster, where
+	// the keys of one script must share a hash slot.
+	Cluster() bool
+}
+
+// OnShortAck says what happens to an admission that fewer replicas
+// acknowledged in time than Ack.Replicas.
+type OnShortAck uint8
+
+// The policies for admissions too few replicas acknowledged.
+const (
+	// DenyUnconfirmed gives the units back and denies the request (with
+	// Unconfirmed set): an admission is reported only once replicas hold it.
+	DenyUnconfirmed OnShortAck = iota
+	// AdmitUnconfirmed admits the request with Unconfirmed set.
+	AdmitUnconfirmed
+)
+
+// Ack configures replica-acknowledged admission. The zero value is off.
+type Ack struct {
+	// Replicas is how many replicas must acknowledge an admission; 0 is
+	// off.
+	Replicas int
+	// Timeout bounds the wait for them (WAIT's timeout).
+	Timeout time.Duration
+	// OnShort decides admissions fewer replicas acknowledged.
+	OnShort OnShortAck
+}
+
+// Options configures a Runner.
+type Options struct {
+	// ServerTime makes the scripts read the Redis server's clock; requests'
+	// Now is then ignored.
+	ServerTime bool
+	// Ack turns on replica-acknowledged admission.
+	Ack Ack
 }
 
 type script struct {
@@ -91,27 +133,40 @@ type script struct {
 // Runner decides requests by running the algorithms' scripts through a
 // Conn. It is safe for concurrent use when the Conn is.
 type Runner struct {
-	conn       Conn
-	name       string
-	serverTime bool
-	scripts    map[algorithms.Name]*script
+	conn    Conn
+	name    string
+	opts    Options
+	scripts map[algorithms.Name]*script
+	multi   script
+}
+
+func newScript(src string) script {
+	sum := sha1.Sum([]byte(src))
+	return script{src: src, sha: hex.EncodeToString(sum[:])}
 }
 
 // New returns a runner over conn. name starts its error messages (the
-// store's package name). With serverTime, the scripts read the Redis
-// server's clock and requests' Now is ignored.
-func New(conn Conn, name string, serverTime bool) (*Runner, error) {
+// store's package name).
+func New(conn Conn, name string, opts Options) (*Runner, error) {
 	if conn == nil {
 		return nil, fmt.Errorf("%s: the Redis client is nil", name)
 	}
-	r := &Runner{conn: conn, name: name, serverTime: serverTime, scripts: map[algorithms.Name]*script{}}
+	if opts.Ack.Replicas < 0 || (opts.Ack.Replicas > 0 && opts.Ack.Timeout < time.Millisecond) {
+		return nil, fmt.Errorf("%s: replica acknowledgement needs replicas >= 0 and a timeout of at least 1ms (got %d, %v)",
+			name, opts.Ack.Replicas, opts.Ack.Timeout)
+	}
+	if opts.Ack.Replicas > 0 && conn.Cluster() {
+		return nil, fmt.Errorf("%s: replica acknowledgement (WAIT) needs a single-master client (standalone or sentinel); "+
+			"a Redis Cluster client cannot send WAIT to the master that ran the script", name)
+	}
+	r := &Runner{conn: conn, name: name, opts: opts, scripts: map[algorithms.Name]*script{}, multi: newScript(algorithms.LuaMultiScript())}
 	for _, alg := range algorithms.Names() {
 		src, err := algorithms.LuaScript(alg)
 		if err != nil {
 			return nil, err
 		}
-		sum := sha1.Sum([]byte(src))
-		r.scripts[alg] = &script{src: src, sha: hex.EncodeToString(sum[:])}
+		s := newScript(src)
+		r.scripts[alg] = &s
 	}
 	return r, nil
 }
@@ -132,12 +187,20 @@ func Key(key backend.Key, rule algorithms.Rule) string {
 
 // Take implements backend.Store.Take.
 func (r *Runner) Take(ctx context.Context, req backend.Request) (backend.Result, error) {
-	return r.step(ctx, &req, true)
+	if err := r.check(&req); err != nil {
+		return backend.Result{}, err
+	}
+	res, _, err := r.take(ctx, &req)
+	return res, err
 }
 
 // Peek implements backend.Store.Peek.
 func (r *Runner) Peek(ctx context.Context, req backend.Request) (backend.Result, error) {
-	return r.step(ctx, &req, false)
+	if err := r.check(&req); err != nil {
+		return backend.Result{}, err
+	}
+	res, _, err := r.single(ctx, &req, algorithms.LuaPeek, r.now(&req), 0)
+	return res, err
 }
 
 // Reset implements backend.Store.Reset: it deletes the key.
@@ -154,50 +217,244 @@ func (r *Runner) Reset(ctx context.Context, key backend.Key, rule algorithms.Rul
 	return nil
 }
 
-func (r *Runner) step(ctx context.Context, req *backend.Request, take bool) (backend.Result, error) {
-	if err := req.Validate(); err != nil {
+// TakeAll implements backend.Store.TakeAll. When the keys can go in one
+// script (any single-master Redis, or a cluster when they share a hash
+// slot: same id, as a limiter's guard does) the requests are decided
+// atomically by one script. Otherwise (Redis Cluster, keys in different
+// slots) they are checked one by one (read-only; a denial ends the call),
+// then taken one by one in the order given; when one is denied after all
+// (a concurrent caller took the room in between), the admissions of those
+// before it are refunded (see algorithms.Rule.Refund). The limits are never
+// exceeded, but while a refund is pending other callers can be denied by
+// units that end up given back, and a refund that fails (the server became
+// unreachable) leaves its units taken until they expire. This path costs
+// two round trips per request; put the rule most likely to deny first.
+func (r *Runner) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
+	if err := backend.ValidateAll(reqs); err != nil {
 		return backend.Result{}, err
 	}
-	now := algorithms.LuaServerTime
-	if !r.serverTime {
-		now = req.Millis()
-		if now > algorithms.MaxLuaTime {
-			return backend.Result{}, fmt.Errorf("%w: time %v is after the latest time Redis stores accept (%d ms since the epoch)",
-				algorithms.ErrInvalidRequest, req.Now, algorithms.MaxLuaTime)
+	if err := r.check(&reqs[0]); err != nil {
+		return backend.Result{}, err
+	}
+	if len(reqs) == 1 {
+		res, _, err := r.take(ctx, &reqs[0])
+		return res, err
+	}
+	keys := make([]string, len(reqs))
+	for i := range reqs {
+		keys[i] = Key(reqs[i].Key, reqs[i].Rule)
+	}
+	if !r.conn.Cluster() || rediskey.SameSlot(keys) {
+		return r.takeTogether(ctx, reqs, keys)
+	}
+	return r.takeInOrder(ctx, reqs)
+}
+
+// check validates a request and the time it can be sent with.
+func (r *Runner) check(req *backend.Request) error {
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	if !r.opts.ServerTime && req.Millis() > algorithms.MaxLuaTime {
+		return fmt.Errorf("%w: time %v is after the latest time Redis stores accept (%d ms since the epoch)",
+			algorithms.ErrInvalidRequest, req.Now, algorithms.MaxLuaTime)
+	}
+	return nil
+}
+
+// now is the time argument of req's scripts.
+func (r *Runner) now(req *backend.Request) int64 {
+	if r.opts.ServerTime {
+		return algorithms.LuaServerTime
+	}
+	return req.Millis()
+}
+
+// take runs req's script in take mode, waits for replicas when configured,
+// and applies the short-acknowledgement policy. It returns where the
+// admission was recorded, for a refund.
+func (r *Runner) take(ctx context.Context, req *backend.Request) (backend.Result, int64, error) {
+	res, at, err := r.single(ctx, req, algorithms.LuaTake, r.now(req), 0)
+	if err != nil || !res.Unconfirmed || r.opts.Ack.OnShort == AdmitUnconfirmed {
+		return res, at, err
+	}
+	res, err = r.refuse(ctx, []backend.Request{*req}, []int64{at}, res)
+	return res, at, err
+}
+
+// refuse rolls back admissions (reqs, recorded at ats) too few replicas
+// acknowledged and turns res into a denial to retry once the replicas may
+// have caught up.
+func (r *Runner) refuse(ctx context.Context, reqs []backend.Request, ats []int64, res backend.Result) (backend.Result, error) {
+	for i := range reqs {
+		if _, err := r.refund(ctx, &reqs[i], ats[i]); err != nil {
+			return backend.Result{}, fmt.Errorf("%s: rolling back an admission too few replicas acknowledged: %w", r.name, err)
 		}
 	}
+	res.Allowed = false
+	res.Remaining = 0
+	res.RetryAfter = r.opts.Ack.Timeout
+	return res, nil
+}
+
+// refund gives back what a take of req recorded at at, and returns what a
+// peek of req reports afterwards.
+func (r *Runner) refund(ctx context.Context, req *backend.Request, at int64) (backend.Result, error) {
+	res, _, err := r.single(ctx, req, algorithms.LuaRefund, r.now(req), at)
+	return res, err
+}
+
+// single runs req's script once in the given mode at now (at: a refund's
+// record). It returns where an admission was recorded.
+func (r *Runner) single(ctx context.Context, req *backend.Request, mode algorithms.LuaMode, now, at int64) (backend.Result, int64, error) {
 	s := r.scripts[req.Rule.Algorithm]
-	key := Key(req.Key, req.Rule)
-	args := req.Rule.LuaArgs(now, req.Cost, take)
-	bySHA, bySource := EvalSHA, Eval
-	if !take {
-		bySHA, bySource = EvalSHARO, EvalRO
+	keys := []string{Key(req.Key, req.Rule)}
+	var args []string
+	if mode == algorithms.LuaRefund {
+		args = req.Rule.LuaRefundArgs(now, at, req.Cost)
+	} else {
+		args = req.Rule.LuaArgs(now, req.Cost, mode)
 	}
-	cmd := bySHA
-	reply, err := r.conn.Eval(ctx, cmd, s.sha, key, args)
-	if err != nil && r.conn.IsNoScript(err) {
-		// The script did not run: sending it with its source is safe.
-		cmd = bySource
-		reply, err = r.conn.Eval(ctx, cmd, s.src, key, args)
-	}
+	reply, acked, cmd, err := r.eval(ctx, s, keys, args, mode == algorithms.LuaTake, mode != algorithms.LuaPeek)
 	if err != nil {
-		return backend.Result{}, fmt.Errorf("%s: %s %s: %w", r.name, cmd, req.Rule.Algorithm, err)
+		return backend.Result{}, 0, fmt.Errorf("%s: %s %s: %w", r.name, cmd, req.Rule.Algorithm, err)
 	}
 	out, err := Decode(req.Rule, reply)
 	if err != nil {
-		return backend.Result{}, fmt.Errorf("%s: %s %s: %w", r.name, cmd, req.Rule.Algorithm, err)
+		return backend.Result{}, 0, fmt.Errorf("%s: %s %s: %w", r.name, cmd, req.Rule.Algorithm, err)
 	}
-	return backend.ResultOf(req.Rule, out), nil
+	res := backend.ResultOf(req.Rule, out)
+	res.Unconfirmed = out.Allowed && mode == algorithms.LuaTake && acked < int64(r.opts.Ack.Replicas)
+	return res, reply[algorithms.LuaReplyAt], nil
 }
 
-// Decode checks a script's reply for rule and converts it: exactly
-// algorithms.LuaReplyLen integers, allowed 0 or 1, remaining in 0..limit,
-// retry-after and reset-after in 0..2^53, retry-after 0 when allowed.
-// Anything else is an error wrapping ErrBadReply.
+// takeTogether decides reqs with the multi script.
+func (r *Runner) takeTogether(ctx context.Context, reqs []backend.Request, keys []string) (backend.Result, error) {
+	args := make([]string, 1, 1+4*len(reqs))
+	args[0] = strconv.FormatInt(r.now(&reqs[0]), 10)
+	for i := range reqs {
+		args = reqs[i].Rule.LuaMultiArgs(args, reqs[i].Cost)
+	}
+	reply, acked, cmd, err := r.eval(ctx, &r.multi, keys, args, true, true)
+	if err != nil {
+		return backend.Result{}, fmt.Errorf("%s: %s multi: %w", r.name, cmd, err)
+	}
+	if want := 1 + algorithms.LuaReplyLen*len(reqs); len(reply) != want || reply[0] < 0 || reply[0] > 1 {
+		return backend.Result{}, fmt.Errorf("%s: %s multi: %w: %d integers, want %d", r.name, cmd, ErrBadReply, len(reply), want)
+	}
+	results := make([]backend.Result, len(reqs))
+	ats := make([]int64, len(reqs))
+	for i := range reqs {
+		vals := reply[1+algorithms.LuaReplyLen*i : 1+algorithms.LuaReplyLen*(i+1)]
+		out, err := Decode(reqs[i].Rule, vals)
+		if err != nil {
+			return backend.Result{}, fmt.Errorf("%s: %s multi: request %d: %w", r.name, cmd, i, err)
+		}
+		if reply[0] == 1 && !out.Allowed {
+			return backend.Result{}, fmt.Errorf("%s: %s multi: %w: request %d denied in an admitted reply", r.name, cmd, ErrBadReply, i)
+		}
+		results[i] = backend.ResultOf(reqs[i].Rule, out)
+		ats[i] = vals[algorithms.LuaReplyAt]
+	}
+	res := backend.Combine(results)
+	if res.Allowed && acked < int64(r.opts.Ack.Replicas) {
+		res.Unconfirmed = true
+		if r.opts.Ack.OnShort == DenyUnconfirmed {
+			return r.refuse(ctx, reqs, ats, res)
+		}
+	}
+	return res, nil
+}
+
+// takeInOrder checks every request first (read-only) and returns the
+// denial when one would be denied; otherwise it takes them one by one, and
+// when one is denied after all (another caller got there first), it refunds
+// the ones before it and peeks the ones after it.
+func (r *Runner) takeInOrder(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
+	results := make([]backend.Result, len(reqs))
+	all := true
+	for i := range reqs {
+		var err error
+		if results[i], _, err = r.single(ctx, &reqs[i], algorithms.LuaPeek, r.now(&reqs[i]), 0); err != nil {
+			return backend.Result{}, err
+		}
+		all = all && results[i].Allowed
+	}
+	if !all {
+		return backend.Combine(results), nil
+	}
+	ats := make([]int64, len(reqs))
+	for i := range reqs {
+		res, at, takeErr := r.take(ctx, &reqs[i])
+		if takeErr == nil && res.Allowed {
+			results[i], ats[i] = res, at
+			continue
+		}
+		// Denied or failed: give back what the earlier ones took. A failed
+		// refund leaves its units taken (safe, and they expire).
+		errs := []error{takeErr}
+		for j := range i {
+			var err error
+			if results[j], err = r.refund(ctx, &reqs[j], ats[j]); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			return backend.Result{}, err
+		}
+		results[i] = res
+		for j := i + 1; j < len(reqs); j++ {
+			var err error
+			if results[j], _, err = r.single(ctx, &reqs[j], algorithms.LuaPeek, r.now(&reqs[j]), 0); err != nil {
+				return backend.Result{}, err
+			}
+		}
+		return backend.Combine(results), nil
+	}
+	return backend.Combine(results), nil
+}
+
+// eval sends one script, by digest and, after NOSCRIPT only, by source. A
+// writing call waits for replicas when configured (wait).
+func (r *Runner) eval(ctx context.Context, s *script, keys, args []string, wait, write bool) ([]int64, int64, Command, error) {
+	bySHA, bySource := EvalSHARO, EvalRO
+	if write {
+		bySHA, bySource = EvalSHA, Eval
+	}
+	send := func(cmd Command, sc string) ([]int64, int64, error) {
+		if wait && r.opts.Ack.Replicas > 0 {
+			return r.conn.EvalWait(ctx, cmd, sc, keys, args, r.opts.Ack.Replicas, r.opts.Ack.Timeout)
+		}
+		reply, err := r.conn.Eval(ctx, cmd, sc, keys, args)
+		return reply, 0, err
+	}
+	cmd := bySHA
+	reply, acked, err := send(cmd, s.sha)
+	if err != nil && r.conn.IsNoScript(err) {
+		// The script did not run: sending it with its source is safe.
+		cmd = bySource
+		reply, acked, err = send(cmd, s.src)
+	}
+	return reply, acked, cmd, err
+}
+
+// Decode checks a script's reply for one request of rule and converts it:
+// exactly algorithms.LuaReplyLen integers, allowed 0 or 1, remaining in
+// 0..limit, retry-after and reset-after in 0..2^53, retry-after 0 when
+// allowed, the record point >= 0. Anything else is an error wrapping
+// ErrBadReply.
 func Decode(rule algorithms.Rule, reply []int64) (algorithms.Outcome, error) {
 	if len(reply) != algorithms.LuaReplyLen {
 		return algorithms.Outcome{}, fmt.Errorf("%w: %d integers, want %d", ErrBadReply, len(reply), algorithms.LuaReplyLen)
 	}
+	if at := reply[algorithms.LuaReplyAt]; at < 0 || at > algorithms.MaxLimit {
+		return algorithms.Outcome{}, fmt.Errorf("%w: record point %d is out of range", ErrBadReply, at)
+	}
+	return decodeOutcome(rule, reply)
+}
+
+// decodeOutcome checks and converts the four integers of one outcome.
+func decodeOutcome(rule algorithms.Rule, reply []int64) (algorithms.Outcome, error) {
 	allowed, remaining := reply[algorithms.LuaReplyAllowed], reply[algorithms.LuaReplyRemaining]
 	retry, reset := reply[algorithms.LuaReplyRetryAfter], reply[algorithms.LuaReplyResetAfter]
 	switch {

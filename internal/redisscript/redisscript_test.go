@@ -23,12 +23,21 @@ type call struct {
 	args        []string
 }
 
+func (f *fakeConn) EvalWait(ctx context.Context, cmd Command, script string, keys, args []string, _ int, _ time.Duration) ([]int64, int64, error) {
+	vals, err := f.Eval(ctx, cmd, script, keys, args)
+	return vals, f.acked, err
+}
+
+func (f *fakeConn) Cluster() bool { return f.cluster }
+
 // fakeConn records calls and answers them from a queue of replies.
 type fakeConn struct {
 	mu      sync.Mutex
 	calls   []call
 	replies []fakeReply
 	dels    []string
+	acked   int64
+	cluster bool
 }
 
 type fakeReply struct {
@@ -36,12 +45,12 @@ type fakeReply struct {
 	err  error
 }
 
-func (f *fakeConn) Eval(_ context.Context, cmd Command, script, key string, args []string) ([]int64, error) {
+func (f *fakeConn) Eval(_ context.Context, cmd Command, script string, keys, args []string) ([]int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.calls = append(f.calls, call{cmd, script, key, args})
+	f.calls = append(f.calls, call{cmd, script, keys[0], args})
 	if len(f.replies) == 0 {
-		return []int64{1, 0, 0, 1000}, nil
+		return []int64{1, 0, 0, 1000, 1}, nil
 	}
 	r := f.replies[0]
 	f.replies = f.replies[1:]
@@ -62,13 +71,13 @@ func request(cost int64) backend.Request {
 }
 
 func newRunner(t *testing.T, conn Conn, serverTime bool) *Runner {
-	r, err := New(conn, "test", serverTime)
+	r, err := New(conn, "test", Options{ServerTime: serverTime})
 	require.NoError(t, err)
 	return r
 }
 
 func TestTakeSendsEvalSHA(t *testing.T) {
-	f := &fakeConn{replies: []fakeReply{{vals: []int64{1, 2, 0, 10_000}}}}
+	f := &fakeConn{replies: []fakeReply{{vals: []int64{1, 2, 0, 10_000, 7}}}}
 	r := newRunner(t, f, false)
 	res, err := r.Take(t.Context(), request(3))
 	require.NoError(t, err)
@@ -97,7 +106,7 @@ func TestPeekIsReadOnly(t *testing.T) {
 }
 
 func TestNoScriptFallsBackToEvalOnce(t *testing.T) {
-	f := &fakeConn{replies: []fakeReply{{err: errNoScript}, {vals: []int64{0, 0, 500, 900}}}}
+	f := &fakeConn{replies: []fakeReply{{err: errNoScript}, {vals: []int64{0, 0, 500, 900, 7}}}}
 	r := newRunner(t, f, false)
 	res, err := r.Take(t.Context(), request(1))
 	require.NoError(t, err)
@@ -137,11 +146,11 @@ func TestBadRepliesAreErrors(t *testing.T) {
 }
 
 func TestDecode(t *testing.T) {
-	good := []int64{0, 5, 10, 20}
+	good := []int64{0, 5, 10, 20, 1}
 	out, err := Decode(rule, good)
 	require.NoError(t, err)
 	require.Equal(t, algorithms.Outcome{Remaining: 5, RetryAfter: 10, ResetAfter: 20}, out)
-	out, err = Decode(rule, []int64{1, 0, 0, 0})
+	out, err = Decode(rule, []int64{1, 0, 0, 0, 0})
 	require.NoError(t, err)
 	require.Equal(t, algorithms.Outcome{Allowed: true}, out)
 
@@ -149,18 +158,20 @@ func TestDecode(t *testing.T) {
 		"nil":                 nil,
 		"empty":               {},
 		"three":               {1, 2, 3},
-		"five":                {1, 2, 3, 4, 5},
-		"allowed 2":           {2, 0, 0, 0},
-		"allowed -1":          {-1, 0, 0, 0},
-		"remaining -1":        {0, -1, 0, 0},
-		"remaining > limit":   {1, 6, 0, 0},
-		"retry < 0":           {0, 0, -1, 0},
-		"retry when allowed":  {1, 0, 5, 0},
-		"retry huge":          {0, 0, math.MaxInt64, 0},
-		"reset < 0":           {1, 0, 0, -5},
-		"reset huge":          {1, 0, 0, math.MaxInt64},
-		"min int":             {math.MinInt64, 0, 0, 0},
-		"remaining max int64": {0, math.MaxInt64, 0, 0},
+		"four":                {1, 2, 3, 4},
+		"six":                 {1, 2, 3, 4, 5, 6},
+		"at < 0":              {1, 0, 0, 0, -1},
+		"allowed 2":           {2, 0, 0, 0, 0},
+		"allowed -1":          {-1, 0, 0, 0, 0},
+		"remaining -1":        {0, -1, 0, 0, 0},
+		"remaining > limit":   {1, 6, 0, 0, 0},
+		"retry < 0":           {0, 0, -1, 0, 0},
+		"retry when allowed":  {1, 0, 5, 0, 0},
+		"retry huge":          {0, 0, math.MaxInt64, 0, 0},
+		"reset < 0":           {1, 0, 0, -5, 0},
+		"reset huge":          {1, 0, 0, math.MaxInt64, 0},
+		"min int":             {math.MinInt64, 0, 0, 0, 0},
+		"remaining max int64": {0, math.MaxInt64, 0, 0, 0},
 	}
 	for name, reply := range bad {
 		_, err := Decode(rule, reply)
@@ -185,7 +196,7 @@ func TestInvalidInput(t *testing.T) {
 	require.ErrorIs(t, r.Reset(t.Context(), backend.Key{}, rule), algorithms.ErrInvalidRequest)
 	require.Empty(t, f.calls)
 	require.Empty(t, f.dels)
-	_, err = New(nil, "test", false)
+	_, err = New(nil, "test", Options{})
 	require.Error(t, err)
 }
 

@@ -12,11 +12,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/limitkit/limitkit/internal/rediskey"
 )
 
 const (
 	// NumSlots is the number of hash slots of a Redis Cluster.
-	NumSlots = 16384
+	NumSlots = rediskey.NumSlots
 
 	// ClusterNodeTimeout is the cluster-node-timeout, in milliseconds, of
 	// StartCluster's nodes: a master unreachable for that long is failed
@@ -193,34 +195,8 @@ func (c *Cluster) WaitOK() {
 	}
 }
 
-// KeySlot returns the cluster hash slot of a key, as CLUSTER KEYSLOT does:
-// CRC16 of the key, or of its hash tag (the text between the first "{" and
-// the next "}", when not empty), modulo 16384.
-func KeySlot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	return int(crc16(key)) % NumSlots
-}
-
-// crc16 is CRC-16/XMODEM (polynomial 0x1021, initial value 0), Redis
-// Cluster's key hash.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
+// KeySlot returns the cluster hash slot of a key, as CLUSTER KEYSLOT does.
+func KeySlot(key string) int { return rediskey.Slot(key) }
 
 // createCluster runs redis-cli --cluster create over the nodes.
 func createCluster(nodes []*Server, replicasPerMaster int) (string, error) {

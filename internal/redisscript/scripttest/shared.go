@@ -63,17 +63,17 @@ func ConnRejectsMalformedReplies(t *testing.T, a redisscript.Conn) {
 		"return {ok = 'fine'}",
 	}
 	for _, src := range bad {
-		_, err := a.Eval(t.Context(), redisscript.Eval, src, "k", nil)
+		_, err := a.Eval(t.Context(), redisscript.Eval, src, []string{"k"}, nil)
 		require.ErrorIs(t, err, redisscript.ErrBadReply, src)
 	}
-	_, err := a.Eval(t.Context(), redisscript.Eval, "return redis.error_reply('boom')", "k", nil)
+	_, err := a.Eval(t.Context(), redisscript.Eval, "return redis.error_reply('boom')", []string{"k"}, nil)
 	require.ErrorContains(t, err, "boom")
 	require.NotErrorIs(t, err, redisscript.ErrBadReply)
-	vals, err := a.Eval(t.Context(), redisscript.EvalRO, "return {1, 2, 3, 4, 5}", "k", nil)
+	vals, err := a.Eval(t.Context(), redisscript.EvalRO, "return {1, 2, 3, 4, 5}", []string{"k"}, nil)
 	require.NoError(t, err) // the runner, not the adapter, checks the length
 	require.Equal(t, []int64{1, 2, 3, 4, 5}, vals)
 
-	_, err = a.Eval(t.Context(), redisscript.EvalSHA, "0000000000000000000000000000000000000000", "k", nil)
+	_, err = a.Eval(t.Context(), redisscript.EvalSHA, "0000000000000000000000000000000000000000", []string{"k"}, nil)
 	require.True(t, a.IsNoScript(err), "%v", err)
 	require.False(t, a.IsNoScript(redisscript.ErrBadReply))
 	require.NoError(t, a.Del(t.Context(), "k"))

@@ -1,0 +1,110 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/clock"
+)
+
+// Composite applies several limits at once, each to its own key, all or
+// nothing: per user, per tenant and global, say. A request is admitted only
+// when every limit admits it, and a denial consumes nothing from any.
+//
+//	c, err := limiter.NewComposite(store, []limiter.Config{
+//		{Limit: 10, Window: time.Second, Prefix: "user:"},
+//		{Limit: 100, Window: time.Second, Prefix: "tenant:"},
+//		{Algorithm: "sliding_counter", Limit: 1000, Window: time.Second, Prefix: "global:"},
+//	})
+//	d, err := c.Allow(ctx, userID, tenantID, "all")
+//	// d.Rule is the index of the limit the decision describes.
+//
+// How atomic that is depends on the store: the memory store and a
+// single-master Redis decide all limits at once; on Redis Cluster, limits
+// whose keys share a hash slot are decided by one script, and otherwise the
+// limits are taken in order and refunded when a later one denies (see the
+// Redis stores' TakeAll). A Composite is safe for concurrent use.
+type Composite struct {
+	store   backend.Store
+	configs []Config
+	parts   []part
+	clock   clock.Clock
+}
+
+// NewComposite returns a Composite of configs (1 to backend.MaxRequests of
+// them, each with its own prefix; guards are not allowed inside a
+// composite: add the guard as a limit of its own). opts are the Limiter's
+// options.
+func NewComposite(store backend.Store, configs []Config, opts ...Option) (*Composite, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: store is nil; pass a backend.Store such as memorystore.New()", ErrInvalidConfig)
+	}
+	if len(configs) == 0 || len(configs) > backend.MaxRequests {
+		return nil, fmt.Errorf("%w: %d limits in a composite; give 1 to %d", ErrInvalidConfig, len(configs), backend.MaxRequests)
+	}
+	c := &Composite{store: store, clock: clock.System}
+	for i, cfg := range configs {
+		cfg = cfg.withDefaults()
+		if err := cfg.Validate(); err != nil {
+			return nil, fmt.Errorf("limit %d: %w", i, err)
+		}
+		if cfg.Guard != nil {
+			return nil, fmt.Errorf("%w: limit %d has a guard; in a composite, add the guard as a limit of its own", ErrInvalidConfig, i)
+		}
+		for j, prev := range c.configs {
+			if prev.Prefix == cfg.Prefix {
+				return nil, fmt.Errorf("%w: limits %d and %d share the prefix %q; give each its own", ErrInvalidConfig, j, i, cfg.Prefix)
+			}
+		}
+		c.configs = append(c.configs, cfg)
+		c.parts = append(c.parts, cfg.parts(i)...)
+	}
+	// Options are written for a Limiter; apply them to one and copy.
+	l := &Limiter{clock: c.clock}
+	for _, opt := range opts {
+		opt(l)
+	}
+	c.clock = l.clock
+	return c, nil
+}
+
+// Configs returns the composite's limits, defaults filled in.
+func (c *Composite) Configs() []Config { return append([]Config(nil), c.configs...) }
+
+// Allow decides one request: keys[i] is the key of limit i.
+func (c *Composite) Allow(ctx context.Context, keys ...string) (Decision, error) {
+	return c.AllowN(ctx, 1, keys...)
+}
+
+// AllowN decides a request of n units: keys[i] is the key of limit i. n must
+// be between 1 and the smallest limit.
+func (c *Composite) AllowN(ctx context.Context, n int64, keys ...string) (Decision, error) {
+	if err := c.checkKeys(keys); err != nil {
+		return Decision{}, err
+	}
+	return allow(ctx, c.store, c.clock, c.parts, keys, n)
+}
+
+// Peek reports what Allow would decide for keys, without counting anything.
+func (c *Composite) Peek(ctx context.Context, keys ...string) (Decision, error) {
+	if err := c.checkKeys(keys); err != nil {
+		return Decision{}, err
+	}
+	return peek(ctx, c.store, c.clock, c.parts, keys)
+}
+
+// Reset forgets what every limit counted for its key in keys.
+func (c *Composite) Reset(ctx context.Context, keys ...string) error {
+	if err := c.checkKeys(keys); err != nil {
+		return err
+	}
+	return reset(ctx, c.store, c.parts, keys)
+}
+
+func (c *Composite) checkKeys(keys []string) error {
+	if len(keys) != len(c.configs) {
+		return fmt.Errorf("%w: %d keys for %d limits; give one key per limit", ErrInvalidRequest, len(keys), len(c.configs))
+	}
+	return nil
+}
