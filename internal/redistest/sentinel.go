@@ -68,13 +68,8 @@ func StartSentinel(t testing.TB, opts ...Option) *Sentinel {
 	Require(t, redisServerBin)
 	o := applyOptions(opts)
 	master := startServer(t, dataSpec("master", o.args))
-	replica := startServer(t, dataSpec("replica",
-		append([]string{"--replicaof", loopback, strconv.Itoa(master.Port())}, o.args...)))
+	replica := StartReplica(t, master, opts...)
 	deadline := time.Now().Add(sentinelTimeout)
-	if err := pollUntil(deadline, func() error { return replicaInSync(master, replica) }); err != nil {
-		t.Fatalf("redistest: replica %s not in sync with %s: %v\n%s", replica.Addr(), master.Addr(), err,
-			logTails([]*Server{master, replica}))
-	}
 
 	sn := &Sentinel{Master: master, Replica: replica, MasterName: SentinelMasterName, t: t}
 	spec := serverSpec{
