@@ -1,0 +1,202 @@
+// Command httpserver serves a page behind a per-IP crawler limit: 100
+// requests per 60 s for each client address (each /64 network for IPv6).
+//
+//	go run ./examples/httpserver
+//	go run ./examples/httpserver -redis redis://127.0.0.1:6379/0 [-client rueidis]
+//	go run ./examples/httpserver -trusted-proxies 10.0.0.0/8,192.0.2.7
+//
+// It listens on -addr (default 127.0.0.1:8080). Every response to / carries
+// the RateLimit-Policy and RateLimit headers (and the X-RateLimit-* trio);
+// the 101st request within a minute gets 429 Too Many Requests with
+// Retry-After. /metrics serves Prometheus metrics and is not limited.
+//
+// By default the counts are in memory. With -redis they are in Redis, shared
+// by every instance, behind a fallback store: if Redis goes down, each
+// instance keeps limiting on its own. Forwarding headers (X-Forwarded-For)
+// are ignored unless the peer is one of -trusted-proxies.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/clock"
+	"github.com/limitkit/limitkit/examples/internal/stores"
+	"github.com/limitkit/limitkit/fallback"
+	"github.com/limitkit/limitkit/limiter"
+	"github.com/limitkit/limitkit/limiter/httplimit"
+	"github.com/limitkit/limitkit/limiter/observe"
+	"github.com/limitkit/limitkit/limiter/observe/promobserve"
+)
+
+// The crawler limit.
+const (
+	limit  = 100
+	window = 60 * time.Second
+	prefix = "crawl:"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
+	redisURL := flag.String("redis", "", "Redis URL (redis://host:port/db); empty keeps the counts in memory")
+	client := flag.String("client", "go-redis", "Redis client library: "+stores.Clients)
+	trusted := flag.String("trusted-proxies", "", "comma-separated addresses or CIDR networks of reverse proxies whose X-Forwarded-For is believed; empty trusts none")
+	flag.Parse()
+
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	handler, closeApp, err := newApp(config{RedisURL: *redisURL, Client: *client, TrustedProxies: *trusted, Logger: logger})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "httpserver:", err)
+		os.Exit(1)
+	}
+	defer closeApp()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	srv := &http.Server{Addr: *addr, Handler: handler, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	logger.Info("httpserver: listening", "addr", "http://"+*addr, "limit", fmt.Sprintf("%d per %v per client IP", limit, window))
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		fmt.Fprintln(os.Stderr, "httpserver:", err)
+		os.Exit(1)
+	}
+}
+
+// config is what newApp needs; the zero value serves from memory with the
+// system clock and trusts no proxy.
+type config struct {
+	// RedisURL keeps the counts in Redis when set, through Client
+	// ("go-redis" or "rueidis").
+	RedisURL, Client string
+	// TrustedProxies is a comma-separated list of proxy addresses or
+	// networks whose X-Forwarded-For is believed.
+	TrustedProxies string
+	// Clock is the limiter's clock (default: the system clock); tests pass
+	// a fake one.
+	Clock clock.Clock
+	// Logger receives store failures and breaker changes (default
+	// slog.Default()).
+	Logger *slog.Logger
+}
+
+// newApp builds the server's handler, and a function that releases what it
+// opened (the Redis client).
+func newApp(cfg config) (http.Handler, func(), error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	reg := prometheus.NewRegistry()
+	metrics, err := promobserve.New(reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	store, closeStore, err := openStore(cfg, metrics)
+	if err != nil {
+		return nil, nil, err
+	}
+	var opts []limiter.Option
+	if cfg.Clock != nil {
+		opts = append(opts, limiter.WithClock(cfg.Clock))
+	}
+	lim, err := limiter.New(observe.Wrap(store, metrics.Observer()), limiter.Config{Limit: limit, Window: window, Prefix: prefix}, opts...)
+	if err != nil {
+		closeStore()
+		return nil, nil, err
+	}
+	key := httplimit.ClientIP()
+	if cfg.TrustedProxies != "" {
+		key, err = httplimit.ProxiedClientIP("X-Forwarded-For", strings.Split(cfg.TrustedProxies, ",")...)
+		if err != nil {
+			closeStore()
+			return nil, nil, fmt.Errorf("-trusted-proxies: %w", err)
+		}
+	}
+	// An IPv6 subscriber usually holds a whole /64: limit the network, or
+	// the client could cycle through its addresses.
+	key, err = httplimit.IPv6Prefix(64, key)
+	if err != nil {
+		closeStore()
+		return nil, nil, err
+	}
+	mw, err := httplimit.New(lim,
+		httplimit.WithKey(key),
+		httplimit.WithPolicyName("crawl"),
+		httplimit.WithHeaders(httplimit.DraftHeaders|httplimit.XRateLimitHeaders),
+		httplimit.WithLogger(cfg.Logger))
+	if err != nil {
+		closeStore()
+		return nil, nil, err
+	}
+
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /", mw.Handler(http.HandlerFunc(page)))
+	return mux, closeStore, nil
+}
+
+// openStore returns the store the limit is kept in: memory, or Redis behind
+// a fallback store that limits locally while Redis is down.
+func openStore(cfg config, metrics *promobserve.Metrics) (backend.Store, func(), error) {
+	if cfg.RedisURL == "" {
+		mem, err := memorystore.New()
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := metrics.WatchMemoryStore("memory", mem); err != nil {
+			return nil, nil, err
+		}
+		return mem, func() {}, nil
+	}
+	client := cfg.Client
+	if client == "" {
+		client = "go-redis"
+	}
+	redisStore, closeRedis, err := stores.Redis(cfg.RedisURL, client)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-redis %s: %w", cfg.RedisURL, err)
+	}
+	guard, err := fallback.New(redisStore,
+		fallback.WithName("redis"),
+		fallback.WithLogger(cfg.Logger),
+		fallback.WithStateHook(metrics.BreakerHook("redis")))
+	if err != nil {
+		closeRedis()
+		return nil, nil, err
+	}
+	return guard, closeRedis, nil
+}
+
+// page is what the crawler is after.
+func page(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, "Hello, crawler. "+remaining(w)+"\n")
+}
+
+func remaining(w http.ResponseWriter) string {
+	v := w.Header().Get("X-RateLimit-Remaining")
+	if _, err := strconv.Atoi(v); err != nil {
+		return "The limit could not be checked; you were let through."
+	}
+	return v + " requests left in this window."
+}

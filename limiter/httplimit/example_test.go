@@ -1,0 +1,74 @@
+package httplimit_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/clock"
+	"github.com/limitkit/limitkit/limiter"
+	"github.com/limitkit/limitkit/limiter/httplimit"
+)
+
+func Example() {
+	store, _ := memorystore.New()
+	fake := clock.NewFake(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	lim, _ := limiter.New(store, limiter.Config{Limit: 2, Window: time.Minute, Prefix: "api:"}, limiter.WithClock(fake))
+	mw, err := httplimit.New(lim) // keyed by client IP
+	if err != nil {
+		panic(err)
+	}
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "hello\n")
+	}))
+
+	for range 3 {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = "192.0.2.1:51234"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Println(w.Code, w.Header().Get("RateLimit-Policy"), w.Header().Get("RateLimit"))
+		if ra := w.Header().Get("Retry-After"); ra != "" {
+			fmt.Println("Retry-After:", ra)
+		}
+		fake.Advance(15 * time.Second)
+	}
+	// Output:
+	// 200 "default";q=2;w=60 "default";r=1;t=60
+	// 200 "default";q=2;w=60 "default";r=0;t=60
+	// 429 "default";q=2;w=60 "default";r=0;t=30
+	// Retry-After: 30
+}
+
+func ExampleProxiedClientIP() {
+	// Behind a load balancer at 10.0.0.0/8 that appends to X-Forwarded-For.
+	key, err := httplimit.ProxiedClientIP("X-Forwarded-For", "10.0.0.0/8")
+	if err != nil {
+		panic(err)
+	}
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = "10.0.0.2:40000"                                    // the load balancer
+	r.Header.Set("X-Forwarded-For", "6.6.6.6, 198.51.100.7, 10.0.0.9") // the client wrote 6.6.6.6 itself
+	fmt.Println(key(r))
+
+	r.RemoteAddr = "203.0.113.5:40000" // not through the load balancer: the header is ignored
+	fmt.Println(key(r))
+	// Output:
+	// 198.51.100.7
+	// 203.0.113.5
+}
+
+func ExampleJoin() {
+	mux := http.NewServeMux()
+	key := httplimit.Join(httplimit.ClientIP(), httplimit.Route(mux))
+	mux.HandleFunc("GET /items/{id}", func(http.ResponseWriter, *http.Request) {})
+
+	r := httptest.NewRequest(http.MethodGet, "/items/42", nil)
+	r.RemoteAddr = "192.0.2.1:51234"
+	fmt.Println(key(r))
+	// Output:
+	// 192.0.2.1|GET /items/{id}
+}

@@ -1,0 +1,353 @@
+// Package httplimit is net/http middleware that rate-limits requests with a
+// limiter.Limiter and tells clients where they stand.
+//
+//	lim, _ := limiter.New(store, limiter.Config{Limit: 100, Window: time.Minute, Prefix: "crawl:"})
+//	mw, err := httplimit.New(lim) // keyed by client IP (RemoteAddr) by default
+//	if err != nil { ... }
+//	http.ListenAndServe(addr, mw.Handler(mux))
+//
+// Each request is keyed by a KeyFunc (ClientIP, ProxiedClientIP,
+// IPv6Prefix, Header, FromContext, Route, combined with Join or FirstOf) and
+// takes one unit of the limiter's allowance for that key. An admitted
+// request goes on to the next handler; a denied one gets 429 Too Many
+// Requests with Retry-After in whole seconds, rounded up and at least 1.
+//
+// Every decided response carries the RateLimit-Policy and RateLimit fields
+// of the IETF httpapi draft (draft-ietf-httpapi-ratelimit-headers-11):
+//
+//	RateLimit-Policy: "default";q=100;w=60
+//	RateLimit: "default";r=0;t=37
+//
+// Middleware for several limits can be stacked (per client, per route):
+// each adds its own policy, named by WithPolicyName, to the same fields, as
+// the draft's lists allow. The X-RateLimit-* fields hold one limit; the
+// innermost middleware's wins.
+//
+// q is the limit and w the window in seconds (rounded up); r is the
+// remaining allowance and t the seconds until it grows again: the
+// Retry-After when denied, the time until the key's full allowance is back
+// when admitted. WithHeaders adds (or selects) the older
+// X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset (delta
+// seconds, as t).
+//
+// Failures never become 500s by default: when the store cannot decide (Redis
+// down and no fallback store), the error is logged with log/slog and the
+// request is let through; WithErrorHandler changes that. Decisions a
+// fallback store made while its primary was down (Degraded) are served like
+// any other, headers included, except that an admission by a fallback
+// failing open, which counted nothing, gets RateLimit-Policy but no
+// RateLimit field (r=0 would tell clients to stop). A request that yields no key is answered 400
+// Bad Request by default (WithMissingKey): letting it through would let
+// clients escape the limit by omitting the header that names them.
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/limitkit/limitkit/limiter"
+)
+
+// Headers selects which rate-limit header fields responses carry; combine
+// them with |.
+type Headers uint8
+
+// The header sets.
+const (
+	// DraftHeaders are RateLimit-Policy and RateLimit, as in the IETF
+	// httpapi draft. The default.
+	DraftHeaders Headers = 1 << iota
+	// XRateLimitHeaders are X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset (seconds from now), for clients written against
+	// them.
+	XRateLimitHeaders
+)
+
+// DefaultPolicyName names the policy in the draft headers unless
+// WithPolicyName says otherwise.
+const DefaultPolicyName = "default"
+
+// ErrorHandler decides what happens to a request whose limit could not be
+// decided because the store failed. It returns true to let the request
+// through to the next handler, or false after writing a response itself.
+type ErrorHandler func(w http.ResponseWriter, r *http.Request, err error) (serve bool)
+
+// Option configures a Middleware.
+type Option func(*Middleware) error
+
+// WithKey sets how requests are keyed (default ClientIP()).
+func WithKey(k KeyFunc) Option {
+	return func(m *Middleware) error {
+		if k == nil {
+			return errors.New("httplimit: key func is nil")
+		}
+		m.key = k
+		return nil
+	}
+}
+
+// WithPolicyName names the policy in the draft headers (default
+// DefaultPolicyName). Give each limit its own name when one response can
+// carry several. The name must be printable ASCII.
+func WithPolicyName(name string) Option {
+	return func(m *Middleware) error {
+		if name == "" {
+			return errors.New("httplimit: policy name is empty")
+		}
+		for i := 0; i < len(name); i++ {
+			if c := name[i]; c < 0x20 || c > 0x7e {
+				return fmt.Errorf("httplimit: policy name %q has a byte %#x; use printable ASCII", name, c)
+			}
+		}
+		m.policyName = name
+		return nil
+	}
+}
+
+// WithHeaders selects the header fields sent (default DraftHeaders). 0
+// sends none but Retry-After.
+func WithHeaders(h Headers) Option {
+	return func(m *Middleware) error {
+		if h&^(DraftHeaders|XRateLimitHeaders) != 0 {
+			return fmt.Errorf("httplimit: unknown header set %#x", uint8(h))
+		}
+		m.headers = h
+		return nil
+	}
+}
+
+// WithErrorHandler sets what happens when the store fails (default: log
+// with the middleware's logger and let the request through).
+func WithErrorHandler(h ErrorHandler) Option {
+	return func(m *Middleware) error {
+		if h == nil {
+			return errors.New("httplimit: error handler is nil")
+		}
+		m.onError = h
+		return nil
+	}
+}
+
+// WithDeniedHandler sets the handler that answers denied requests. The
+// rate-limit headers and Retry-After are set before it runs; it must write
+// the status itself (default: 429 with a short text body).
+func WithDeniedHandler(h http.Handler) Option {
+	return func(m *Middleware) error {
+		if h == nil {
+			return errors.New("httplimit: denied handler is nil")
+		}
+		m.denied = h
+		return nil
+	}
+}
+
+// WithMissingKey sets the handler that answers requests for which the key
+// func finds no key (default: 400 with a short text body). To limit such
+// requests by another key instead, use FirstOf in WithKey.
+func WithMissingKey(h http.Handler) Option {
+	return func(m *Middleware) error {
+		if h == nil {
+			return errors.New("httplimit: missing-key handler is nil")
+		}
+		m.missingKey = h
+		return nil
+	}
+}
+
+// WithLogger sets the logger of the default error handler (default
+// slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(m *Middleware) error {
+		if l == nil {
+			return errors.New("httplimit: logger is nil")
+		}
+		m.logger = l
+		return nil
+	}
+}
+
+// Middleware limits the requests of the handlers it wraps. It is safe for
+// concurrent use; build it with New.
+type Middleware struct {
+	lim        *limiter.Limiter
+	key        KeyFunc
+	policyName string
+	headers    Headers
+	onError    ErrorHandler
+	denied     http.Handler
+	missingKey http.Handler
+	logger     *slog.Logger
+
+	// Precomputed from the limiter's configuration.
+	policy      string // RateLimit-Policy value
+	limit       string // X-RateLimit-Limit value
+	quotedName  string
+	policyLabel string // the limiter's key prefix, for logs
+}
+
+// New returns middleware enforcing lim. It returns an error for a nil
+// limiter or an invalid option.
+func New(lim *limiter.Limiter, opts ...Option) (*Middleware, error) {
+	if lim == nil {
+		return nil, errors.New("httplimit: limiter is nil; build one with limiter.New")
+	}
+	m := &Middleware{
+		lim:        lim,
+		key:        ClientIP(),
+		policyName: DefaultPolicyName,
+		headers:    DraftHeaders,
+		denied:     http.HandlerFunc(tooManyRequests),
+		missingKey: http.HandlerFunc(missingKey),
+		logger:     slog.Default(),
+	}
+	for _, opt := range opts {
+		if err := opt(m); err != nil {
+			return nil, err
+		}
+	}
+	if m.onError == nil {
+		m.onError = m.logAndServe
+	}
+	cfg := lim.Config()
+	m.quotedName = quote(m.policyName)
+	m.policy = m.quotedName + ";q=" + strconv.FormatInt(cfg.Limit, 10) + ";w=" + strconv.FormatInt(max(seconds(cfg.Window), 1), 10)
+	m.limit = strconv.FormatInt(cfg.Limit, 10)
+	m.policyLabel = cfg.Prefix
+	return m, nil
+}
+
+// Handler returns next wrapped by the limit.
+func (m *Middleware) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if m.serve(w, r) {
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// serve decides r, sets the headers and answers it unless it should go on
+// to the next handler.
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request) bool {
+	key := m.key(r)
+	if key == "" {
+		m.missingKey.ServeHTTP(w, r)
+		return false
+	}
+	d, err := m.lim.AllowN(r.Context(), key, 1)
+	if err != nil {
+		if errors.Is(err, limiter.ErrInvalidRequest) {
+			m.missingKey.ServeHTTP(w, r)
+			return false
+		}
+		if m.headers&DraftHeaders != 0 {
+			w.Header().Add("RateLimit-Policy", m.policy)
+		}
+		return m.onError(w, r, err)
+	}
+	m.setHeaders(w.Header(), d)
+	if !d.Allowed {
+		w.Header().Set("Retry-After", strconv.FormatInt(RetryAfter(d.RetryAfter), 10))
+		m.denied.ServeHTTP(w, r)
+		return false
+	}
+	return true
+}
+
+// setHeaders writes the rate-limit fields of d.
+func (m *Middleware) setHeaders(h http.Header, d limiter.Decision) {
+	if m.headers == 0 {
+		return
+	}
+	if d.Degraded && d.Allowed && d.Remaining == 0 && d.ResetAfter == 0 {
+		// A fallback failing open admitted without counting: there is no
+		// current limit to report, and r=0 would tell clients to stop.
+		if m.headers&DraftHeaders != 0 {
+			h.Add("RateLimit-Policy", m.policy)
+		}
+		if m.headers&XRateLimitHeaders != 0 {
+			h.Set("X-RateLimit-Limit", m.limit)
+		}
+		return
+	}
+	remaining := strconv.FormatInt(max(d.Remaining, 0), 10)
+	// t: when admitted, until the key's full allowance is back; when
+	// denied, the Retry-After (the draft wants Retry-After no earlier than
+	// the end of the effective window).
+	t := strconv.FormatInt(seconds(d.ResetAfter), 10)
+	if !d.Allowed {
+		t = strconv.FormatInt(RetryAfter(d.RetryAfter), 10)
+	}
+	if m.headers&DraftHeaders != 0 {
+		h.Add("RateLimit-Policy", m.policy)
+		h.Add("RateLimit", m.quotedName+";r="+remaining+";t="+t)
+	}
+	if m.headers&XRateLimitHeaders != 0 {
+		h.Set("X-RateLimit-Limit", m.limit)
+		h.Set("X-RateLimit-Remaining", remaining)
+		h.Set("X-RateLimit-Reset", t)
+	}
+}
+
+// logAndServe is the default ErrorHandler: a store failure must not take the
+// service down with it.
+func (m *Middleware) logAndServe(_ http.ResponseWriter, r *http.Request, err error) bool {
+	level := slog.LevelError
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		level = slog.LevelDebug // the client went away; nothing failed
+	}
+	path := ""
+	if r.URL != nil {
+		path = r.URL.Path
+	}
+	m.logger.Log(r.Context(), level, "limitkit: rate limit not decided; request let through",
+		"policy", m.policyLabel, "method", r.Method, "path", path, "error", err)
+	return true
+}
+
+// RetryAfter converts a retry delay into the whole seconds of a Retry-After
+// header: rounded up, at least 1 (a client told 0 would retry at once and
+// be denied again).
+func RetryAfter(d time.Duration) int64 {
+	return max(seconds(d), 1)
+}
+
+// seconds rounds d up to whole seconds; negative durations count as 0.
+func seconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
+}
+
+// quote writes s as a structured-field String (RFC 8941): in double quotes,
+// with '"' and '\' escaped.
+func quote(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '"' || c == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+func tooManyRequests(w http.ResponseWriter, _ *http.Request) {
+	http.Error(w, "429 too many requests: retry after "+w.Header().Get("Retry-After")+" s", http.StatusTooManyRequests)
+}
+
+func missingKey(w http.ResponseWriter, _ *http.Request) {
+	http.Error(w, "400 bad request: the request does not say who is making it (no rate limit key)", http.StatusBadRequest)
+}

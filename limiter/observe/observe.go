@@ -1,0 +1,343 @@
+// Package observe reports what a limiter does: every decision (its policy,
+// outcome, latency and error, and whether a fallback made it), circuit
+// breaker state changes, and memory-store evictions of active keys.
+//
+// It works as a backend.Store wrapper, so the limiter needs no change:
+//
+//	obs := observe.Slog(logger) // or promobserve's Observer, or your own
+//	lim, _ := limiter.New(observe.Wrap(store, obs), cfg)
+//
+// Wrap the outermost store: wrapping a fallback store sees its Degraded
+// decisions, and its breaker changes come through
+// fallback.WithStateHook(obs.BreakerHook("redis")). Evictions are counted by
+// the memory store, not reported per call; WatchEvictions polls them.
+//
+// An Observer is a struct of optional funcs, like net/http/httptrace's
+// ClientTrace: set the ones you need. They run in the goroutine of the call
+// they describe, after it returns, so they must be quick and safe for
+// concurrent use; a slow observer slows every request.
+package observe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/fallback"
+)
+
+// Op names the store call a Decision describes.
+type Op string
+
+// The store calls.
+const (
+	// Take decides a request and consumes it when admitted.
+	Take Op = "take"
+	// TakeAll decides several requests together.
+	TakeAll Op = "take_all"
+	// Peek reports without consuming.
+	Peek Op = "peek"
+	// Reset forgets a key; Allowed is meaningless for it.
+	Reset Op = "reset"
+)
+
+// Decision describes one store call.
+type Decision struct {
+	// Op is the call.
+	Op Op
+	// Policy is the key prefix of the request: one per limit (for
+	// TakeAll, the prefix of the request that decided, see
+	// backend.Result.Rule).
+	Policy string
+	// Allowed reports an admitted request (false when Err is set).
+	Allowed bool
+	// Degraded reports a decision made by a fallback policy while the
+	// primary store was unavailable.
+	Degraded bool
+	// Cost is the units asked for (for TakeAll, the number of requests).
+	Cost int64
+	// Latency is how long the store call took.
+	Latency time.Duration
+	// Err is the call's error: the store failed or the request was
+	// invalid. A denial is not an error.
+	Err error
+}
+
+// Outcome classifies d as "allowed", "denied" or "error", the values of the
+// outcome label of metrics; a Reset that succeeded is "reset".
+func (d Decision) Outcome() string {
+	switch {
+	case d.Err != nil:
+		return "error"
+	case d.Op == Reset:
+		return "reset"
+	case d.Allowed:
+		return "allowed"
+	default:
+		return "denied"
+	}
+}
+
+// BreakerChange is a circuit breaker state change, named.
+type BreakerChange struct {
+	// Breaker names the breaker (the name given to BreakerHook).
+	Breaker string
+	fallback.StateChange
+}
+
+// Evictions reports keys a memory store evicted while they were still
+// inside their window: each got its full allowance back early.
+type Evictions struct {
+	// Store names the store (the name given to WatchEvictions).
+	Store string
+	// Active is the number evicted since the previous report.
+	Active uint64
+	// Total is the number evicted since the store was created.
+	Total uint64
+}
+
+// Observer receives what a limiter does. Nil funcs are skipped; the zero
+// Observer observes nothing.
+type Observer struct {
+	// OnDecision is called after every store call.
+	OnDecision func(Decision)
+	// OnBreakerChange is called on every breaker state change passed to
+	// a hook from BreakerHook.
+	OnBreakerChange func(BreakerChange)
+	// OnEvictions is called when an EvictionWatcher finds new active
+	// evictions.
+	OnEvictions func(Evictions)
+}
+
+// Join returns an Observer that passes everything to each of obs in turn,
+// so that logs and metrics can watch the same store.
+func Join(obs ...Observer) Observer {
+	var j Observer
+	var decisions []func(Decision)
+	var breakers []func(BreakerChange)
+	var evictions []func(Evictions)
+	for _, o := range obs {
+		if o.OnDecision != nil {
+			decisions = append(decisions, o.OnDecision)
+		}
+		if o.OnBreakerChange != nil {
+			breakers = append(breakers, o.OnBreakerChange)
+		}
+		if o.OnEvictions != nil {
+			evictions = append(evictions, o.OnEvictions)
+		}
+	}
+	if len(decisions) > 0 {
+		j.OnDecision = func(d Decision) {
+			for _, f := range decisions {
+				f(d)
+			}
+		}
+	}
+	if len(breakers) > 0 {
+		j.OnBreakerChange = func(c BreakerChange) {
+			for _, f := range breakers {
+				f(c)
+			}
+		}
+	}
+	if len(evictions) > 0 {
+		j.OnEvictions = func(e Evictions) {
+			for _, f := range evictions {
+				f(e)
+			}
+		}
+	}
+	return j
+}
+
+// BreakerHook returns a func for fallback.WithStateHook that reports the
+// breaker's changes under name:
+//
+//	fallback.New(redisStore, fallback.WithStateHook(obs.BreakerHook("redis")))
+func (o Observer) BreakerHook(name string) func(fallback.StateChange) {
+	return func(c fallback.StateChange) {
+		if o.OnBreakerChange != nil {
+			o.OnBreakerChange(BreakerChange{Breaker: name, StateChange: c})
+		}
+	}
+}
+
+// Wrap returns a Store that forwards every call to s and reports it to obs.
+// It returns nil for a nil s (limiter.New then reports the missing store).
+func Wrap(s backend.Store, obs Observer) backend.Store {
+	if s == nil {
+		return nil
+	}
+	return &store{Store: s, obs: obs}
+}
+
+// store embeds the wrapped Store so that it forwards every method of the
+// interface; the ones it observes are overridden below.
+type store struct {
+	backend.Store
+	obs Observer
+}
+
+var _ backend.Store = (*store)(nil)
+
+// Unwrap returns the wrapped store, for callers that need its own methods
+// (fallback.Store.Stats, memorystore.Store.Stats).
+func (s *store) Unwrap() backend.Store { return s.Store }
+
+// Take forwards to the wrapped store and reports the decision.
+func (s *store) Take(ctx context.Context, req backend.Request) (backend.Result, error) {
+	if s.obs.OnDecision == nil {
+		return s.Store.Take(ctx, req)
+	}
+	start := time.Now()
+	res, err := s.Store.Take(ctx, req)
+	s.report(Take, req.Key.Prefix, req.Cost, start, res, err)
+	return res, err
+}
+
+// Peek forwards to the wrapped store and reports the decision.
+func (s *store) Peek(ctx context.Context, req backend.Request) (backend.Result, error) {
+	if s.obs.OnDecision == nil {
+		return s.Store.Peek(ctx, req)
+	}
+	start := time.Now()
+	res, err := s.Store.Peek(ctx, req)
+	s.report(Peek, req.Key.Prefix, req.Cost, start, res, err)
+	return res, err
+}
+
+// Reset forwards to the wrapped store and reports the call.
+func (s *store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule) error {
+	if s.obs.OnDecision == nil {
+		return s.Store.Reset(ctx, key, rule)
+	}
+	start := time.Now()
+	err := s.Store.Reset(ctx, key, rule)
+	s.report(Reset, key.Prefix, 0, start, backend.Result{}, err)
+	return err
+}
+
+func (s *store) report(op Op, policy string, cost int64, start time.Time, res backend.Result, err error) {
+	s.obs.OnDecision(Decision{
+		Op:       op,
+		Policy:   policy,
+		Allowed:  err == nil && res.Allowed,
+		Degraded: err == nil && res.Degraded,
+		Cost:     cost,
+		Latency:  time.Since(start),
+		Err:      err,
+	})
+}
+
+// Unwrap returns the store s wraps, or s itself when Wrap did not make it.
+func Unwrap(s backend.Store) backend.Store {
+	if w, ok := s.(*store); ok {
+		return w.Store
+	}
+	return s
+}
+
+// EvictionWatcher reports a memory store's active evictions. The store only
+// counts them (memorystore.Store.Stats), so the watcher compares the count
+// with the previous one: call Check on your own schedule, or Run.
+type EvictionWatcher struct {
+	name  string
+	store *memorystore.Store
+	obs   Observer
+
+	mu   sync.Mutex
+	last uint64
+}
+
+// WatchEvictions returns a watcher of s's active evictions that reports to
+// obs under name. Evictions before the call are not reported.
+func WatchEvictions(name string, s *memorystore.Store, obs Observer) (*EvictionWatcher, error) {
+	if s == nil {
+		return nil, errors.New("observe: memory store is nil")
+	}
+	return &EvictionWatcher{name: name, store: s, obs: obs, last: s.Stats().ActiveEvictions}, nil
+}
+
+// Check reads the store's count and, when it grew since the last Check,
+// reports the growth to OnEvictions. It returns what it found, reported or
+// not. Stats locks each shard of the store in turn, so do not call it per
+// request.
+func (w *EvictionWatcher) Check() Evictions {
+	w.mu.Lock()
+	total := w.store.Stats().ActiveEvictions
+	e := Evictions{Store: w.name, Active: total - w.last, Total: total}
+	w.last = total
+	w.mu.Unlock()
+	if e.Active > 0 && w.obs.OnEvictions != nil {
+		w.obs.OnEvictions(e)
+	}
+	return e
+}
+
+// Run calls Check every interval until ctx ends, then returns ctx's error.
+// The interval must be positive.
+func (w *EvictionWatcher) Run(ctx context.Context, every time.Duration) error {
+	if every <= 0 {
+		return fmt.Errorf("observe: eviction check interval is %v; it must be positive", every)
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			w.Check()
+		}
+	}
+}
+
+// Slog returns an Observer that logs to l: store errors at Warn, decisions
+// at Debug (checked with Enabled first, so disabled debug logging costs
+// little), a breaker opening at Warn and its other changes at Info, and
+// active evictions at Warn. The fallback store already logs its breaker
+// changes; use this hook for them only if you do not use its logger. A nil l
+// logs to slog.Default().
+func Slog(l *slog.Logger) Observer {
+	if l == nil {
+		l = slog.Default()
+	}
+	return Observer{
+		OnDecision: func(d Decision) {
+			ctx := context.Background()
+			if d.Err != nil {
+				l.LogAttrs(ctx, slog.LevelWarn, "limitkit: store call failed",
+					slog.String("op", string(d.Op)), slog.String("policy", d.Policy),
+					slog.Duration("latency", d.Latency), slog.Any("error", d.Err))
+				return
+			}
+			if !l.Enabled(ctx, slog.LevelDebug) {
+				return
+			}
+			l.LogAttrs(ctx, slog.LevelDebug, "limitkit: decision",
+				slog.String("op", string(d.Op)), slog.String("policy", d.Policy),
+				slog.String("outcome", d.Outcome()), slog.Bool("degraded", d.Degraded),
+				slog.Int64("cost", d.Cost), slog.Duration("latency", d.Latency))
+		},
+		OnBreakerChange: func(c BreakerChange) {
+			level := slog.LevelInfo
+			if c.To == fallback.Open {
+				level = slog.LevelWarn
+			}
+			l.LogAttrs(context.Background(), level, "limitkit: circuit breaker state changed",
+				slog.String("breaker", c.Breaker), slog.String("from", string(c.From)), slog.String("to", string(c.To)))
+		},
+		OnEvictions: func(e Evictions) {
+			l.LogAttrs(context.Background(), slog.LevelWarn,
+				"limitkit: memory store evicted keys inside their window; raise memorystore.WithMaxKeys",
+				slog.String("store", e.Store), slog.Uint64("evicted", e.Active), slog.Uint64("total", e.Total))
+		},
+	}
+}

@@ -1,0 +1,203 @@
+// Package promobserve exports limitkit's observations as Prometheus metrics
+// (github.com/prometheus/client_golang).
+//
+// Wiring takes a few lines:
+//
+//	metrics, err := promobserve.New(prometheus.DefaultRegisterer)
+//	if err != nil { ... }
+//	guard, _ := fallback.New(redisStore, fallback.WithStateHook(metrics.BreakerHook("redis")))
+//	lim, _ := limiter.New(observe.Wrap(guard, metrics.Observer()), cfg)
+//	_ = metrics.WatchMemoryStore("local", memStore) // optional: a memory store's evictions
+//	http.Handle("/metrics", promhttp.Handler())
+//
+// The metrics (policy is the limit's key prefix; outcome is "allowed",
+// "denied" or "error"):
+//
+//	limitkit_decisions_total{policy,outcome}           counter: Take and TakeAll calls
+//	limitkit_degraded_decisions_total{policy,outcome}  counter: those decided by a fallback policy
+//	limitkit_decision_duration_seconds{policy}         histogram: their latency, errors included
+//	limitkit_breaker_state{breaker,state}              gauge: 1 for the breaker's current state
+//	                                                   ("closed", "half-open", "open"), 0 for the others
+//	limitkit_breaker_transitions_total{breaker,to}     counter: state changes
+//	limitkit_memorystore_active_evictions_total{store} counter: keys evicted inside their window
+//	limitkit_memorystore_keys{store}                   gauge: keys held
+//
+// Peek and Reset are not decisions and are not counted. Key prefixes are
+// few (one per limit), so the policy label stays small; do not put user
+// data in prefixes.
+package promobserve
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/fallback"
+	"github.com/limitkit/limitkit/limiter/observe"
+)
+
+// DefaultBuckets are the latency histogram's buckets, in seconds: from
+// 100 µs (a memory store decides in well under that) through Redis round
+// trips (a fraction of a millisecond to a few) to the fallback store's
+// default deadline of 100 ms and beyond.
+var DefaultBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
+
+// Metrics holds limitkit's Prometheus collectors. Build it with New; it is
+// safe for concurrent use.
+type Metrics struct {
+	decisions   *prometheus.CounterVec
+	degraded    *prometheus.CounterVec
+	latency     *prometheus.HistogramVec
+	breaker     *prometheus.GaugeVec
+	transitions *prometheus.CounterVec
+	stores      *storeCollector
+	obs         observe.Observer
+}
+
+// New creates the collectors and registers them with reg, such as
+// prometheus.DefaultRegisterer or a prometheus.NewRegistry(). It fails when
+// reg is nil or already holds limitkit's metrics.
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	if reg == nil {
+		return nil, errors.New("promobserve: registerer is nil; pass prometheus.DefaultRegisterer or a prometheus.NewRegistry()")
+	}
+	m := &Metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "limitkit_decisions_total",
+			Help: "Rate limit decisions, by policy (key prefix) and outcome (allowed, denied, error).",
+		}, []string{"policy", "outcome"}),
+		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "limitkit_degraded_decisions_total",
+			Help: "Decisions made by a fallback policy while the primary store was unavailable, by policy and outcome.",
+		}, []string{"policy", "outcome"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "limitkit_decision_duration_seconds",
+			Help:    "Time the store took to decide, errors included, by policy.",
+			Buckets: DefaultBuckets,
+		}, []string{"policy"}),
+		breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "limitkit_breaker_state",
+			Help: "1 for the circuit breaker's current state (closed, half-open, open), 0 for the others.",
+		}, []string{"breaker", "state"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "limitkit_breaker_transitions_total",
+			Help: "Circuit breaker state changes, by the state entered.",
+		}, []string{"breaker", "to"}),
+		stores: newStoreCollector(),
+	}
+	for _, c := range []prometheus.Collector{m.decisions, m.degraded, m.latency, m.breaker, m.transitions, m.stores} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("promobserve: register limitkit metrics: %w", err)
+		}
+	}
+	m.obs = observe.Observer{OnDecision: m.decision, OnBreakerChange: m.breakerChange}
+	return m, nil
+}
+
+// Observer returns the observer that feeds the metrics; pass it to
+// observe.Wrap (and observe.Join it with others if you like).
+func (m *Metrics) Observer() observe.Observer { return m.obs }
+
+// BreakerHook returns a func for fallback.WithStateHook that tracks the
+// breaker's state under name. The breaker is reported closed from this call
+// on, as a new fallback store's is, so call it once per breaker, when
+// creating it.
+func (m *Metrics) BreakerHook(name string) func(fallback.StateChange) {
+	m.setState(name, fallback.Closed)
+	return m.obs.BreakerHook(name)
+}
+
+// WatchMemoryStore exports s's key count and active evictions under name,
+// read from s.Stats() at each scrape. Names must be unique.
+func (m *Metrics) WatchMemoryStore(name string, s *memorystore.Store) error {
+	if s == nil {
+		return errors.New("promobserve: memory store is nil")
+	}
+	return m.stores.add(name, s)
+}
+
+func (m *Metrics) decision(d observe.Decision) {
+	if d.Op != observe.Take && d.Op != observe.TakeAll {
+		return
+	}
+	outcome := d.Outcome()
+	m.decisions.WithLabelValues(d.Policy, outcome).Inc()
+	if d.Degraded {
+		m.degraded.WithLabelValues(d.Policy, outcome).Inc()
+	}
+	m.latency.WithLabelValues(d.Policy).Observe(d.Latency.Seconds())
+}
+
+func (m *Metrics) breakerChange(c observe.BreakerChange) {
+	m.setState(c.Breaker, c.To)
+	m.transitions.WithLabelValues(c.Breaker, string(c.To)).Inc()
+}
+
+var states = []fallback.State{fallback.Closed, fallback.HalfOpen, fallback.Open}
+
+func (m *Metrics) setState(name string, to fallback.State) {
+	for _, s := range states {
+		v := 0.0
+		if s == to {
+			v = 1
+		}
+		m.breaker.WithLabelValues(name, string(s)).Set(v)
+	}
+}
+
+// storeCollector reads memory stores' statistics at scrape time.
+type storeCollector struct {
+	evictions, keys *prometheus.Desc
+
+	mu     sync.Mutex
+	names  []string
+	stores map[string]*memorystore.Store
+}
+
+func newStoreCollector() *storeCollector {
+	return &storeCollector{
+		evictions: prometheus.NewDesc("limitkit_memorystore_active_evictions_total",
+			"Keys a memory store evicted while still inside their window (each got its full allowance back); a steady rise means MaxKeys is too low.",
+			[]string{"store"}, nil),
+		keys: prometheus.NewDesc("limitkit_memorystore_keys",
+			"Keys a memory store holds, expired ones not yet reclaimed included.",
+			[]string{"store"}, nil),
+		stores: map[string]*memorystore.Store{},
+	}
+}
+
+func (c *storeCollector) add(name string, s *memorystore.Store) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, dup := c.stores[name]; dup {
+		return fmt.Errorf("promobserve: a memory store named %q is already watched; give each its own name", name)
+	}
+	c.stores[name] = s
+	c.names = append(c.names, name)
+	return nil
+}
+
+// Describe implements prometheus.Collector.
+func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.evictions
+	ch <- c.keys
+}
+
+// Collect implements prometheus.Collector: it reads each store's Stats.
+func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	names := append([]string(nil), c.names...)
+	stores := make([]*memorystore.Store, len(names))
+	for i, n := range names {
+		stores[i] = c.stores[n]
+	}
+	c.mu.Unlock()
+	for i, s := range stores {
+		st := s.Stats()
+		ch <- prometheus.MustNewConstMetric(c.evictions, prometheus.CounterValue, float64(st.ActiveEvictions), names[i])
+		ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(st.Keys), names[i])
+	}
+}
