@@ -515,6 +515,8 @@ func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 		r, isLocal := s.byPolicy(&req)
 		results[i] = r
 		if isLocal {
+			// Decided below; it does not deny on its own.
+			results[i] = backend.Result{Allowed: true, Limit: req.Rule.Limit, Remaining: req.Rule.Limit, Degraded: true}
 			local = append(local, req)
 			index = append(index, i)
 		}

@@ -63,3 +63,43 @@ func ExampleLimiter_Peek() {
 	// true 1
 	// true 1
 }
+
+func ExampleGuard() {
+	store, _ := memorystore.New()
+	fake := clock.NewFake(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	// 2 payments a minute, and at most 3 a day whatever happens to the
+	// minute's log.
+	lim, _ := limiter.New(store, limiter.Config{Limit: 2, Window: time.Minute, Prefix: "pay:",
+		Guard: &limiter.Guard{Limit: 3, Window: 24 * time.Hour}}, limiter.WithClock(fake))
+	ctx := context.Background()
+	for range 3 {
+		a, _ := lim.Allow(ctx, "acct-7")
+		b, _ := lim.Allow(ctx, "acct-7")
+		fmt.Printf("allowed=%v rule=%d, allowed=%v rule=%d\n", a.Allowed, a.Rule, b.Allowed, b.Rule)
+		fake.Advance(time.Minute)
+	}
+	// Output:
+	// allowed=true rule=0, allowed=true rule=0
+	// allowed=true rule=1, allowed=false rule=1
+	// allowed=false rule=1, allowed=false rule=1
+}
+
+func ExampleComposite() {
+	store, _ := memorystore.New()
+	fake := clock.NewFake(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	c, _ := limiter.NewComposite(store, []limiter.Config{
+		{Limit: 2, Window: time.Second, Prefix: "user:"},
+		{Limit: 3, Window: time.Second, Prefix: "tenant:"},
+	}, limiter.WithClock(fake))
+	ctx := context.Background()
+	for _, user := range []string{"ann", "ann", "ann", "bob", "bob"} {
+		d, _ := c.Allow(ctx, user, "acme")
+		fmt.Printf("%s allowed=%v rule=%d\n", user, d.Allowed, d.Rule)
+	}
+	// Output:
+	// ann allowed=true rule=0
+	// ann allowed=true rule=0
+	// ann allowed=false rule=0
+	// bob allowed=true rule=1
+	// bob allowed=false rule=1
+}
