@@ -30,6 +30,10 @@
 // X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset (delta
 // seconds, as t).
 //
+// A limiter with a guard (limiter.Config.Guard) lists both policies, the
+// guard's named after the main one with "-guard"; RateLimit describes the
+// one the decision names (the denying one, or the one with least left).
+//
 // Failures never become 500s by default: when the store cannot decide (Redis
 // down and no fallback store), the error is logged with log/slog and the
 // request is let through; WithErrorHandler changes that. Decisions a
@@ -188,6 +192,7 @@ type Middleware struct {
 	policy      string // RateLimit-Policy value
 	limit       string // X-RateLimit-Limit value
 	quotedName  string
+	guardName   string // the guard's policy name, quoted; "" without a guard
 	policyLabel string // the limiter's key prefix, for logs
 }
 
@@ -217,6 +222,11 @@ func New(lim *limiter.Limiter, opts ...Option) (*Middleware, error) {
 	cfg := lim.Config()
 	m.quotedName = quote(m.policyName)
 	m.policy = m.quotedName + ";q=" + strconv.FormatInt(cfg.Limit, 10) + ";w=" + strconv.FormatInt(max(seconds(cfg.Window), 1), 10)
+	if g := cfg.Guard; g != nil {
+		// The guard is a policy of its own, named after the main one.
+		m.guardName = quote(m.policyName + "-guard")
+		m.policy += ", " + m.guardName + ";q=" + strconv.FormatInt(g.Limit, 10) + ";w=" + strconv.FormatInt(max(seconds(g.Window), 1), 10)
+	}
 	m.limit = strconv.FormatInt(cfg.Limit, 10)
 	m.policyLabel = cfg.Prefix
 	return m, nil
@@ -283,12 +293,17 @@ func (m *Middleware) setHeaders(h http.Header, d limiter.Decision) {
 	if !d.Allowed {
 		t = strconv.FormatInt(RetryAfter(d.RetryAfter), 10)
 	}
+	// The decision describes the closer limit: the guard's, when it is.
+	name, limit := m.quotedName, m.limit
+	if d.Rule == limiter.GuardRule && m.guardName != "" {
+		name, limit = m.guardName, strconv.FormatInt(d.Limit, 10)
+	}
 	if m.headers&DraftHeaders != 0 {
 		h.Add("RateLimit-Policy", m.policy)
-		h.Add("RateLimit", m.quotedName+";r="+remaining+";t="+t)
+		h.Add("RateLimit", name+";r="+remaining+";t="+t)
 	}
 	if m.headers&XRateLimitHeaders != 0 {
-		h.Set("X-RateLimit-Limit", m.limit)
+		h.Set("X-RateLimit-Limit", limit)
 		h.Set("X-RateLimit-Remaining", remaining)
 		h.Set("X-RateLimit-Reset", t)
 	}

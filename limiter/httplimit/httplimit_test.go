@@ -427,3 +427,35 @@ func TestStacked(t *testing.T) {
 	assert.Equal(t, []string{`"client";r=2;t=60`, `"route";r=0;t=1`}, w.Header().Values("RateLimit"))
 	assert.Equal(t, "1", w.Header().Get("Retry-After"))
 }
+
+func TestGuardPolicyHeaders(t *testing.T) {
+	store, err := memorystore.New()
+	require.NoError(t, err)
+	fake := clock.NewFake(time.Date(2026, 1, 1, 12, 0, 30, 0, time.UTC))
+	lim, err := limiter.New(store, limiter.Config{Limit: 3, Window: time.Minute, Prefix: "g:",
+		Guard: &limiter.Guard{Limit: 4, Window: time.Hour}}, limiter.WithClock(fake))
+	require.NoError(t, err)
+	mw, err := New(lim, WithPolicyName("api"), WithHeaders(DraftHeaders|XRateLimitHeaders))
+	require.NoError(t, err)
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	get := func() *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.RemoteAddr = "192.0.2.1:1234"
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	rec := get()
+	require.Equal(t, `"api";q=3;w=60, "api-guard";q=4;w=3600`, rec.Header().Get("RateLimit-Policy"))
+	require.Equal(t, `"api";r=2;t=60`, rec.Header().Get("RateLimit"))
+	get()
+	fake.Advance(time.Minute)
+	get()
+	rec = get() // the guard's 4th and last: it has the least left
+	require.Equal(t, http.StatusOK, rec.Code)
+	require.Equal(t, `"api-guard";r=0;t=3510`, rec.Header().Get("RateLimit"))
+	require.Equal(t, "4", rec.Header().Get("X-RateLimit-Limit"))
+	rec = get()
+	require.Equal(t, http.StatusTooManyRequests, rec.Code)
+	require.Equal(t, "3510", rec.Header().Get("Retry-After"))
+}
