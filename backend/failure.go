@@ -103,3 +103,18 @@ func (p *FailurePolicy) UnmarshalText(b []byte) error {
 	*p = v
 	return nil
 }
+
+// OnShortAck says what a Redis store with replica acknowledgement (the
+// stores' WithReplicaAck) does with an admission that fewer replicas
+// acknowledged in time than it asked for.
+type OnShortAck uint8
+
+// The policies for admissions too few replicas acknowledged.
+const (
+	// DenyUnconfirmed gives the units back and denies the request, with
+	// Result.Unconfirmed set and RetryAfter the wait's timeout: an
+	// admission is reported only once replicas hold it.
+	DenyUnconfirmed OnShortAck = iota
+	// AdmitUnconfirmed admits the request with Result.Unconfirmed set.
+	AdmitUnconfirmed
+)

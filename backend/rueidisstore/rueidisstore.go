@@ -68,27 +68,14 @@ func WithServerTime() Option {
 	return func(c *config) { c.opts.ServerTime = true }
 }
 
-// OnShortAck says what happens to an admission fewer replicas acknowledged
-// in time than WithReplicaAck asks for.
-type OnShortAck = redisscript.OnShortAck
-
-// The policies for admissions too few replicas acknowledged.
-const (
-	// DenyUnconfirmed gives the units back and denies the request, with
-	// Result.Unconfirmed set and RetryAfter the wait's timeout.
-	DenyUnconfirmed = redisscript.DenyUnconfirmed
-	// AdmitUnconfirmed admits the request with Result.Unconfirmed set.
-	AdmitUnconfirmed = redisscript.AdmitUnconfirmed
-)
-
 // WithReplicaAck makes every admission wait until at least replicas
 // replicas acknowledged its writes (WAIT replicas timeout, sent with the
 // script in one batch on one connection), for limits that must survive a
 // failover. Admissions fewer replicas acknowledged within timeout are
-// decided by onShort. It needs a single-master client (standalone or
+// decided by onShort (backend.DenyUnconfirmed or backend.AdmitUnconfirmed). It needs a single-master client (standalone or
 // sentinel); New refuses cluster clients. Each admission costs up to
 // timeout more when replicas lag.
-func WithReplicaAck(replicas int, timeout time.Duration, onShort OnShortAck) Option {
+func WithReplicaAck(replicas int, timeout time.Duration, onShort backend.OnShortAck) Option {
 	return func(c *config) {
 		c.opts.Ack = redisscript.Ack{Replicas: replicas, Timeout: timeout, OnShort: onShort}
 	}

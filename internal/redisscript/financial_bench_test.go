@@ -41,7 +41,7 @@ func BenchmarkFinancial(b *testing.B) {
 					b.Cleanup(func() { _ = c.Close() })
 					var opts []goredisstore.Option
 					if v.ack {
-						opts = append(opts, goredisstore.WithReplicaAck(1, 100*time.Millisecond, goredisstore.DenyUnconfirmed))
+						opts = append(opts, goredisstore.WithReplicaAck(1, 100*time.Millisecond, backend.DenyUnconfirmed))
 					}
 					store, _ = goredisstore.New(c, opts...)
 				default:
@@ -52,7 +52,7 @@ func BenchmarkFinancial(b *testing.B) {
 					b.Cleanup(c.Close)
 					var opts []rueidisstore.Option
 					if v.ack {
-						opts = append(opts, rueidisstore.WithReplicaAck(1, 100*time.Millisecond, rueidisstore.DenyUnconfirmed))
+						opts = append(opts, rueidisstore.WithReplicaAck(1, 100*time.Millisecond, backend.DenyUnconfirmed))
 					}
 					store, _ = rueidisstore.New(c, opts...)
 				}

@@ -80,7 +80,7 @@ func TestGuardHoldsWhenThePrimaryLogIsLost(t *testing.T) {
 
 // ackStores returns a go-redis and a rueidis store on master with
 // replica-acknowledged admission.
-func ackStores(t *testing.T, master *redistest.Server, onShort redisscript.OnShortAck) map[string]backend.Store {
+func ackStores(t *testing.T, master *redistest.Server, onShort backend.OnShortAck) map[string]backend.Store {
 	t.Helper()
 	const wait = 300 * time.Millisecond
 	gc := redis.NewClient(&redis.Options{Addr: master.Addr(), ReadTimeout: 5 * time.Second})
@@ -112,8 +112,8 @@ func entries(t *testing.T, srv *redistest.Server, key string) int {
 func TestReplicaAcknowledgedAdmission(t *testing.T) {
 	master := redistest.Start(t)
 	replica := redistest.StartReplica(t, master)
-	deny := ackStores(t, master, redisscript.DenyUnconfirmed)
-	admit := ackStores(t, master, redisscript.AdmitUnconfirmed)
+	deny := ackStores(t, master, backend.DenyUnconfirmed)
+	admit := ackStores(t, master, backend.AdmitUnconfirmed)
 	rule := algorithms.Rule{Algorithm: algorithms.SlidingLog, Limit: 50, Window: time.Hour}
 	guard := algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 100, Window: 24 * time.Hour}
 	now := time.Now()
@@ -180,10 +180,10 @@ func TestReplicaAcknowledgedAdmission(t *testing.T) {
 func TestReplicaAckRefusesClusterClients(t *testing.T) {
 	gc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	t.Cleanup(func() { _ = gc.Close() })
-	_, err := goredisstore.New(gc, goredisstore.WithReplicaAck(1, time.Second, goredisstore.DenyUnconfirmed))
+	_, err := goredisstore.New(gc, goredisstore.WithReplicaAck(1, time.Second, backend.DenyUnconfirmed))
 	require.ErrorContains(t, err, "single-master")
 	_, err = goredisstore.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}),
-		goredisstore.WithReplicaAck(1, 0, goredisstore.DenyUnconfirmed))
+		goredisstore.WithReplicaAck(1, 0, backend.DenyUnconfirmed))
 	require.ErrorContains(t, err, "timeout")
 }
 

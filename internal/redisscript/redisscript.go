@@ -93,19 +93,6 @@ type Conn interface {
 	Cluster() bool
 }
 
-// OnShortAck says what happens to an admission that fewer replicas
-// acknowledged in time than Ack.Replicas.
-type OnShortAck uint8
-
-// The policies for admissions too few replicas acknowledged.
-const (
-	// DenyUnconfirmed gives the units back and denies the request (with
-	// Unconfirmed set): an admission is reported only once replicas hold it.
-	DenyUnconfirmed OnShortAck = iota
-	// AdmitUnconfirmed admits the request with Unconfirmed set.
-	AdmitUnconfirmed
-)
-
 // Ack configures replica-acknowledged admission. The zero value is off.
 type Ack struct {
 	// Replicas is how many replicas must acknowledge an admission; 0 is
@@ -114,7 +101,7 @@ type Ack struct {
 	// Timeout bounds the wait for them (WAIT's timeout).
 	Timeout time.Duration
 	// OnShort decides admissions fewer replicas acknowledged.
-	OnShort OnShortAck
+	OnShort backend.OnShortAck
 }
 
 // Options configures a Runner.
@@ -275,7 +262,7 @@ func (r *Runner) now(req *backend.Request) int64 {
 // admission was recorded, for a refund.
 func (r *Runner) take(ctx context.Context, req *backend.Request) (backend.Result, int64, error) {
 	res, at, err := r.single(ctx, req, algorithms.LuaTake, r.now(req), 0)
-	if err != nil || !res.Unconfirmed || r.opts.Ack.OnShort == AdmitUnconfirmed {
+	if err != nil || !res.Unconfirmed || r.opts.Ack.OnShort == backend.AdmitUnconfirmed {
 		return res, at, err
 	}
 	res, err = r.refuse(ctx, []backend.Request{*req}, []int64{at}, res)
@@ -359,7 +346,7 @@ func (r *Runner) takeTogether(ctx context.Context, reqs []backend.Request, keys 
 	res := backend.Combine(results)
 	if res.Allowed && acked < int64(r.opts.Ack.Replicas) {
 		res.Unconfirmed = true
-		if r.opts.Ack.OnShort == DenyUnconfirmed {
+		if r.opts.Ack.OnShort == backend.DenyUnconfirmed {
 			return r.refuse(ctx, reqs, ats, res)
 		}
 	}
