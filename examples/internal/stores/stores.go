@@ -3,51 +3,27 @@
 package stores
 
 import (
-	"fmt"
-
-	"github.com/redis/go-redis/v9"
-	"github.com/redis/rueidis"
+	"context"
 
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/backend/goredisstore"
-	"github.com/limitkit/limitkit/backend/rueidisstore"
+	"github.com/limitkit/limitkit/limiter/config"
 )
 
 // Clients lists the values of the -client flag.
 const Clients = "go-redis or rueidis"
 
-// Redis connects to the Redis server at url (redis://host:port/db) with the
-// named client library, "go-redis" or "rueidis", and returns a store over
-// it and a function that closes the client.
+// URLForms lists the Redis URLs -redis takes, for flag help texts.
+const URLForms = "redis://host:port/db, rediss://..., redis+cluster://host:port?addr=host2:port2, " +
+	"redis+sentinel://host:port?addr=host2:port2&master_name=NAME"
+
+// Redis connects to the Redis named by url, in any of the forms
+// limiter/config reads (a single server, a cluster, a sentinel group; see
+// URLForms), with the named client library, "go-redis" or "rueidis", and
+// returns a store over it and a function that closes the client.
 func Redis(url, client string) (backend.Store, func(), error) {
-	switch client {
-	case "go-redis":
-		opts, err := redis.ParseURL(url)
-		if err != nil {
-			return nil, nil, err
-		}
-		c := redis.NewClient(opts)
-		s, err := goredisstore.New(c)
-		if err != nil {
-			_ = c.Close()
-			return nil, nil, err
-		}
-		return s, func() { _ = c.Close() }, nil
-	case "rueidis":
-		opts, err := rueidis.ParseURL(url)
-		if err != nil {
-			return nil, nil, err
-		}
-		c, err := rueidis.NewClient(opts)
-		if err != nil {
-			return nil, nil, err
-		}
-		s, err := rueidisstore.New(c)
-		if err != nil {
-			c.Close()
-			return nil, nil, err
-		}
-		return s, c.Close, nil
+	s, closeFn, err := config.Backend{URL: url, Client: client}.Open(context.Background())
+	if err != nil {
+		return nil, nil, err
 	}
-	return nil, nil, fmt.Errorf("unknown client %q: use %s", client, Clients)
+	return s, func() { _ = closeFn() }, nil
 }

@@ -1,0 +1,604 @@
+// Package config builds a service's limiters from one file, so that limits
+// are changed by editing configuration rather than code.
+//
+// A file, YAML or JSON, names the backend by URL and declares named
+// policies, each a limiter.Config written with the same field names as
+// limiter.Config's JSON:
+//
+//	backend:
+//	  url: redis://127.0.0.1:6379/0   # or memory://, rediss://, redis+cluster://, redis+sentinel://
+//	  client: rueidis                 # or go-redis (the default)
+//	  fallback:                       # keep limiting while Redis is down (package fallback)
+//	    timeout: 50ms
+//	    on_failure: local:4
+//	policies:
+//	  login:
+//	    algorithm: sliding_log
+//	    limit: 5
+//	    window: 15m
+//	    on_failure: fail_open
+//	  payment:
+//	    limit: 10
+//	    window: 1m
+//	    on_failure: fail_closed
+//	    guard: {limit: 100, window: 24h}
+//
+// One call reads it and one builds every limiter:
+//
+//	cfg, err := config.Load("limits.yaml")
+//	if err != nil { ... } // limits.yaml:7: policies.login.window: "1 minute" is not a duration ...
+//	set, err := cfg.Build(ctx)
+//	if err != nil { ... }
+//	defer set.Close()
+//	login := set.Limiter("login")
+//
+// # Backend URLs
+//
+// The Redis URLs are read by the chosen client library's own parser, so
+// every query option that library documents works (dial_timeout=2s,
+// pool_size=20, ...):
+//
+//   - memory:// keeps the state in process (backend/memorystore);
+//     memory://?max_keys=100000 bounds its keys.
+//   - redis://[user:password@]host:port[/db] and rediss:// (TLS): one
+//     server. go-redis: redis.ParseURL; rueidis: rueidis.ParseURL.
+//   - redis+cluster://host1:port1?addr=host2:port2&addr=host3:port3 (and
+//     rediss+cluster://): Redis Cluster, seeded with every address given.
+//     go-redis: redis.ParseClusterURL; rueidis: rueidis.ParseURL.
+//   - redis+sentinel://sentinel1:26379[/db]?addr=sentinel2:26379&master_name=mymaster
+//     (and rediss+sentinel://): the master a group of sentinels monitors.
+//     go-redis: redis.ParseFailoverURL; rueidis: rueidis.ParseURL, with
+//     master_name passed as its master_set.
+//
+// The go-redis clients get ContextTimeoutEnabled, so that a fallback's
+// deadline also ends the call inside the client. Build does not contact
+// Redis with go-redis (the first decision does); rueidis connects in
+// Build and fails it when no server answers.
+//
+// # Policies
+//
+// A policy's fields and their defaults are limiter.Config's: algorithm
+// (sliding_log), limit and window (required), prefix, on_failure and guard
+// (limit, window, algorithm fixed_window, on_failure). Its prefix defaults
+// to limiter.DefaultPrefix + name + ":", so "login" keeps its keys under
+// "limitkit:login:"; two policies may not share a prefix.
+//
+// # Errors
+//
+// Every problem in a file is reported as an *Error that names the file, the
+// line and the field, such as
+//
+//	limits.yaml:7: policies.login.window: "1 minute" is not a duration; write it like "1m", "90s" or "500ms"
+//
+// and wraps limiter.ErrInvalidConfig. Unknown fields are errors, so a typo
+// does not silently leave a default in force.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/limiter"
+)
+
+// Format is the syntax of a configuration file.
+type Format string
+
+// The formats Parse reads.
+const (
+	YAML Format = "yaml"
+	JSON Format = "json"
+)
+
+// Client libraries for Redis, the values of backend.client.
+const (
+	GoRedis = "go-redis"
+	Rueidis = "rueidis"
+)
+
+// Config is a parsed configuration file: the backend and the policies. It
+// can also be written in Go and built the same way.
+type Config struct {
+	// Backend says where limiter state lives.
+	Backend Backend
+	// Policies are the named limits, in file order.
+	Policies []Policy
+
+	// file and lines locate fields for error messages; empty for a Config
+	// written in Go.
+	file  string
+	lines map[string]int
+}
+
+// Policy is one named limit.
+type Policy struct {
+	// Name identifies the limiter in Set.Limiter. It may hold letters,
+	// digits and "_-.:/".
+	Name string
+	// Config is the limit; an empty Prefix becomes
+	// limiter.DefaultPrefix + Name + ":".
+	Config limiter.Config
+}
+
+// Backend is the store the policies share.
+type Backend struct {
+	// URL names the store: memory://, redis://, rediss://,
+	// redis+cluster:// or redis+sentinel:// (see the package doc).
+	// Required.
+	URL string
+	// Client is the Redis client library, GoRedis (default) or Rueidis.
+	Client string
+	// ServerTime makes the Redis scripts decide at the server's clock
+	// (goredisstore.WithServerTime). Default false: the limiter's clock.
+	ServerTime bool
+	// ReplicaAck, when set, makes each admission wait for replicas
+	// (goredisstore.WithReplicaAck). Not for cluster URLs.
+	ReplicaAck *ReplicaAck
+	// Fallback, when set, wraps the Redis store with fallback.New so that
+	// limiting goes on while Redis is unavailable.
+	Fallback *Fallback
+}
+
+// ReplicaAck is the replica acknowledgement an admission waits for.
+type ReplicaAck struct {
+	// Replicas is how many replicas must acknowledge. Required, at least 1.
+	Replicas int
+	// Timeout bounds the wait. Required.
+	Timeout time.Duration
+	// OnShort is "deny" (default: give the units back and deny) or
+	// "admit" (admit, marked Unconfirmed) when fewer replicas acknowledged.
+	OnShort string
+}
+
+// Fallback configures fallback.New; zero fields keep its defaults.
+type Fallback struct {
+	// Timeout bounds each Redis call (default fallback.DefaultTimeout).
+	Timeout time.Duration
+	// FailureThreshold is the number of consecutive failures that opens
+	// the breaker (default fallback.DefaultFailureThreshold).
+	FailureThreshold int
+	// OpenTimeout is how long the breaker stays open before probing
+	// (default fallback.DefaultOpenTimeout).
+	OpenTimeout time.Duration
+	// Probes is the number of half-open probes (default
+	// fallback.DefaultProbes).
+	Probes int
+	// OnFailure is the policy of limits that set none (default "local").
+	OnFailure backend.FailurePolicy
+}
+
+// Error is what is wrong with a configuration, and where. It wraps
+// limiter.ErrInvalidConfig and, when there is one, the underlying cause.
+type Error struct {
+	// File is the file's path; empty for Parse.
+	File string
+	// Line is the 1-based line of the offending value; 0 when unknown.
+	Line int
+	// Field is the dotted path of the field, e.g. "policies.login.window";
+	// empty for syntax errors.
+	Field string
+	// Err says what is wrong.
+	Err error
+}
+
+// Error formats e as "file:line: field: problem".
+func (e *Error) Error() string {
+	var b strings.Builder
+	switch {
+	case e.File != "" && e.Line > 0:
+		fmt.Fprintf(&b, "%s:%d: ", e.File, e.Line)
+	case e.File != "":
+		b.WriteString(e.File + ": ")
+	case e.Line > 0:
+		fmt.Fprintf(&b, "line %d: ", e.Line)
+	}
+	if e.Field != "" {
+		b.WriteString(e.Field + ": ")
+	}
+	msg := "invalid"
+	if e.Err != nil {
+		msg = strings.TrimPrefix(e.Err.Error(), limiter.ErrInvalidConfig.Error()+": ")
+	}
+	b.WriteString(msg)
+	return b.String()
+}
+
+// Unwrap returns limiter.ErrInvalidConfig and the cause.
+func (e *Error) Unwrap() []error {
+	if e.Err == nil {
+		return []error{limiter.ErrInvalidConfig}
+	}
+	return []error{limiter.ErrInvalidConfig, e.Err}
+}
+
+// Load reads and validates the file at path; its extension picks the format
+// (.json is JSON, anything else YAML). Errors name the file and the line.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	format := YAML
+	if strings.EqualFold(filepath.Ext(path), ".json") {
+		format = JSON
+	}
+	return parse(data, format, path)
+}
+
+// Parse reads and validates a configuration in format. Errors name the
+// line ("line 7: policies.login.window: ...").
+func Parse(data []byte, format Format) (*Config, error) {
+	return parse(data, format, "")
+}
+
+func parse(data []byte, format Format, file string) (*Config, error) {
+	var (
+		root *node
+		err  error
+	)
+	switch format {
+	case YAML:
+		root, err = parseYAML(data)
+	case JSON:
+		root, err = parseJSON(data)
+	default:
+		err = &Error{Err: fmt.Errorf("unknown format %q; use %q or %q", string(format), YAML, JSON)}
+	}
+	if err == nil {
+		cfg := &Config{file: file, lines: map[string]int{}}
+		if err = cfg.decode(root); err == nil {
+			if err = cfg.Validate(); err == nil {
+				return cfg, nil
+			}
+		}
+	}
+	var e *Error
+	if errors.As(err, &e) && e.File == "" {
+		e.File = file
+	}
+	return nil, err
+}
+
+// Policy returns the policy named name.
+func (c *Config) Policy(name string) (limiter.Config, bool) {
+	for _, p := range c.Policies {
+		if p.Name == name {
+			return p.Config, true
+		}
+	}
+	return limiter.Config{}, false
+}
+
+// fieldError returns an Error for field, at the line the file gave it.
+func (c *Config) fieldError(field string, err error) *Error {
+	return &Error{File: c.file, Line: c.fieldLine(field), Field: field, Err: err}
+}
+
+// decoder walks a parsed file into a Config, recording each field's line.
+type decoder struct{ c *Config }
+
+func (c *Config) decode(root *node) error {
+	d := decoder{c}
+	fields, err := d.mapping(root, "")
+	if err != nil {
+		return err
+	}
+	seen := false
+	for _, f := range fields {
+		switch f.key {
+		case "backend":
+			if err := d.backend(f.val, "backend"); err != nil {
+				return err
+			}
+		case "policies":
+			seen = true
+			if err := d.policies(f.val, "policies"); err != nil {
+				return err
+			}
+		default:
+			return d.unknown(f, "", "backend, policies")
+		}
+	}
+	if !seen {
+		return &Error{Field: "policies", Err: errors.New("missing; declare at least one policy")}
+	}
+	return nil
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func (d decoder) unknown(f pair, path, known string) error {
+	return &Error{Line: f.keyLine, Field: join(path, f.key), Err: fmt.Errorf("unknown field; the fields here are %s", known)}
+}
+
+// mapping checks n is a mapping without duplicate keys and records its
+// line. A null value counts as an empty mapping.
+func (d decoder) mapping(n *node, path string) ([]pair, error) {
+	if path != "" {
+		d.c.lines[path] = n.line
+	}
+	if n.kind == scalarNode && n.tag == nullTag {
+		return nil, nil
+	}
+	if n.kind != mapNode {
+		return nil, &Error{Line: n.line, Field: path, Err: fmt.Errorf("%s is not a mapping of fields", describe(n))}
+	}
+	for i, p := range n.pairs {
+		for _, q := range n.pairs[:i] {
+			if q.key == p.key {
+				return nil, &Error{Line: p.keyLine, Field: join(path, p.key), Err: fmt.Errorf("given twice (also on line %d)", q.keyLine)}
+			}
+		}
+	}
+	return n.pairs, nil
+}
+
+func describe(n *node) string {
+	switch n.kind {
+	case mapNode:
+		return "a mapping"
+	case seqNode:
+		return "a list"
+	}
+	if n.tag == nullTag {
+		return "an empty value"
+	}
+	return strconv.Quote(n.value)
+}
+
+// scalar checks n is a non-null scalar and records its line.
+func (d decoder) scalar(n *node, path string) error {
+	d.c.lines[path] = n.line
+	if n.kind != scalarNode || n.tag == nullTag {
+		return &Error{Line: n.line, Field: path, Err: fmt.Errorf("%s where a value is expected", describe(n))}
+	}
+	return nil
+}
+
+func (d decoder) str(n *node, path string) (string, error) {
+	if err := d.scalar(n, path); err != nil {
+		return "", err
+	}
+	if n.tag != strTag {
+		return "", &Error{Line: n.line, Field: path, Err: fmt.Errorf("%s is not a string; quote it", n.value)}
+	}
+	return n.value, nil
+}
+
+func (d decoder) int64(n *node, path string) (int64, error) {
+	if err := d.scalar(n, path); err != nil {
+		return 0, err
+	}
+	if n.tag == intTag {
+		if v, err := strconv.ParseInt(strings.ReplaceAll(n.value, "_", ""), 0, 64); err == nil {
+			return v, nil
+		}
+	}
+	return 0, &Error{Line: n.line, Field: path, Err: fmt.Errorf("%s is not a whole number", strconv.Quote(n.value))}
+}
+
+func (d decoder) int(n *node, path string) (int, error) {
+	v, err := d.int64(n, path)
+	if err == nil && (v < -1<<31 || v > 1<<31-1) {
+		return 0, &Error{Line: n.line, Field: path, Err: fmt.Errorf("%d is out of range", v)}
+	}
+	return int(v), err
+}
+
+func (d decoder) bool(n *node, path string) (bool, error) {
+	if err := d.scalar(n, path); err != nil {
+		return false, err
+	}
+	if n.tag != boolTag {
+		return false, &Error{Line: n.line, Field: path, Err: fmt.Errorf("%s is not true or false", strconv.Quote(n.value))}
+	}
+	return n.value == "true", nil
+}
+
+func (d decoder) duration(n *node, path string) (time.Duration, error) {
+	if err := d.scalar(n, path); err != nil {
+		return 0, err
+	}
+	v, err := time.ParseDuration(n.value)
+	if n.tag != strTag || err != nil {
+		return 0, &Error{Line: n.line, Field: path,
+			Err: fmt.Errorf("%s is not a duration; write it like \"1m\", \"90s\" or \"500ms\"", strconv.Quote(n.value))}
+	}
+	return v, nil
+}
+
+func (d decoder) failurePolicy(n *node, path string) (backend.FailurePolicy, error) {
+	s, err := d.str(n, path)
+	if err != nil {
+		return backend.FailurePolicy{}, err
+	}
+	p, err := backend.ParseFailurePolicy(s)
+	if err != nil {
+		return p, &Error{Line: n.line, Field: path, Err: err}
+	}
+	return p, nil
+}
+
+const backendFields = "url, client, server_time, replica_ack, fallback"
+
+func (d decoder) backend(n *node, path string) error {
+	fields, err := d.mapping(n, path)
+	if err != nil {
+		return err
+	}
+	b := &d.c.Backend
+	for _, f := range fields {
+		p := join(path, f.key)
+		switch f.key {
+		case "url":
+			b.URL, err = d.str(f.val, p)
+		case "client":
+			b.Client, err = d.str(f.val, p)
+		case "server_time":
+			b.ServerTime, err = d.bool(f.val, p)
+		case "replica_ack":
+			b.ReplicaAck, err = d.replicaAck(f.val, p)
+		case "fallback":
+			b.Fallback, err = d.fallback(f.val, p)
+		default:
+			err = d.unknown(f, path, backendFields)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d decoder) replicaAck(n *node, path string) (*ReplicaAck, error) {
+	fields, err := d.mapping(n, path)
+	if err != nil {
+		return nil, err
+	}
+	a := &ReplicaAck{}
+	for _, f := range fields {
+		p := join(path, f.key)
+		switch f.key {
+		case "replicas":
+			a.Replicas, err = d.int(f.val, p)
+		case "timeout":
+			a.Timeout, err = d.duration(f.val, p)
+		case "on_short":
+			a.OnShort, err = d.str(f.val, p)
+		default:
+			err = d.unknown(f, path, "replicas, timeout, on_short")
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+func (d decoder) fallback(n *node, path string) (*Fallback, error) {
+	fields, err := d.mapping(n, path)
+	if err != nil {
+		return nil, err
+	}
+	fb := &Fallback{}
+	for _, f := range fields {
+		p := join(path, f.key)
+		switch f.key {
+		case "timeout":
+			fb.Timeout, err = d.duration(f.val, p)
+		case "failure_threshold":
+			fb.FailureThreshold, err = d.int(f.val, p)
+		case "open_timeout":
+			fb.OpenTimeout, err = d.duration(f.val, p)
+		case "probes":
+			fb.Probes, err = d.int(f.val, p)
+		case "on_failure":
+			fb.OnFailure, err = d.failurePolicy(f.val, p)
+		default:
+			err = d.unknown(f, path, "timeout, failure_threshold, open_timeout, probes, on_failure")
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return fb, nil
+}
+
+func (d decoder) policies(n *node, path string) error {
+	fields, err := d.mapping(n, path)
+	if err != nil {
+		return err
+	}
+	for _, f := range fields {
+		p := join(path, f.key)
+		cfg, err := d.policy(f.val, p)
+		if err != nil {
+			return err
+		}
+		d.c.lines[p] = f.keyLine
+		if cfg.Prefix == "" && validName(f.key) == nil {
+			cfg.Prefix = policyPrefix(f.key, cfg)
+		}
+		d.c.Policies = append(d.c.Policies, Policy{Name: f.key, Config: cfg})
+	}
+	return nil
+}
+
+const (
+	ruleFields   = "algorithm, limit, window, on_failure"
+	policyFields = "algorithm, limit, window, prefix, on_failure, guard"
+)
+
+func (d decoder) policy(n *node, path string) (limiter.Config, error) {
+	var c limiter.Config
+	fields, err := d.mapping(n, path)
+	if err != nil {
+		return c, err
+	}
+	for _, f := range fields {
+		p := join(path, f.key)
+		switch f.key {
+		case "algorithm":
+			var s string
+			s, err = d.str(f.val, p)
+			c.Algorithm = algorithms.Name(s)
+		case "limit":
+			c.Limit, err = d.int64(f.val, p)
+		case "window":
+			c.Window, err = d.duration(f.val, p)
+		case "prefix":
+			c.Prefix, err = d.str(f.val, p)
+		case "on_failure":
+			c.OnFailure, err = d.failurePolicy(f.val, p)
+		case "guard":
+			c.Guard, err = d.guard(f.val, p)
+		default:
+			err = d.unknown(f, path, policyFields)
+		}
+		if err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+func (d decoder) guard(n *node, path string) (*limiter.Guard, error) {
+	fields, err := d.mapping(n, path)
+	if err != nil {
+		return nil, err
+	}
+	g := &limiter.Guard{}
+	for _, f := range fields {
+		p := join(path, f.key)
+		switch f.key {
+		case "algorithm":
+			var s string
+			s, err = d.str(f.val, p)
+			g.Algorithm = algorithms.Name(s)
+		case "limit":
+			g.Limit, err = d.int64(f.val, p)
+		case "window":
+			g.Window, err = d.duration(f.val, p)
+		case "on_failure":
+			g.OnFailure, err = d.failurePolicy(f.val, p)
+		default:
+			err = d.unknown(f, path, ruleFields)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
+}
