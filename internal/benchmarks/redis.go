@@ -1,0 +1,207 @@
+package benchmarks
+
+import (
+	"context"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+	"github.com/throttled/throttled/v2"
+	throttledredis "github.com/throttled/throttled/v2/store/goredisstore.v9"
+	ulule "github.com/ulule/limiter/v3"
+	uleredis "github.com/ulule/limiter/v3/drivers/store/redis"
+
+	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/backend/goredisstore"
+	"github.com/limitkit/limitkit/backend/rueidisstore"
+)
+
+// TrivialScript is the script of the EVALSHA floor: the cheapest script
+// call there is.
+const TrivialScript = "return 1"
+
+// GoRedisOptions returns the go-redis client options every go-redis based
+// contender uses: the library's defaults (so a pool of 10 connections per
+// GOMAXPROCS), as most services run it.
+func GoRedisOptions(addr string) *redis.Options {
+	return &redis.Options{Addr: addr}
+}
+
+// RueidisOptions returns the rueidis client options of the rueidis based
+// contenders: the defaults (auto-pipelining on).
+func RueidisOptions(addr string) rueidis.ClientOption {
+	return rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true}
+}
+
+// RedisContenders lists the contenders that keep state in the Redis server
+// at addr: limitkit's go-redis and rueidis stores for each algorithm in
+// algorithms.Names, the peers with Redis stores, floors (INCR and the
+// trivial script through each client), and in Group "experiment" client
+// settings other than the defaults (see Experiments). Each New opens its
+// own client and its release closes it.
+func RedisContenders(addr string) []Contender {
+	var cs []Contender
+	for _, alg := range algorithms.Names() {
+		cs = append(cs,
+			Contender{Name: "limitkit rueidis " + string(alg), Group: "limitkit", Algorithm: alg,
+				New: func(w Workload) (Decider, func(), error) { return limitkitRueidis(addr, w, alg) }},
+			Contender{Name: "limitkit go-redis " + string(alg), Group: "limitkit", Algorithm: alg,
+				New: func(w Workload) (Decider, func(), error) { return limitkitGoRedis(addr, w, alg) }},
+		)
+	}
+	return append(cs,
+		Contender{Name: "go-redis/redis_rate", Group: "peer", New: func(w Workload) (Decider, func(), error) { return redisRate(addr, w) }},
+		Contender{Name: "ulule/limiter redis", Group: "peer", New: func(w Workload) (Decider, func(), error) { return ululeRedis(addr, w) }},
+		Contender{Name: "throttled goredisstore.v9", Group: "peer", New: func(w Workload) (Decider, func(), error) { return throttledRedis(addr, w) }},
+		Contender{Name: "floor rueidis INCR", Group: "floor", New: func(Workload) (Decider, func(), error) { return rueidisFloor(addr, false) }},
+		Contender{Name: "floor rueidis EVALSHA " + TrivialScript, Group: "floor", New: func(Workload) (Decider, func(), error) { return rueidisFloor(addr, true) }},
+		Contender{Name: "floor go-redis INCR", Group: "floor", New: func(Workload) (Decider, func(), error) { return goRedisFloor(addr, false) }},
+		Contender{Name: "floor go-redis EVALSHA " + TrivialScript, Group: "floor", New: func(Workload) (Decider, func(), error) { return goRedisFloor(addr, true) }},
+		Contender{Name: "limitkit rueidis sliding_log, MaxFlushDelay 20µs", Group: "experiment", Algorithm: algorithms.SlidingLog,
+			New: func(w Workload) (Decider, func(), error) {
+				o := RueidisOptions(addr)
+				o.MaxFlushDelay = 20 * time.Microsecond
+				return limitkitRueidisWith(o, w, algorithms.SlidingLog)
+			}},
+		Contender{Name: "limitkit go-redis sliding_log, PoolSize 64", Group: "experiment", Algorithm: algorithms.SlidingLog,
+			New: func(w Workload) (Decider, func(), error) {
+				o := GoRedisOptions(addr)
+				o.PoolSize = 64
+				return limitkitGoRedisWith(o, w, algorithms.SlidingLog)
+			}},
+		Contender{Name: "go-redis/redis_rate, PoolSize 64", Group: "experiment",
+			New: func(w Workload) (Decider, func(), error) {
+				o := GoRedisOptions(addr)
+				o.PoolSize = 64
+				return redisRateWith(o, w)
+			}},
+	)
+}
+
+// storeDecider decides through a limitkit store, stamping each request
+// with time.Now as limiter.Limiter does.
+func storeDecider(s backend.Store, w Workload, alg algorithms.Name) Decider {
+	rule := w.Rule(alg)
+	return func(ctx context.Context, id string) (bool, error) {
+		res, err := s.Take(ctx, backend.Request{Key: backend.Key{Prefix: "bench:", ID: id}, Rule: rule, Now: time.Now(), Cost: 1})
+		return res.Allowed, err
+	}
+}
+
+func limitkitRueidis(addr string, w Workload, alg algorithms.Name) (Decider, func(), error) {
+	return limitkitRueidisWith(RueidisOptions(addr), w, alg)
+}
+
+func limitkitRueidisWith(o rueidis.ClientOption, w Workload, alg algorithms.Name) (Decider, func(), error) {
+	c, err := rueidis.NewClient(o)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := rueidisstore.New(c)
+	if err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	return storeDecider(s, w, alg), c.Close, nil
+}
+
+func limitkitGoRedis(addr string, w Workload, alg algorithms.Name) (Decider, func(), error) {
+	return limitkitGoRedisWith(GoRedisOptions(addr), w, alg)
+}
+
+func limitkitGoRedisWith(o *redis.Options, w Workload, alg algorithms.Name) (Decider, func(), error) {
+	c := redis.NewClient(o)
+	s, err := goredisstore.New(c)
+	if err != nil {
+		_ = c.Close()
+		return nil, nil, err
+	}
+	return storeDecider(s, w, alg), func() { _ = c.Close() }, nil
+}
+
+func redisRate(addr string, w Workload) (Decider, func(), error) {
+	return redisRateWith(GoRedisOptions(addr), w)
+}
+
+func redisRateWith(o *redis.Options, w Workload) (Decider, func(), error) {
+	c := redis.NewClient(o)
+	l := redis_rate.NewLimiter(c)
+	limit := redis_rate.Limit{Rate: NeverDenyRate, Burst: NeverDenyRate, Period: time.Second}
+	if w.Deny {
+		limit = redis_rate.PerHour(1)
+	}
+	return func(ctx context.Context, id string) (bool, error) {
+		res, err := l.Allow(ctx, id, limit)
+		if err != nil {
+			return false, err
+		}
+		return res.Allowed > 0, nil
+	}, func() { _ = c.Close() }, nil
+}
+
+func ululeRedis(addr string, w Workload) (Decider, func(), error) {
+	c := redis.NewClient(GoRedisOptions(addr))
+	s, err := uleredis.NewStoreWithOptions(c, ulule.StoreOptions{Prefix: "ulule"})
+	if err != nil {
+		_ = c.Close()
+		return nil, nil, err
+	}
+	return ululeDecider(ulule.New(s, ululeRate(w))), func() { _ = c.Close() }, nil
+}
+
+func throttledRedis(addr string, w Workload) (Decider, func(), error) {
+	c := redis.NewClient(GoRedisOptions(addr))
+	st, err := throttledredis.NewCtx(c, "throttled:")
+	if err != nil {
+		_ = c.Close()
+		return nil, nil, err
+	}
+	l, err := throttled.NewGCRARateLimiterCtx(st, throttledQuota(w))
+	if err != nil {
+		_ = c.Close()
+		return nil, nil, err
+	}
+	return throttledDecider(l), func() { _ = c.Close() }, nil
+}
+
+// floorKey is the key a floor touches for id, hash-tagged like limitkit's.
+func floorKey(id string) string { return "floor:{" + id + "}" }
+
+func rueidisFloor(addr string, script bool) (Decider, func(), error) {
+	c, err := rueidis.NewClient(RueidisOptions(addr))
+	if err != nil {
+		return nil, nil, err
+	}
+	if !script {
+		return func(ctx context.Context, id string) (bool, error) {
+			return true, c.Do(ctx, c.B().Incr().Key(floorKey(id)).Build()).Error()
+		}, c.Close, nil
+	}
+	sha, err := c.Do(context.Background(), c.B().ScriptLoad().Script(TrivialScript).Build()).ToString()
+	if err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	return func(ctx context.Context, id string) (bool, error) {
+		return true, c.Do(ctx, c.B().Evalsha().Sha1(sha).Numkeys(1).Key(floorKey(id)).Build()).Error()
+	}, c.Close, nil
+}
+
+func goRedisFloor(addr string, script bool) (Decider, func(), error) {
+	c := redis.NewClient(GoRedisOptions(addr))
+	if !script {
+		return func(ctx context.Context, id string) (bool, error) {
+			return true, c.Incr(ctx, floorKey(id)).Err()
+		}, func() { _ = c.Close() }, nil
+	}
+	sha, err := c.ScriptLoad(context.Background(), TrivialScript).Result()
+	if err != nil {
+		_ = c.Close()
+		return nil, nil, err
+	}
+	return func(ctx context.Context, id string) (bool, error) {
+		return true, c.EvalSha(ctx, sha, []string{floorKey(id)}).Err()
+	}, func() { _ = c.Close() }, nil
+}
