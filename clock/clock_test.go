@@ -1,6 +1,7 @@
 package clock_test
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -73,5 +74,36 @@ func TestAfterOnSystemClockUsesRealTime(t *testing.T) {
 	case <-clock.After(clock.System, time.Millisecond):
 	case <-time.After(time.Minute):
 		t.Fatal("system After never fired")
+	}
+}
+
+func TestCoarse(t *testing.T) {
+	_, err := clock.NewCoarse(t.Context(), time.Microsecond)
+	require.Error(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	c, err := clock.NewCoarse(ctx, time.Millisecond)
+	require.NoError(t, err)
+	first := c.Now()
+	require.WithinDuration(t, time.Now(), first, time.Second)
+	// It moves on its own: wait (bounded) for a refresh.
+	deadline := time.Now().Add(5 * time.Second)
+	for !c.Now().After(first) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	require.True(t, c.Now().After(first), "the coarse clock never refreshed")
+}
+
+func BenchmarkCoarseNow(b *testing.B) {
+	c, err := clock.NewCoarse(b.Context(), time.Millisecond)
+	require.NoError(b, err)
+	for b.Loop() {
+		_ = c.Now()
+	}
+}
+
+func BenchmarkTimeNow(b *testing.B) {
+	for b.Loop() {
+		_ = time.Now()
 	}
 }
