@@ -32,11 +32,27 @@ var slidingCounterBody string
 //go:embed fixed_window.lua
 var fixedWindowBody string
 
-// luaBodies maps each algorithm to its body, in the order of Names.
+//go:embed loglib.lua
+var logLib string
+
+//go:embed compact_log.lua
+var compactLogBody string
+
+//go:embed two_level.lua
+var twoLevelBody string
+
+//go:embed gcra.lua
+var gcraBody string
+
+// luaBodies maps each algorithm to its body. The string logs share their
+// helpers (loglib.lua).
 var luaBodies = map[Name]string{
 	SlidingLog:     slidingLogBody,
 	SlidingCounter: slidingCounterBody,
 	FixedWindow:    fixedWindowBody,
+	CompactLog:     logLib + compactLogBody,
+	TwoLevel:       logLib + twoLevelBody,
+	GCRA:           gcraBody,
 }
 
 // luaStep wraps an algorithm's body as the local function fn.

@@ -16,6 +16,7 @@ func TestLuaScripts(t *testing.T) {
 		require.NoError(t, err)
 		require.Contains(t, src, "limitkit "+map[Name]string{
 			SlidingLog: "sliding window log", SlidingCounter: "sliding window counter", FixedWindow: "fixed window",
+			CompactLog: "compact sliding window log", TwoLevel: "two-level limiting", GCRA: "GCRA (token bucket)",
 		}[name])
 		m := margin.FindStringSubmatch(src)
 		require.NotNil(t, m, "%s: no EXPIRY_MARGIN_MS", name)

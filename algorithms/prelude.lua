@@ -8,8 +8,9 @@
 -- writes, so it runs under EVALSHA_RO); refund: give back cost units a take
 -- admitted, named by at (the fifth value of that take's reply), then report
 -- as a peek. It returns {allowed (0/1), remaining, retry_after_ms,
--- reset_after_ms, at}: at is where an admission was recorded (the sliding
--- log's timestamp, the counters' window start). Every value stays an integer
+-- reset_after_ms, at}: at is where an admission was recorded (the logs'
+-- timestamp, the counters' window start, GCRA's admission time; see
+-- Rule.ChargedAt). Every value stays an integer
 -- below 2^53, exact in a Lua number; numbers sent to Redis are formatted
 -- with %d, never tostring (%.14g).
 

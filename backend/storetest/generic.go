@@ -226,9 +226,9 @@ func hostileIDs(c *checker, rule algorithms.Rule) {
 func largeValues(c *checker, rule algorithms.Rule) {
 	rule.Limit = algorithms.MaxLimit
 	rule.Window = algorithms.MaxWindow
-	if rule.Algorithm == algorithms.SlidingLog {
-		rule.Limit = algorithms.MaxSlidingLogLimit
-		rule.Window = time.Hour
+	if bound := rule.LimitBound(); bound < rule.Limit {
+		// The logs' memory and GCRA's arithmetic bound their limits.
+		rule.Limit = bound
 	}
 	got, ok := c.take("k", rule, at, rule.Limit-1)
 	if !ok || got.Remaining != 1 || !got.Allowed {

@@ -33,32 +33,79 @@ const (
 	s  = time.Second
 )
 
-// tableCases are the semantics written out by hand, for a limit of 3 per 10 s.
-// Offsets are from base, which starts a fixed window.
+// slidingLogSteps are the sliding log's table; CompactLog decides the same.
+var slidingLogSteps = []step{
+	take(0, 1, true, 2, 0, 10*s),
+	take(0, 1, true, 1, 0, 10*s),
+	take(1*s, 1, true, 0, 0, 10*s),
+	// Full: the oldest entry (at 0) slides out at 10 s.
+	take(2*s, 1, false, 0, 8*s, 9*s),
+	peek(2*s, 1, false, 0, 8*s, 9*s),
+	take(9999*ms, 1, false, 0, 1*ms, 1001*ms),
+	// Boundary: entries at now-window have slid out.
+	take(10*s, 1, true, 1, 0, 10*s),
+	// Cost 2 needs one more slot: the entry at 1 s leaves at 11 s.
+	take(10*s, 2, false, 1, 1*s, 10*s),
+	peek(10*s, 1, true, 1, 0, 10*s),
+	take(11*s, 2, true, 0, 0, 10*s),
+	// Cost 3 needs all three: the newest (11 s) leaves at 21 s.
+	take(12*s, 3, false, 0, 9*s, 9*s),
+	peek(25*s, 1, true, 3, 0, 0),
+}
+
+// tableCases are the semantics written out by hand, for a limit of 3 per 10 s
+// unless a table says otherwise. Offsets are from base, which starts a fixed
+// window.
 func tableCases() []testCase {
 	tables := []struct {
 		alg   algorithms.Name
+		limit int64
 		steps []step
 	}{
-		{algorithms.SlidingLog, []step{
-			take(0, 1, true, 2, 0, 10*s),
-			take(0, 1, true, 1, 0, 10*s),
-			take(1*s, 1, true, 0, 0, 10*s),
-			// Full: the oldest entry (at 0) slides out at 10 s.
-			take(2*s, 1, false, 0, 8*s, 9*s),
-			peek(2*s, 1, false, 0, 8*s, 9*s),
-			take(9999*ms, 1, false, 0, 1*ms, 1001*ms),
-			// Boundary: entries at now-window have slid out.
-			take(10*s, 1, true, 1, 0, 10*s),
-			// Cost 2 needs one more slot: the entry at 1 s leaves at 11 s.
-			take(10*s, 2, false, 1, 1*s, 10*s),
-			peek(10*s, 1, true, 1, 0, 10*s),
-			take(11*s, 2, true, 0, 0, 10*s),
-			// Cost 3 needs all three: the newest (11 s) leaves at 21 s.
-			take(12*s, 3, false, 0, 9*s, 9*s),
-			peek(25*s, 1, true, 3, 0, 0),
+		{algorithms.SlidingLog, 3, slidingLogSteps},
+		{algorithms.CompactLog, 3, slidingLogSteps},
+		{algorithms.TwoLevel, 4, []step{
+			// Light while each aligned window holds at most 4/2 = 2.
+			take(1*s, 1, true, 3, 0, 10*s),
+			take(4*s, 1, true, 2, 0, 10*s),
+			// A third unit in the window: the key turns heavy, its log
+			// seeded with both units at the window's newest time, 4 s.
+			take(5*s, 1, true, 1, 0, 10*s),
+			take(6*s, 1, true, 0, 0, 10*s),
+			// The unit taken at 1 s is seeded at 4 s, so it counts until
+			// 14 s: the exact log would admit this request, the two-level
+			// limiter waits for the seeds to slide out.
+			take(11500*ms, 1, false, 0, 2500*ms, 4500*ms),
+			peek(11500*ms, 1, false, 0, 2500*ms, 4500*ms),
+			take(14*s, 1, true, 1, 0, 10*s),
+			// Nothing since 14 s in the window of 31 s or the one before:
+			// light again, the log dropped.
+			take(31*s, 1, true, 3, 0, 10*s),
+			// Stamped before the window (30 s): charged to its start,
+			// the newest time stays 31 s.
+			take(29*s, 1, true, 2, 0, 12*s),
+			peek(31*s, 3, false, 2, 10*s, 10*s),
+			// Next window: the two units at 31 s have slid out at 41 s.
+			peek(41*s, 1, true, 4, 0, 0),
 		}},
-		{algorithms.FixedWindow, []step{
+		{algorithms.GCRA, 3, []step{
+			// A unit every 10 s/3 = 3333.3 ms; a full bucket holds 3.
+			take(0, 1, true, 2, 0, 3334*ms),
+			take(0, 1, true, 1, 0, 6667*ms),
+			// 1 s refilled 0.3 units: 0.3 left, rounded down.
+			take(1*s, 1, true, 0, 0, 9*s),
+			// 2.4 units in use: one fits at 1 s + 0.4 units later.
+			take(2*s, 1, false, 0, 1334*ms, 8*s),
+			peek(2*s, 1, false, 0, 1334*ms, 8*s),
+			take(3334*ms, 1, true, 0, 0, 10*s),
+			take(4*s, 2, false, 0, 6*s, 9334*ms),
+			// Stamped before the newest admission (3.334 s): decided at
+			// that time.
+			take(3*s, 1, false, 0, 3667*ms, 10334*ms),
+			peek(20*s, 3, true, 3, 0, 0),
+			take(20*s, 3, true, 0, 0, 10*s),
+		}},
+		{algorithms.FixedWindow, 3, []step{
 			take(0, 1, true, 2, 0, 10*s),
 			take(0, 1, true, 1, 0, 10*s),
 			take(1*s, 1, true, 0, 0, 9*s),
@@ -72,7 +119,7 @@ func tableCases() []testCase {
 			peek(19999*ms, 1, false, 0, 1*ms, 1*ms),
 			peek(20*s, 3, true, 3, 0, 0),
 		}},
-		{algorithms.SlidingCounter, []step{
+		{algorithms.SlidingCounter, 3, []step{
 			// The current window runs 0-10 s; its count weighs on the
 			// next window, so the key is free at 20 s.
 			take(0, 1, true, 2, 0, 20*s),
@@ -95,7 +142,7 @@ func tableCases() []testCase {
 	}
 	var out []testCase
 	for _, tb := range tables {
-		rule := algorithms.Rule{Algorithm: tb.alg, Limit: 3, Window: 10 * time.Second}
+		rule := algorithms.Rule{Algorithm: tb.alg, Limit: tb.limit, Window: 10 * time.Second}
 		out = append(out, testCase{name: "table/" + string(tb.alg), run: func(c *checker) {
 			for i, st := range tb.steps {
 				var got backend.Result

@@ -29,6 +29,9 @@ var about = map[algorithms.Name]string{
 	algorithms.SlidingLog:     "exact: remembers when each request came",
 	algorithms.SlidingCounter: "approximate, constant memory: two weighted windows",
 	algorithms.FixedWindow:    "cheapest: one counter per 10 s window",
+	algorithms.CompactLog:     "exact, like sliding_log, in 7 bytes per request on Redis",
+	algorithms.TwoLevel:       "a counter until a key uses half the limit in a window, then an exact log",
+	algorithms.GCRA:           "token bucket: a burst of 5, then one every 2 s",
 }
 
 func main() {

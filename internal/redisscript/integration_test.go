@@ -156,7 +156,11 @@ func TestNoOverAdmission(t *testing.T) {
 		if alg == algorithms.SlidingLog {
 			most = maxInWindow(spans, w.Milliseconds())
 		}
-		require.LessOrEqual(t, most, limit, "%s admitted %d in one window", alg, most)
+		bound := limit
+		if alg == algorithms.GCRA {
+			bound = 2 * limit // a full bucket, then a window's refill
+		}
+		require.LessOrEqual(t, most, bound, "%s admitted %d in one window", alg, most)
 		t.Logf("%s: %d admitted, %d denied, at most %d certainly in one window", alg, len(spans), denied.Load(), most)
 	}
 
