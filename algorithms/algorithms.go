@@ -63,9 +63,11 @@ const (
 )
 
 // Names lists the algorithms in the order the documentation presents them.
-func Names() []Name {
-	return []Name{SlidingLog, SlidingCounter, FixedWindow, CompactLog, TwoLevel, GCRA}
-}
+func Names() []Name { return slices.Clone(names[:]) }
+
+// names backs Names and the per-request check in Validate, which must not
+// allocate.
+var names = [...]Name{SlidingLog, SlidingCounter, FixedWindow, CompactLog, TwoLevel, GCRA}
 
 // logged reports whether the algorithm keeps a log of timestamps, whose size
 // grows with the limit.
@@ -115,7 +117,7 @@ type Rule struct {
 // Validate reports whether the rule can be used, and if not, what to change.
 // The error wraps ErrInvalidRule.
 func (r Rule) Validate() error {
-	if !slices.Contains(Names(), r.Algorithm) {
+	if !slices.Contains(names[:], r.Algorithm) {
 		if r.Algorithm == "" {
 			return fmt.Errorf("%w: algorithm is empty; choose one of %q", ErrInvalidRule, Names())
 		}

@@ -146,16 +146,19 @@ local function raw(L, i, j)
   return string.sub(L.ring, p * SLOT + 1) .. string.sub(L.ring, 1, (q - L.cap) * SLOT)
 end
 
--- raw_few is raw for a few entries of a large log, read a block at a time.
+-- raw_few is raw for the entries i..j-1 of a large log: a few are read a
+-- block at a time; more than a block in one GETRANGE of the ring (a
+-- request far out of order shifts many entries, and slot by slot that
+-- would take milliseconds).
 local function raw_few(L, i, j)
-  if L.ring then
+  if L.ring or j - i > BLOCK then
     return raw(L, i, j)
   end
-  local s = ''
+  local parts = {}
   for x = i, j - 1 do
-    s = s .. enc(slot(L, x))
+    parts[#parts + 1] = enc(slot(L, x))
   end
-  return s
+  return table.concat(parts)
 end
 
 -- count returns how many timestamps are <= t, searching from the h-th

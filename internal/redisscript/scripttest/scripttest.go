@@ -41,10 +41,10 @@ func Differential(ctx context.Context, r Reporter, store backend.Store, seed uin
 	ids := []string{"a", "b{", "}c"}
 	pick := func(rule *algorithms.Rule) {
 		rule.Window = windows[rng.IntN(len(windows))]
-		if rule.Algorithm == algorithms.SlidingLog {
+		if rule.LimitBound() <= algorithms.MaxSlidingLogLimit {
 			rule.Limit = logLimits[rng.IntN(len(logLimits))]
 		} else {
-			rule.Limit = limits[rng.IntN(len(limits))]
+			rule.Limit = min(limits[rng.IntN(len(limits))], rule.LimitBound())
 		}
 	}
 	// Each round has its own keys (Redis expires keys in real time, which
@@ -53,7 +53,7 @@ func Differential(ctx context.Context, r Reporter, store backend.Store, seed uin
 	// window changing under the same keys.
 	for round, step := 0, 0; step < steps; round++ {
 		prefix := fmt.Sprintf("%s%d:", run, round)
-		rule := algorithms.Rule{Algorithm: algorithms.Names()[rng.IntN(3)]}
+		rule := algorithms.Rule{Algorithm: algorithms.Names()[rng.IntN(len(algorithms.Names()))]}
 		pick(&rule)
 		states := map[string]*algorithms.State{}
 		now := starts[rng.IntN(len(starts))] + rng.Int64N(3*rule.Window.Milliseconds()+1)
