@@ -96,19 +96,24 @@ if live + cost <= limit then
     n = 0 -- no member name is in use: start again from 1
   end
   local score = string.format('%d', now)
-  local args, i = {}, 0
-  for id = n + 1, n + cost do
-    args[i + 1] = score
-    args[i + 2] = string.format('%d', id)
-    i = i + 2
-    if i == 2 * ZADD_CHUNK and id < n + cost then
-      redis.call('ZADD', key, unpack(args, 1, i))
-      i = 0
+  if cost == 1 then
+    -- The common case, without building an argument table.
+    redis.call('ZADD', key, score, string.format('%d', n + 1), string.format('%d', -(n + 1)), '')
+  else
+    local args, i = {}, 0
+    for id = n + 1, n + cost do
+      args[i + 1] = score
+      args[i + 2] = string.format('%d', id)
+      i = i + 2
+      if i == 2 * ZADD_CHUNK and id < n + cost then
+        redis.call('ZADD', key, unpack(args, 1, i))
+        i = 0
+      end
     end
+    args[i + 1] = string.format('%d', -(n + cost))
+    args[i + 2] = ''
+    redis.call('ZADD', key, unpack(args, 1, i + 2))
   end
-  args[i + 1] = string.format('%d', -(n + cost))
-  args[i + 2] = ''
-  redis.call('ZADD', key, unpack(args, 1, i + 2))
   live = live + cost
 else
   -- The (live+cost-limit)-th oldest live entry must slide out first.
