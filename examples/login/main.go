@@ -33,7 +33,6 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/examples/internal/stores"
 	"github.com/limitkit/limitkit/limiter"
@@ -56,12 +55,7 @@ func main() {
 
 // openStore returns the store to keep the counts in, and where that is.
 func openStore(redisURL, client string) (backend.Store, string, func(), error) {
-	if redisURL == "" {
-		s, err := memorystore.New()
-		return s, "in memory", func() {}, err
-	}
-	s, closeStore, err := stores.Redis(redisURL, client)
-	return s, "in Redis (" + client + ")", closeStore, err
+	return stores.Open(redisURL, client)
 }
 
 // The limits, by their index in the Composite.

@@ -28,7 +28,6 @@ import (
 	"time"
 
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/examples/internal/stores"
 	"github.com/limitkit/limitkit/fallback"
@@ -51,11 +50,8 @@ func main() {
 }
 
 func openPrimary(redisURL, client string) (backend.Store, func(), error) {
-	if redisURL == "" {
-		s, err := memorystore.New()
-		return s, func() {}, err
-	}
-	return stores.Redis(redisURL, client)
+	s, _, closeStore, err := stores.Open(redisURL, client)
+	return s, closeStore, err
 }
 
 // switchable is a primary store that fails while down is set, as Redis

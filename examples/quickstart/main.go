@@ -19,7 +19,6 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/examples/internal/stores"
 	"github.com/limitkit/limitkit/limiter"
@@ -51,12 +50,7 @@ func main() {
 
 // openStore returns the store to demonstrate on, and where it keeps state.
 func openStore(redisURL, client string) (backend.Store, string, func(), error) {
-	if redisURL == "" {
-		s, err := memorystore.New()
-		return s, "in memory", func() {}, err
-	}
-	s, closeStore, err := stores.Redis(redisURL, client)
-	return s, "in Redis (" + client + ")", closeStore, err
+	return stores.Open(redisURL, client)
 }
 
 func run(out io.Writer, store backend.Store, where string) error {

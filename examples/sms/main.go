@@ -32,7 +32,6 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/examples/internal/stores"
 	"github.com/limitkit/limitkit/fallback"
@@ -56,20 +55,16 @@ func main() {
 
 // openStore returns the store to keep the counts in, and where that is.
 func openStore(redisURL, client string) (backend.Store, string, func(), error) {
-	if redisURL == "" {
-		s, err := memorystore.New()
-		return s, "in memory", func() {}, err
-	}
-	s, closeStore, err := stores.Redis(redisURL, client)
-	if err != nil {
-		return nil, "", nil, err
+	s, where, closeStore, err := stores.Open(redisURL, client)
+	if err != nil || redisURL == "" {
+		return s, where, closeStore, err
 	}
 	fb, err := fallback.New(s)
 	if err != nil {
 		closeStore()
 		return nil, "", nil, err
 	}
-	return fb, "in Redis (" + client + ")", closeStore, nil
+	return fb, where, closeStore, nil
 }
 
 // codeLimit is the limit on verification codes per phone number.

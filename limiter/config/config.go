@@ -541,31 +541,54 @@ const (
 	policyFields = "algorithm, limit, window, prefix, on_failure, guard"
 )
 
+// rule holds the fields a policy and its guard share.
+type rule struct {
+	algorithm *algorithms.Name
+	limit     *int64
+	window    *time.Duration
+	onFailure *backend.FailurePolicy
+}
+
+// shared decodes f into r when it is one of the shared fields, and reports
+// whether it was.
+func (d decoder) shared(r rule, f pair, p string) (bool, error) {
+	var err error
+	switch f.key {
+	case "algorithm":
+		var s string
+		s, err = d.str(f.val, p)
+		*r.algorithm = algorithms.Name(s)
+	case "limit":
+		*r.limit, err = d.int64(f.val, p)
+	case "window":
+		*r.window, err = d.duration(f.val, p)
+	case "on_failure":
+		*r.onFailure, err = d.failurePolicy(f.val, p)
+	default:
+		return false, nil
+	}
+	return true, err
+}
+
 func (d decoder) policy(n *node, path string) (limiter.Config, error) {
 	var c limiter.Config
 	fields, err := d.mapping(n, path)
 	if err != nil {
 		return c, err
 	}
+	common := rule{&c.Algorithm, &c.Limit, &c.Window, &c.OnFailure}
 	for _, f := range fields {
 		p := join(path, f.key)
-		switch f.key {
-		case "algorithm":
-			var s string
-			s, err = d.str(f.val, p)
-			c.Algorithm = algorithms.Name(s)
-		case "limit":
-			c.Limit, err = d.int64(f.val, p)
-		case "window":
-			c.Window, err = d.duration(f.val, p)
-		case "prefix":
-			c.Prefix, err = d.str(f.val, p)
-		case "on_failure":
-			c.OnFailure, err = d.failurePolicy(f.val, p)
-		case "guard":
-			c.Guard, err = d.guard(f.val, p)
-		default:
-			err = d.unknown(f, path, policyFields)
+		ok, err := d.shared(common, f, p)
+		if !ok {
+			switch f.key {
+			case "prefix":
+				c.Prefix, err = d.str(f.val, p)
+			case "guard":
+				c.Guard, err = d.guard(f.val, p)
+			default:
+				err = d.unknown(f, path, policyFields)
+			}
 		}
 		if err != nil {
 			return c, err
@@ -580,20 +603,10 @@ func (d decoder) guard(n *node, path string) (*limiter.Guard, error) {
 		return nil, err
 	}
 	g := &limiter.Guard{}
+	common := rule{&g.Algorithm, &g.Limit, &g.Window, &g.OnFailure}
 	for _, f := range fields {
-		p := join(path, f.key)
-		switch f.key {
-		case "algorithm":
-			var s string
-			s, err = d.str(f.val, p)
-			g.Algorithm = algorithms.Name(s)
-		case "limit":
-			g.Limit, err = d.int64(f.val, p)
-		case "window":
-			g.Window, err = d.duration(f.val, p)
-		case "on_failure":
-			g.OnFailure, err = d.failurePolicy(f.val, p)
-		default:
+		ok, err := d.shared(common, f, join(path, f.key))
+		if !ok {
 			err = d.unknown(f, path, ruleFields)
 		}
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"context"
 
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/limiter/config"
 )
 
@@ -26,4 +27,16 @@ func Redis(url, client string) (backend.Store, func(), error) {
 		return nil, nil, err
 	}
 	return s, func() { _ = closeFn() }, nil
+}
+
+// Open returns the store an example keeps its state in: a new memory store
+// when url is empty, else the Redis store at url through client; a phrase
+// saying where the state is; and a function that closes it.
+func Open(url, client string) (backend.Store, string, func(), error) {
+	if url == "" {
+		s, err := memorystore.New()
+		return s, "in memory", func() {}, err
+	}
+	s, closeStore, err := Redis(url, client)
+	return s, "in Redis (" + client + ")", closeStore, err
 }
