@@ -80,9 +80,8 @@ func TestGuardHoldsWhenThePrimaryLogIsLost(t *testing.T) {
 
 // ackStores returns a go-redis and a rueidis store on master with
 // replica-acknowledged admission.
-func ackStores(t *testing.T, master *redistest.Server, onShort backend.OnShortAck) map[string]backend.Store {
+func ackStores(t *testing.T, master *redistest.Server, onShort backend.OnShortAck, wait time.Duration) map[string]backend.Store {
 	t.Helper()
-	const wait = 300 * time.Millisecond
 	gc := redis.NewClient(&redis.Options{Addr: master.Addr(), ReadTimeout: 5 * time.Second})
 	t.Cleanup(func() { _ = gc.Close() })
 	gs, err := goredisstore.New(gc, goredisstore.WithReplicaAck(1, wait, onShort))
@@ -112,8 +111,12 @@ func entries(t *testing.T, srv *redistest.Server, key string) int {
 func TestReplicaAcknowledgedAdmission(t *testing.T) {
 	master := redistest.Start(t)
 	replica := redistest.StartReplica(t, master)
-	deny := ackStores(t, master, backend.DenyUnconfirmed)
-	admit := ackStores(t, master, backend.AdmitUnconfirmed)
+	// Short waits where the replica is down; long ones where it is up, so a
+	// busy machine cannot make a live replica miss the wait.
+	deny := ackStores(t, master, backend.DenyUnconfirmed, 300*time.Millisecond)
+	admit := ackStores(t, master, backend.AdmitUnconfirmed, 300*time.Millisecond)
+	patientDeny := ackStores(t, master, backend.DenyUnconfirmed, 10*time.Second)
+	patientAdmit := ackStores(t, master, backend.AdmitUnconfirmed, 10*time.Second)
 	rule := algorithms.Rule{Algorithm: algorithms.SlidingLog, Limit: 50, Window: time.Hour}
 	guard := algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 100, Window: 24 * time.Hour}
 	now := time.Now()
@@ -129,7 +132,7 @@ func TestReplicaAcknowledgedAdmission(t *testing.T) {
 	key := func(client string) string { return redisscript.Key(req(client).Key, rule) }
 
 	// Replica up: every admission confirmed, and on the replica.
-	for client, store := range deny {
+	for client, store := range patientDeny {
 		for range 3 {
 			res, err := store.Take(ctx, req(client))
 			require.NoError(t, err)
@@ -167,7 +170,7 @@ func TestReplicaAcknowledgedAdmission(t *testing.T) {
 
 	replica.Restart()
 	redistest.WaitInSync(t, master, replica)
-	for client, store := range admit {
+	for client, store := range patientAdmit {
 		res, err := store.Take(ctx, req(client))
 		require.NoError(t, err)
 		require.True(t, res.Allowed && !res.Unconfirmed, "%s: %+v", client, res)
