@@ -286,25 +286,19 @@ type decoder struct{ c *Config }
 
 func (c *Config) decode(root *node) error {
 	d := decoder{c}
-	fields, err := d.mapping(root, "")
-	if err != nil {
-		return err
-	}
 	seen := false
-	for _, f := range fields {
+	err := d.each(root, "", func(f pair, p string) error {
 		switch f.key {
 		case "backend":
-			if err := d.backend(f.val, "backend"); err != nil {
-				return err
-			}
+			return d.backend(f.val, p)
 		case "policies":
 			seen = true
-			if err := d.policies(f.val, "policies"); err != nil {
-				return err
-			}
-		default:
-			return d.unknown(f, "", "backend, policies")
+			return d.policies(f.val, p)
 		}
+		return d.unknown(f, "", "backend, policies")
+	})
+	if err != nil {
+		return err
 	}
 	if !seen {
 		return &Error{Field: "policies", Err: errors.New("missing; declare at least one policy")}
@@ -343,6 +337,21 @@ func (d decoder) mapping(n *node, path string) ([]pair, error) {
 		}
 	}
 	return n.pairs, nil
+}
+
+// each checks n is a mapping (see mapping) and calls fn for each field with
+// its path, stopping at the first error.
+func (d decoder) each(n *node, path string, fn func(f pair, p string) error) error {
+	fields, err := d.mapping(n, path)
+	if err != nil {
+		return err
+	}
+	for _, f := range fields {
+		if err := fn(f, join(path, f.key)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func describe(n *node) string {
@@ -434,13 +443,8 @@ func (d decoder) failurePolicy(n *node, path string) (backend.FailurePolicy, err
 const backendFields = "url, client, server_time, replica_ack, fallback"
 
 func (d decoder) backend(n *node, path string) error {
-	fields, err := d.mapping(n, path)
-	if err != nil {
-		return err
-	}
 	b := &d.c.Backend
-	for _, f := range fields {
-		p := join(path, f.key)
+	return d.each(n, path, func(f pair, p string) (err error) {
 		switch f.key {
 		case "url":
 			b.URL, err = d.str(f.val, p)
@@ -455,21 +459,13 @@ func (d decoder) backend(n *node, path string) error {
 		default:
 			err = d.unknown(f, path, backendFields)
 		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+		return err
+	})
 }
 
 func (d decoder) replicaAck(n *node, path string) (*ReplicaAck, error) {
-	fields, err := d.mapping(n, path)
-	if err != nil {
-		return nil, err
-	}
 	a := &ReplicaAck{}
-	for _, f := range fields {
-		p := join(path, f.key)
+	return a, d.each(n, path, func(f pair, p string) (err error) {
 		switch f.key {
 		case "replicas":
 			a.Replicas, err = d.int(f.val, p)
@@ -480,21 +476,13 @@ func (d decoder) replicaAck(n *node, path string) (*ReplicaAck, error) {
 		default:
 			err = d.unknown(f, path, "replicas, timeout, on_short")
 		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	return a, nil
+		return err
+	})
 }
 
 func (d decoder) fallback(n *node, path string) (*Fallback, error) {
-	fields, err := d.mapping(n, path)
-	if err != nil {
-		return nil, err
-	}
 	fb := &Fallback{}
-	for _, f := range fields {
-		p := join(path, f.key)
+	return fb, d.each(n, path, func(f pair, p string) (err error) {
 		switch f.key {
 		case "timeout":
 			fb.Timeout, err = d.duration(f.val, p)
@@ -509,20 +497,12 @@ func (d decoder) fallback(n *node, path string) (*Fallback, error) {
 		default:
 			err = d.unknown(f, path, "timeout, failure_threshold, open_timeout, probes, on_failure")
 		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	return fb, nil
+		return err
+	})
 }
 
 func (d decoder) policies(n *node, path string) error {
-	fields, err := d.mapping(n, path)
-	if err != nil {
-		return err
-	}
-	for _, f := range fields {
-		p := join(path, f.key)
+	return d.each(n, path, func(f pair, p string) error {
 		cfg, err := d.policy(f.val, p)
 		if err != nil {
 			return err
@@ -532,8 +512,8 @@ func (d decoder) policies(n *node, path string) error {
 			cfg.Prefix = policyPrefix(f.key, cfg)
 		}
 		d.c.Policies = append(d.c.Policies, Policy{Name: f.key, Config: cfg})
-	}
-	return nil
+		return nil
+	})
 }
 
 const (
@@ -572,13 +552,8 @@ func (d decoder) shared(r rule, f pair, p string) (bool, error) {
 
 func (d decoder) policy(n *node, path string) (limiter.Config, error) {
 	var c limiter.Config
-	fields, err := d.mapping(n, path)
-	if err != nil {
-		return c, err
-	}
 	common := rule{&c.Algorithm, &c.Limit, &c.Window, &c.OnFailure}
-	for _, f := range fields {
-		p := join(path, f.key)
+	err := d.each(n, path, func(f pair, p string) error {
 		ok, err := d.shared(common, f, p)
 		if !ok {
 			switch f.key {
@@ -590,28 +565,19 @@ func (d decoder) policy(n *node, path string) (limiter.Config, error) {
 				err = d.unknown(f, path, policyFields)
 			}
 		}
-		if err != nil {
-			return c, err
-		}
-	}
-	return c, nil
+		return err
+	})
+	return c, err
 }
 
 func (d decoder) guard(n *node, path string) (*limiter.Guard, error) {
-	fields, err := d.mapping(n, path)
-	if err != nil {
-		return nil, err
-	}
 	g := &limiter.Guard{}
 	common := rule{&g.Algorithm, &g.Limit, &g.Window, &g.OnFailure}
-	for _, f := range fields {
-		ok, err := d.shared(common, f, join(path, f.key))
+	return g, d.each(n, path, func(f pair, p string) error {
+		ok, err := d.shared(common, f, p)
 		if !ok {
 			err = d.unknown(f, path, ruleFields)
 		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	return g, nil
+		return err
+	})
 }
