@@ -12,28 +12,13 @@ import (
 
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/clock"
-	"github.com/limitkit/limitkit/internal/redistest"
+	"github.com/limitkit/limitkit/examples/internal/exampletest"
 )
 
-func TestLoginInMemory(t *testing.T) {
-	store, where, closeStore, err := openStore("", "")
-	require.NoError(t, err)
-	defer closeStore()
-	checkOutput(t, store, where)
-}
-
-// TestLoginOnRedis: the same story, with the counts in a real
+// TestLogin: the same story in memory and with the counts in a real
 // redis-server, through either client.
-func TestLoginOnRedis(t *testing.T) {
-	srv := redistest.Start(t)
-	for _, client := range []string{"go-redis", "rueidis"} {
-		t.Run(client, func(t *testing.T) {
-			store, where, closeStore, err := openStore("redis://"+srv.Addr()+"/0", client)
-			require.NoError(t, err)
-			defer closeStore()
-			checkOutput(t, store, where)
-		})
-	}
+func TestLogin(t *testing.T) {
+	exampletest.EveryStore(t, openStore, checkOutput)
 }
 
 func checkOutput(t *testing.T, store backend.Store, where string) {

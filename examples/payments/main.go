@@ -38,7 +38,7 @@ func main() {
 	redisURL := flag.String("redis", "", "Redis URL (redis://host:port/db); empty keeps the state in memory")
 	client := flag.String("client", "go-redis", "Redis client library: "+stores.Clients)
 	flag.Parse()
-	primary, closePrimary, err := openPrimary(*redisURL, *client)
+	primary, _, closePrimary, err := stores.Open(*redisURL, *client)
 	if err == nil {
 		defer closePrimary()
 		err = run(os.Stdout, primary)
@@ -47,11 +47,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "payments:", err)
 		os.Exit(1)
 	}
-}
-
-func openPrimary(redisURL, client string) (backend.Store, func(), error) {
-	s, _, closeStore, err := stores.Open(redisURL, client)
-	return s, closeStore, err
 }
 
 // switchable is a primary store that fails while down is set, as Redis

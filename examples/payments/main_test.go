@@ -7,28 +7,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/internal/redistest"
+	"github.com/limitkit/limitkit/examples/internal/exampletest"
+	"github.com/limitkit/limitkit/examples/internal/stores"
 )
 
-func TestPaymentsInMemory(t *testing.T) {
-	primary, closePrimary, err := openPrimary("", "")
-	require.NoError(t, err)
-	defer closePrimary()
-	checkOutput(t, primary)
-}
-
-// TestPaymentsOnRedis: the same decisions with the state in a real
+// TestPayments: the same decisions in memory and with the state in a real
 // redis-server, through either client.
-func TestPaymentsOnRedis(t *testing.T) {
-	srv := redistest.Start(t)
-	for _, client := range []string{"go-redis", "rueidis"} {
-		t.Run(client, func(t *testing.T) {
-			primary, closePrimary, err := openPrimary("redis://"+srv.Addr()+"/0", client)
-			require.NoError(t, err)
-			defer closePrimary()
-			checkOutput(t, primary)
-		})
-	}
+func TestPayments(t *testing.T) {
+	exampletest.EveryStore(t, stores.Open, func(t *testing.T, store backend.Store, _ string) { checkOutput(t, store) })
 }
 
 func checkOutput(t *testing.T, primary backend.Store) {

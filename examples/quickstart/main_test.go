@@ -8,28 +8,13 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/internal/redistest"
+	"github.com/limitkit/limitkit/examples/internal/exampletest"
 )
 
-func TestQuickstartInMemory(t *testing.T) {
-	store, where, closeStore, err := openStore("", "")
-	require.NoError(t, err)
-	defer closeStore()
-	checkOutput(t, store, where)
-}
-
-// TestQuickstartOnRedis: the same decisions, made inside a real
+// TestQuickstart: the same decisions in memory and inside a real
 // redis-server by either client.
-func TestQuickstartOnRedis(t *testing.T) {
-	srv := redistest.Start(t)
-	for _, client := range []string{"go-redis", "rueidis"} {
-		t.Run(client, func(t *testing.T) {
-			store, where, closeStore, err := openStore("redis://"+srv.Addr()+"/0", client)
-			require.NoError(t, err)
-			defer closeStore()
-			checkOutput(t, store, where)
-		})
-	}
+func TestQuickstart(t *testing.T) {
+	exampletest.EveryStore(t, openStore, checkOutput)
 }
 
 func checkOutput(t *testing.T, store backend.Store, where string) {

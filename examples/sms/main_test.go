@@ -9,29 +9,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/internal/redistest"
+	"github.com/limitkit/limitkit/examples/internal/exampletest"
 	"github.com/limitkit/limitkit/limiter"
 )
 
-func TestSMSInMemory(t *testing.T) {
-	store, where, closeStore, err := openStore("", "")
-	require.NoError(t, err)
-	defer closeStore()
-	checkOutput(t, store, where)
-}
-
-// TestSMSOnRedis: the same decisions with the counts in a real
+// TestSMS: the same decisions in memory and with the counts in a real
 // redis-server, through either client and the fallback store.
-func TestSMSOnRedis(t *testing.T) {
-	srv := redistest.Start(t)
-	for _, client := range []string{"go-redis", "rueidis"} {
-		t.Run(client, func(t *testing.T) {
-			store, where, closeStore, err := openStore("redis://"+srv.Addr()+"/0", client)
-			require.NoError(t, err)
-			defer closeStore()
-			checkOutput(t, store, where)
-		})
-	}
+func TestSMS(t *testing.T) {
+	exampletest.EveryStore(t, openStore, checkOutput)
 }
 
 func checkOutput(t *testing.T, store backend.Store, where string) {
