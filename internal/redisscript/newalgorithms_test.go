@@ -1,9 +1,8 @@
 package redisscript_test
 
-// The algorithms added after the seeds (compact_log, two_level, gcra),
-// driven straight through their scripts, refunds included, against
-// miniredis and a real redis-server, and compared with the Go engine; and
-// the memory their keys take.
+// Every algorithm driven straight through its script, refunds included,
+// against miniredis and a real redis-server, and compared with the Go
+// engine; and the memory the newer algorithms' keys take.
 
 import (
 	"context"
@@ -25,8 +24,6 @@ import (
 	"github.com/limitkit/limitkit/internal/redistest"
 )
 
-var newAlgorithms = []algorithms.Name{algorithms.CompactLog, algorithms.TwoLevel, algorithms.GCRA}
-
 // stepper runs one algorithm's script in each mode.
 type stepper struct {
 	client *redis.Client
@@ -37,7 +34,7 @@ func newStepper(t *testing.T, addr string) *stepper {
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { _ = c.Close() })
 	s := &stepper{client: c, src: map[algorithms.Name]string{}}
-	for _, name := range newAlgorithms {
+	for _, name := range algorithms.Names() {
 		s.src[name] = scripttest.Source(t, name)
 	}
 	return s
@@ -84,7 +81,8 @@ func differentialWithRefunds(t *testing.T, s *stepper, seed uint64, steps int) {
 	}
 	checked := map[string]int{}
 	for round, step := 0, 0; step < steps; round++ {
-		rule := algorithms.Rule{Algorithm: newAlgorithms[round%len(newAlgorithms)]}
+		names := algorithms.Names()
+		rule := algorithms.Rule{Algorithm: names[round%len(names)]}
 		pick(&rule)
 		states := map[string]*algorithms.State{}
 		taken := map[string][]admission{}
@@ -154,7 +152,7 @@ func differentialWithRefunds(t *testing.T, s *stepper, seed uint64, steps int) {
 			checked[op[:4]+"/"+string(rule.Algorithm)]++
 		}
 	}
-	for _, name := range newAlgorithms {
+	for _, name := range algorithms.Names() {
 		for _, op := range []string{"Take", "Peek", "Refu"} {
 			require.Positive(t, checked[op+"/"+string(name)], "%s: no %s checked", name, op)
 		}
@@ -184,7 +182,7 @@ func TestRefundNeverCreatesAllowance(t *testing.T) {
 	mr := miniredis.RunT(t)
 	s := newStepper(t, mr.Addr())
 	rng := rand.New(rand.NewPCG(5, 5))
-	for _, name := range newAlgorithms {
+	for _, name := range algorithms.Names() {
 		for round := range 200 {
 			rule := algorithms.Rule{Algorithm: name, Limit: int64(2 + rng.IntN(9)), Window: time.Duration(20+rng.IntN(50)) * time.Millisecond}
 			w := rule.Window.Milliseconds()
