@@ -72,9 +72,10 @@ func WithServerTime() Option {
 // replicas acknowledged its writes (WAIT replicas timeout, sent with the
 // script in one batch on one connection), for limits that must survive a
 // failover. Admissions fewer replicas acknowledged within timeout are
-// decided by onShort (backend.DenyUnconfirmed or backend.AdmitUnconfirmed). It needs a single-master client (standalone or
-// sentinel); New refuses cluster clients. Each admission costs up to
-// timeout more when replicas lag.
+// decided by onShort (backend.DenyUnconfirmed or backend.AdmitUnconfirmed).
+// It needs a single-master client (standalone or sentinel); New refuses
+// cluster clients. Each admission costs up to timeout more when replicas
+// lag.
 func WithReplicaAck(replicas int, timeout time.Duration, onShort backend.OnShortAck) Option {
 	return func(c *config) {
 		c.opts.Ack = redisscript.Ack{Replicas: replicas, Timeout: timeout, OnShort: onShort}
@@ -117,9 +118,11 @@ func (s *Store) Peek(ctx context.Context, req backend.Request) (backend.Result, 
 }
 
 // TakeAll implements backend.Store. Keys in one hash slot (or any keys on a
-// single-master client) are decided by one atomic script; keys of a cluster
-// in different slots are taken in order with refunds (see
-// redisscript.Runner.TakeAll for what that guarantees).
+// single-master client) are decided by one atomic script. Keys of a cluster
+// in different slots are checked, then taken in the order given, and the
+// earlier ones refunded if a later one is denied after all: never over a
+// limit, but while a refund is pending other callers can be denied, and a
+// refund that fails leaves its units taken until they expire.
 func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
 	return s.runner.TakeAll(ctx, reqs)
 }
