@@ -23,6 +23,9 @@ var singleLua string
 //go:embed multi.lua
 var multiLua string
 
+//go:embed batch.lua
+var batchLua string
+
 //go:embed sliding_log.lua
 var slidingLogBody string
 
@@ -64,6 +67,7 @@ func luaStep(fn, body string) string {
 var (
 	singleScripts = map[Name]string{}
 	multiScript   string
+	batchScript   string
 )
 
 func init() {
@@ -77,6 +81,7 @@ func init() {
 		steps += "STEPS['" + string(name) + "'] = " + fn + "\n"
 	}
 	multiScript = multi + steps + multiLua
+	batchScript = multi + steps + batchLua
 }
 
 // LuaRefundArgs returns the ARGV of a refund of cost units that a take
@@ -132,6 +137,27 @@ func LuaScript(name Name) (string, error) {
 // followed by each request's LuaMultiArgs. Its reply is 1 when all were
 // admitted (else 0) and LuaReplyLen integers per request.
 func LuaMultiScript() string { return multiScript }
+
+// LuaBatchScript returns the script that decides several independent takes
+// one after the other in one call: KEYS are the requests' keys, ARGV holds
+// each request's LuaBatchArgs. Its reply holds LuaReplyLen values per
+// request: a take's integers, or, for a request whose step failed (a key of
+// the wrong type), the error in place of the first value and 0s.
+func LuaBatchScript() string { return batchScript }
+
+// LuaBatchArgs appends to args the five values batch.lua reads for a take
+// of cost units at now (ms, or LuaServerTime). buf is scratch space the
+// numbers are formatted in; the returned strings share one allocation.
+func (r Rule) LuaBatchArgs(args []string, buf []byte, now, cost int64) ([]string, []byte) {
+	start := len(buf)
+	var ends [4]int
+	for i, v := range [4]int64{now, r.Window.Milliseconds(), r.Limit, cost} {
+		buf = strconv.AppendInt(buf, v, 10)
+		ends[i] = len(buf) - start
+	}
+	s := string(buf[start:])
+	return append(args, s[:ends[0]], string(r.Algorithm), s[ends[0]:ends[1]], s[ends[1]:ends[2]], s[ends[2]:ends[3]]), buf[:start]
+}
 
 // LuaMultiArgs appends to args the four values multi.lua reads for one
 // request of the rule with the given cost.

@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitkit/limitkit/internal/redisscript/scripttest"
+	"github.com/limitkit/limitkit/internal/redistest"
 )
 
 // TestConnMalformedReplies: replies of the wrong shape through the adapter
@@ -16,4 +17,12 @@ func TestConnMalformedReplies(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer client.Close()
 	scripttest.ConnRejectsMalformedReplies(t, conn{client})
+}
+
+// TestConnBatchReplies: a failed request in a batch reply fails alone.
+func TestConnBatchReplies(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer client.Close()
+	scripttest.ConnBatchReplies(t, conn{client}, srv)
 }

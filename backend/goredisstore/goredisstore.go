@@ -93,6 +93,21 @@ func WithReplicaAck(replicas int, timeout time.Duration, onShort backend.OnShort
 	}
 }
 
+// WithBatching lets up to max concurrent Takes travel together in one
+// script call, decided one after the other inside Redis exactly as separate
+// calls would be. Under load this cuts the server's and the client's work
+// per decision (one command parsed, sent and read for many decisions); a
+// lone caller is sent at once, so it adds no wait. 0 and 1 turn batching
+// off; New refuses a negative max. It applies to single-master clients
+// (standalone or sentinel) without WithReplicaAck; Peek, TakeAll and Reset
+// are always sent alone. A batch is sent with the latest of its callers'
+// deadlines: a caller whose own deadline passes while its batch is in
+// flight gets an error, and its request may still be counted, as with any
+// call abandoned in flight.
+func WithBatching(max int) Option {
+	return func(c *config) { c.opts.Batch = max }
+}
+
 // Store is a backend.Store in Redis. It is safe for concurrent use.
 type Store struct {
 	runner *redisscript.Runner
@@ -203,6 +218,37 @@ func evalCmd(ctx context.Context, cmd redisscript.Command, script string, keys, 
 func (a conn) Eval(ctx context.Context, cmd redisscript.Command, script string, keys, args []string) ([]int64, error) {
 	c, send := evalCmd(ctx, cmd, script, keys, args)
 	return a.reply(ctx, c, a.c.Process(ctx, send))
+}
+
+func (a conn) EvalBatch(ctx context.Context, cmd redisscript.Command, script string, keys, args []string) ([]int64, []error, error) {
+	c, send := evalCmd(ctx, cmd, script, keys, args)
+	if err := a.c.Process(ctx, send); err != nil {
+		if errors.Is(err, redis.Nil) {
+			return nil, nil, fmt.Errorf("%w: nil", redisscript.ErrBadReply)
+		}
+		a.failed(ctx, err)
+		return nil, nil, err
+	}
+	arr, err := c.Slice()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", redisscript.ErrBadReply, err)
+	}
+	vals := make([]int64, len(arr))
+	var errs []error
+	for i, v := range arr {
+		switch v := v.(type) {
+		case int64:
+			vals[i] = v
+		case error:
+			if errs == nil {
+				errs = make([]error, len(arr))
+			}
+			errs[i] = v
+		default:
+			return nil, nil, fmt.Errorf("%w: element %d is %T, not an integer", redisscript.ErrBadReply, i, v)
+		}
+	}
+	return vals, errs, nil
 }
 
 // EvalWait pipelines the script and WAIT: one round trip on one connection

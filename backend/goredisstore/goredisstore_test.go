@@ -41,6 +41,16 @@ func TestConformanceRedis(t *testing.T) {
 	scripttest.Differential(t.Context(), t, s, 1, 1500)
 }
 
+// TestConformanceRedisBatched runs the suite with Takes batched: its
+// concurrency cases send many Takes at once, which travel together.
+func TestConformanceRedisBatched(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, newClient(t, &redis.Options{Addr: srv.Addr()}), goredisstore.WithBatching(16))
+	storetest.Run(t, s)
+	scripttest.Differential(t.Context(), t, s, 1, 1500)
+	scripttest.BatchedTakesStayExact(t, s, srv)
+}
+
 func TestConformanceCluster(t *testing.T) {
 	c := redistest.StartCluster(t, 3, 0)
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})

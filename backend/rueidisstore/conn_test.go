@@ -19,6 +19,7 @@ func TestConnMalformedReplies(t *testing.T) {
 	require.NoError(t, err)
 	defer client.Close()
 	scripttest.ConnRejectsMalformedReplies(t, conn{client})
+	scripttest.ConnBatchReplies(t, conn{client}, srv)
 	_, err = conn{client}.Eval(t.Context(), redisscript.Command(9), "", []string{"k"}, nil)
 	require.Error(t, err)
 }

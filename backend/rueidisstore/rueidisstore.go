@@ -82,6 +82,21 @@ func WithReplicaAck(replicas int, timeout time.Duration, onShort backend.OnShort
 	}
 }
 
+// WithBatching lets up to max concurrent Takes travel together in one
+// script call, decided one after the other inside Redis exactly as separate
+// calls would be. Under load this cuts the server's and the client's work
+// per decision (one command parsed, sent and read for many decisions); a
+// lone caller is sent at once, so it adds no wait. 0 and 1 turn batching
+// off; New refuses a negative max. It applies to single-master clients
+// (standalone or sentinel) without WithReplicaAck; Peek, TakeAll and Reset
+// are always sent alone. A batch is sent with the latest of its callers'
+// deadlines: a caller whose own deadline passes while its batch is in
+// flight gets an error, and its request may still be counted, as with any
+// call abandoned in flight.
+func WithBatching(max int) Option {
+	return func(c *config) { c.opts.Batch = max }
+}
+
 // Store is a backend.Store in Redis. It is safe for concurrent use.
 type Store struct {
 	runner *redisscript.Runner
@@ -181,6 +196,36 @@ func (a conn) Eval(ctx context.Context, cmd redisscript.Command, script string, 
 		return nil, err
 	}
 	return ints(a.c.Do(ctx, c))
+}
+
+func (a conn) EvalBatch(ctx context.Context, cmd redisscript.Command, script string, keys, args []string) ([]int64, []error, error) {
+	c, err := a.evalCmd(cmd, script, keys, args)
+	if err != nil {
+		return nil, nil, err
+	}
+	resp := a.c.Do(ctx, c)
+	if err := resp.Error(); err != nil {
+		return nil, nil, err
+	}
+	arr, err := resp.ToArray()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", redisscript.ErrBadReply, err)
+	}
+	vals := make([]int64, len(arr))
+	var errs []error
+	for i := range arr {
+		if err := arr[i].Error(); err != nil {
+			if errs == nil {
+				errs = make([]error, len(arr))
+			}
+			errs[i] = err
+			continue
+		}
+		if vals[i], err = arr[i].AsInt64(); err != nil {
+			return nil, nil, fmt.Errorf("%w: element %d: %v", redisscript.ErrBadReply, i, err)
+		}
+	}
+	return vals, errs, nil
 }
 
 // EvalWait sends the script and WAIT in one DoMulti. WAIT is a blocking

@@ -71,6 +71,14 @@ func RedisContenders(addr string) []Contender {
 				o.PoolSize = 64
 				return limitkitGoRedisWith(o, w, algorithms.SlidingLog)
 			}},
+		Contender{Name: "limitkit rueidis sliding_log, batching 32", Group: "experiment", Algorithm: algorithms.SlidingLog,
+			New: func(w Workload) (Decider, func(), error) {
+				return limitkitRueidisWith(RueidisOptions(addr), w, algorithms.SlidingLog, rueidisstore.WithBatching(32))
+			}},
+		Contender{Name: "limitkit go-redis sliding_log, batching 32", Group: "experiment", Algorithm: algorithms.SlidingLog,
+			New: func(w Workload) (Decider, func(), error) {
+				return limitkitGoRedisWith(GoRedisOptions(addr), w, algorithms.SlidingLog, goredisstore.WithBatching(32))
+			}},
 		Contender{Name: "go-redis/redis_rate, PoolSize 64", Group: "experiment",
 			New: func(w Workload) (Decider, func(), error) {
 				o := GoRedisOptions(addr)
@@ -94,12 +102,12 @@ func limitkitRueidis(addr string, w Workload, alg algorithms.Name) (Decider, fun
 	return limitkitRueidisWith(RueidisOptions(addr), w, alg)
 }
 
-func limitkitRueidisWith(o rueidis.ClientOption, w Workload, alg algorithms.Name) (Decider, func(), error) {
+func limitkitRueidisWith(o rueidis.ClientOption, w Workload, alg algorithms.Name, opts ...rueidisstore.Option) (Decider, func(), error) {
 	c, err := rueidis.NewClient(o)
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := rueidisstore.New(c)
+	s, err := rueidisstore.New(c, opts...)
 	if err != nil {
 		c.Close()
 		return nil, nil, err
@@ -111,9 +119,9 @@ func limitkitGoRedis(addr string, w Workload, alg algorithms.Name) (Decider, fun
 	return limitkitGoRedisWith(GoRedisOptions(addr), w, alg)
 }
 
-func limitkitGoRedisWith(o *redis.Options, w Workload, alg algorithms.Name) (Decider, func(), error) {
+func limitkitGoRedisWith(o *redis.Options, w Workload, alg algorithms.Name, opts ...goredisstore.Option) (Decider, func(), error) {
 	c := redis.NewClient(o)
-	s, err := goredisstore.New(c)
+	s, err := goredisstore.New(c, opts...)
 	if err != nil {
 		_ = c.Close()
 		return nil, nil, err

@@ -216,6 +216,10 @@ func (a *slotConn) EvalWait(context.Context, redisscript.Command, string, []stri
 	return nil, 0, errors.New("not used")
 }
 
+func (a *slotConn) EvalBatch(context.Context, redisscript.Command, string, []string, []string) ([]int64, []error, error) {
+	return nil, nil, errors.New("not used")
+}
+
 func (a *slotConn) Del(ctx context.Context, key string) error { return a.c.Del(ctx, key).Err() }
 func (a *slotConn) IsNoScript(err error) bool                 { return redis.HasErrorPrefix(err, "NOSCRIPT") }
 func (a *slotConn) Cluster() bool                             { return true }

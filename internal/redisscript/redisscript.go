@@ -84,6 +84,11 @@ type Conn interface {
 	// round trip, by WAIT replicas timeout. It returns the script's reply
 	// and the number of replicas that acknowledged its writes.
 	EvalWait(ctx context.Context, cmd Command, script string, keys, args []string, replicas int, timeout time.Duration) ([]int64, int64, error)
+	// EvalBatch is Eval for the batch script (algorithms.LuaBatchScript),
+	// whose reply may hold errors among its integers: errs is nil when it
+	// holds none, else errs[i] is the error in place of vals[i] (and
+	// vals[i] is 0). It is sent at most once, as a writing Eval is.
+	EvalBatch(ctx context.Context, cmd Command, script string, keys, args []string) (vals []int64, errs []error, err error)
 	// Del deletes key.
 	Del(ctx context.Context, key string) error
 	// IsNoScript reports whether err is the server's NOSCRIPT error.
@@ -111,7 +116,16 @@ type Options struct {
 	ServerTime bool
 	// Ack turns on replica-acknowledged admission.
 	Ack Ack
+	// Batch, when above 1, lets Take send up to Batch concurrent requests
+	// in one script call (see batcher). It applies to single-master
+	// clients without Ack; Peek, TakeAll and Reset are always sent alone.
+	Batch int
 }
+
+// batchLoops is how many batches one runner keeps in flight: one being
+// decided by Redis while the next is written, and more to cover the round
+// trip.
+const batchLoops = 4
 
 type script struct {
 	src, sha string
@@ -125,6 +139,8 @@ type Runner struct {
 	opts    Options
 	scripts map[algorithms.Name]*script
 	multi   script
+	batch   script
+	batcher *batcher // nil when Take sends each request alone
 }
 
 func newScript(src string) script {
@@ -142,11 +158,18 @@ func New(conn Conn, name string, opts Options) (*Runner, error) {
 		return nil, fmt.Errorf("%s: replica acknowledgement needs replicas >= 0 and a timeout of at least 1ms (got %d, %v)",
 			name, opts.Ack.Replicas, opts.Ack.Timeout)
 	}
+	if opts.Batch < 0 {
+		return nil, fmt.Errorf("%s: batch size %d is below 1", name, opts.Batch)
+	}
 	if opts.Ack.Replicas > 0 && conn.Cluster() {
 		return nil, fmt.Errorf("%s: replica acknowledgement (WAIT) needs a single-master client (standalone or sentinel); "+
 			"a Redis Cluster client cannot send WAIT to the master that ran the script", name)
 	}
-	r := &Runner{conn: conn, name: name, opts: opts, scripts: map[algorithms.Name]*script{}, multi: newScript(algorithms.LuaMultiScript())}
+	r := &Runner{conn: conn, name: name, opts: opts, scripts: map[algorithms.Name]*script{}, multi: newScript(algorithms.LuaMultiScript()),
+		batch: newScript(algorithms.LuaBatchScript())}
+	if opts.Batch > 1 && opts.Ack.Replicas == 0 && !conn.Cluster() {
+		r.batcher = &batcher{r: r, maxBatch: opts.Batch, maxLoops: batchLoops}
+	}
 	for _, alg := range algorithms.Names() {
 		src, err := algorithms.LuaScript(alg)
 		if err != nil {
@@ -176,6 +199,9 @@ func Key(key backend.Key, rule algorithms.Rule) string {
 func (r *Runner) Take(ctx context.Context, req backend.Request) (backend.Result, error) {
 	if err := r.check(&req); err != nil {
 		return backend.Result{}, err
+	}
+	if r.batcher != nil {
+		return r.batcher.take(ctx, &req)
 	}
 	res, _, err := r.take(ctx, &req)
 	return res, err
@@ -404,25 +430,33 @@ func (r *Runner) takeInOrder(ctx context.Context, reqs []backend.Request) (backe
 // eval sends one script, by digest and, after NOSCRIPT only, by source. A
 // writing call waits for replicas when configured (wait).
 func (r *Runner) eval(ctx context.Context, s *script, keys, args []string, wait, write bool) ([]int64, int64, Command, error) {
+	var reply []int64
+	var acked int64
+	cmd, err := r.send(s, write, func(cmd Command, sc string) error {
+		var err error
+		if wait && r.opts.Ack.Replicas > 0 {
+			reply, acked, err = r.conn.EvalWait(ctx, cmd, sc, keys, args, r.opts.Ack.Replicas, r.opts.Ack.Timeout)
+		} else {
+			reply, err = r.conn.Eval(ctx, cmd, sc, keys, args)
+		}
+		return err
+	})
+	return reply, acked, cmd, err
+}
+
+// send calls do with the script's digest and, when the server answers
+// NOSCRIPT (which proves the script did not run), once more with its
+// source. It returns the command do was last called with.
+func (r *Runner) send(s *script, write bool, do func(cmd Command, script string) error) (Command, error) {
 	bySHA, bySource := EvalSHARO, EvalRO
 	if write {
 		bySHA, bySource = EvalSHA, Eval
 	}
-	send := func(cmd Command, sc string) ([]int64, int64, error) {
-		if wait && r.opts.Ack.Replicas > 0 {
-			return r.conn.EvalWait(ctx, cmd, sc, keys, args, r.opts.Ack.Replicas, r.opts.Ack.Timeout)
-		}
-		reply, err := r.conn.Eval(ctx, cmd, sc, keys, args)
-		return reply, 0, err
-	}
-	cmd := bySHA
-	reply, acked, err := send(cmd, s.sha)
+	err := do(bySHA, s.sha)
 	if err != nil && r.conn.IsNoScript(err) {
-		// The script did not run: sending it with its source is safe.
-		cmd = bySource
-		reply, acked, err = send(cmd, s.src)
+		return bySource, do(bySource, s.src)
 	}
-	return reply, acked, cmd, err
+	return bySHA, err
 }
 
 // Decode checks a script's reply for one request of rule and converts it:

@@ -28,6 +28,11 @@ func (f *fakeConn) EvalWait(ctx context.Context, cmd Command, script string, key
 	return vals, f.acked, err
 }
 
+func (f *fakeConn) EvalBatch(ctx context.Context, cmd Command, script string, keys, args []string) ([]int64, []error, error) {
+	vals, err := f.Eval(ctx, cmd, script, keys, args)
+	return vals, nil, err
+}
+
 func (f *fakeConn) Cluster() bool { return f.cluster }
 
 // fakeConn records calls and answers them from a queue of replies.

@@ -4,11 +4,15 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/internal/redisscript"
 	"github.com/limitkit/limitkit/internal/redistest"
@@ -16,18 +20,57 @@ import (
 
 // EvalCalls returns how many EVAL (not EVALSHA) calls srv ran: the NOSCRIPT
 // fallbacks of the runner.
-func EvalCalls(t testing.TB, srv *redistest.Server) int {
+func EvalCalls(t testing.TB, srv *redistest.Server) int { return CommandCalls(t, srv, "eval") }
+
+// CommandCalls returns how many calls of the named command (lower case, as
+// INFO commandstats spells it) srv ran.
+func CommandCalls(t testing.TB, srv *redistest.Server, name string) int {
 	t.Helper()
 	stats, err := srv.Do("INFO", "commandstats")
 	require.NoError(t, err)
 	for _, line := range strings.Split(stats, "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_eval:calls="); ok {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+name+":calls="); ok {
 			n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
 			require.NoError(t, err)
 			return n
 		}
 	}
 	return 0
+}
+
+// BatchedTakesStayExact sends 1,600 Takes from 64 goroutines over 4 keys
+// (limit 100 per minute each) through a store made with batching on srv:
+// exactly 400 are admitted, 100 per key, and they reached Redis in fewer
+// script calls than decisions, so batches did form.
+func BatchedTakesStayExact(t *testing.T, s backend.Store, srv *redistest.Server) {
+	t.Helper()
+	rule := algorithms.Rule{Algorithm: algorithms.SlidingLog, Limit: 100, Window: time.Minute}
+	now := time.Now()
+	before := CommandCalls(t, srv, "evalsha")
+	var mu sync.Mutex
+	admitted := map[string]int{}
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Go(func() {
+			for i := range 25 {
+				id := "user" + strconv.Itoa((g+i)%4)
+				res, err := s.Take(t.Context(), backend.Request{Key: backend.Key{Prefix: "batched:", ID: id}, Rule: rule, Now: now, Cost: 1})
+				if !assert.NoError(t, err) {
+					return
+				}
+				if res.Allowed {
+					mu.Lock()
+					admitted[id]++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, map[string]int{"user0": 100, "user1": 100, "user2": 100, "user3": 100}, admitted)
+	calls := CommandCalls(t, srv, "evalsha") - before
+	t.Logf("1600 decisions in %d script calls", calls)
+	require.Less(t, calls, 1600, "no batch formed")
 }
 
 // ServerTimeProbe checks a store's TIME probe: it reads a clock near ours
@@ -77,4 +120,42 @@ func ConnRejectsMalformedReplies(t *testing.T, a redisscript.Conn) {
 	require.True(t, a.IsNoScript(err), "%v", err)
 	require.False(t, a.IsNoScript(redisscript.ErrBadReply))
 	require.NoError(t, a.Del(t.Context(), "k"))
+}
+
+// ConnBatchReplies runs the batch script through a store's adapter on srv:
+// four takes, the second on a key of the wrong type and the third naming no
+// algorithm the script knows. Those two fail alone, with the server's
+// error; the others are decided as single takes would be.
+func ConnBatchReplies(t *testing.T, a redisscript.Conn, srv *redistest.Server) {
+	t.Helper()
+	_, err := srv.Do("SET", "batch:bad", "a string")
+	require.NoError(t, err)
+	rule := algorithms.Rule{Algorithm: algorithms.SlidingLog, Limit: 10, Window: time.Minute}
+	now := time.Now().UnixMilli()
+	var args []string
+	var buf []byte
+	for range 4 {
+		args, buf = rule.LuaBatchArgs(args, buf, now, 1)
+	}
+	args[2*5+1] = "no_such_algorithm"
+	keys := []string{"batch:a", "batch:bad", "batch:c", "batch:d"}
+	vals, errs, err := a.EvalBatch(t.Context(), redisscript.Eval, algorithms.LuaBatchScript(), keys, args)
+	require.NoError(t, err)
+	require.Len(t, vals, 4*algorithms.LuaReplyLen)
+	require.Len(t, errs, 4*algorithms.LuaReplyLen)
+	admitted := []int64{1, 9, 0, rule.Window.Milliseconds(), now}
+	require.Equal(t, admitted, vals[0:5])
+	require.ErrorContains(t, errs[5], "WRONGTYPE")
+	require.ErrorContains(t, errs[10], "no script step for algorithm no_such_algorithm")
+	require.Equal(t, admitted, vals[15:20])
+	for i, e := range errs {
+		if i != 5 && i != 10 {
+			require.NoError(t, e, "element %d", i)
+		}
+	}
+	// Without failures there is no error slice.
+	vals, errs, err = a.EvalBatch(t.Context(), redisscript.Eval, algorithms.LuaBatchScript(), keys[:1], args[:5])
+	require.NoError(t, err)
+	require.Nil(t, errs)
+	require.Equal(t, []int64{1, 8, 0, rule.Window.Milliseconds(), now}, vals)
 }

@@ -1,0 +1,215 @@
+package redisscript
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/backend"
+)
+
+// gatedConn answers batch calls with an admission per request, and holds
+// each call until the test lets it go.
+type gatedConn struct {
+	fakeConn
+	gate    chan struct{}
+	started chan []string // the keys of each batch call, as it starts
+	reply   func(keys []string) ([]int64, []error, error)
+}
+
+func (g *gatedConn) EvalBatch(_ context.Context, _ Command, _ string, keys, _ []string) ([]int64, []error, error) {
+	g.started <- append([]string(nil), keys...)
+	<-g.gate
+	if g.reply != nil {
+		return g.reply(keys)
+	}
+	vals := make([]int64, 0, algorithms.LuaReplyLen*len(keys))
+	for range keys {
+		vals = append(vals, 1, 4, 0, 10_000, 1)
+	}
+	return vals, nil, nil
+}
+
+func newGated(t *testing.T, loops int) (*Runner, *gatedConn) {
+	g := &gatedConn{gate: make(chan struct{}), started: make(chan []string, 16)}
+	r, err := New(g, "test", Options{Batch: 8})
+	require.NoError(t, err)
+	require.NotNil(t, r.batcher)
+	r.batcher.maxLoops = loops
+	return r, g
+}
+
+func requestFor(id string) backend.Request {
+	req := request(1)
+	req.Key.ID = id
+	return req
+}
+
+type outcome struct {
+	res backend.Result
+	err error
+}
+
+func takeAsync(r *Runner, ctx context.Context, id string) chan outcome {
+	ch := make(chan outcome, 1)
+	go func() {
+		res, err := r.Take(ctx, requestFor(id))
+		ch <- outcome{res, err}
+	}()
+	return ch
+}
+
+// waitQueued waits until n Takes wait in r's queue.
+func waitQueued(t *testing.T, r *Runner, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		r.batcher.mu.Lock()
+		defer r.batcher.mu.Unlock()
+		return len(r.batcher.queue) == n
+	}, 10*time.Second, time.Millisecond)
+}
+
+// TestBatchGathersWaitingTakes: while one batch is in flight, Takes queue;
+// the next batch carries all of them, and each gets its own decision.
+func TestBatchGathersWaitingTakes(t *testing.T) {
+	r, g := newGated(t, 1)
+	first := takeAsync(r, t.Context(), "a")
+	require.Equal(t, []string{Key(requestFor("a").Key, rule)}, <-g.started)
+	rest := []chan outcome{takeAsync(r, t.Context(), "b"), takeAsync(r, t.Context(), "c"), takeAsync(r, t.Context(), "d")}
+	waitQueued(t, r, 3)
+	g.gate <- struct{}{}
+	require.NoError(t, (<-first).err)
+	require.Len(t, <-g.started, 3)
+	g.gate <- struct{}{}
+	for _, ch := range rest {
+		o := <-ch
+		require.NoError(t, o.err)
+		require.True(t, o.res.Allowed)
+		require.Equal(t, int64(4), o.res.Remaining)
+	}
+}
+
+// TestBatchWithdrawsCanceledTakes: a Take whose context ends while it
+// waits in the queue is withdrawn, never sent.
+func TestBatchWithdrawsCanceledTakes(t *testing.T) {
+	r, g := newGated(t, 1)
+	first := takeAsync(r, t.Context(), "a")
+	<-g.started
+	ctx, cancel := context.WithCancel(t.Context())
+	canceled := takeAsync(r, ctx, "gone")
+	waitQueued(t, r, 1)
+	kept := takeAsync(r, t.Context(), "kept")
+	waitQueued(t, r, 2)
+	cancel()
+	o := <-canceled
+	require.ErrorIs(t, o.err, context.Canceled)
+	g.gate <- struct{}{}
+	require.NoError(t, (<-first).err)
+	require.Equal(t, []string{Key(requestFor("kept").Key, rule)}, <-g.started)
+	g.gate <- struct{}{}
+	require.NoError(t, (<-kept).err)
+}
+
+// TestBatchFailures: an error for the whole call reaches every Take of the
+// batch; an error in place of one request's reply reaches that one alone;
+// a reply of the wrong length is ErrBadReply.
+func TestBatchFailures(t *testing.T) {
+	down := errors.New("connection refused")
+	wrongType := errors.New("WRONGTYPE Operation against a key holding the wrong kind of value")
+	for _, tc := range []struct {
+		name  string
+		reply func(keys []string) ([]int64, []error, error)
+		check func(t *testing.T, i int, o outcome)
+	}{
+		{"call fails", func([]string) ([]int64, []error, error) { return nil, nil, down },
+			func(t *testing.T, _ int, o outcome) { require.ErrorIs(t, o.err, down) }},
+		{"one request fails", func(keys []string) ([]int64, []error, error) {
+			vals := make([]int64, algorithms.LuaReplyLen*len(keys))
+			errs := make([]error, len(vals))
+			for i := range keys {
+				copy(vals[i*algorithms.LuaReplyLen:], []int64{0, 0, 500, 10_000, 1})
+			}
+			errs[algorithms.LuaReplyLen] = wrongType
+			return vals, errs, nil
+		}, func(t *testing.T, i int, o outcome) {
+			if i == 1 {
+				require.ErrorIs(t, o.err, wrongType)
+				return
+			}
+			require.NoError(t, o.err)
+			require.False(t, o.res.Allowed)
+			require.Equal(t, 500*time.Millisecond, o.res.RetryAfter)
+		}},
+		{"short reply", func([]string) ([]int64, []error, error) { return []int64{1, 4, 0, 10_000, 1}, nil, nil },
+			func(t *testing.T, _ int, o outcome) { require.ErrorIs(t, o.err, ErrBadReply) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, g := newGated(t, 1)
+			first := takeAsync(r, t.Context(), "first")
+			<-g.started
+			var outs []chan outcome
+			for i, id := range []string{"x", "y", "z"} {
+				outs = append(outs, takeAsync(r, t.Context(), id))
+				waitQueued(t, r, i+1)
+			}
+			g.gate <- struct{}{}
+			<-first
+			g.reply = tc.reply
+			<-g.started
+			g.gate <- struct{}{}
+			for i, ch := range outs {
+				tc.check(t, i, <-ch)
+			}
+		})
+	}
+}
+
+// TestBatchContext: a batch outlives any one caller's cancellation and
+// lasts until the latest deadline among its callers, or without one when a
+// caller has none.
+func TestBatchContext(t *testing.T) {
+	soon, cancelSoon := context.WithTimeout(t.Context(), time.Minute)
+	defer cancelSoon()
+	late, cancelLate := context.WithTimeout(t.Context(), time.Hour)
+	defer cancelLate()
+	calls := func(ctxs ...context.Context) []*pendingTake {
+		var b []*pendingTake
+		for _, c := range ctxs {
+			b = append(b, &pendingTake{ctx: c})
+		}
+		return b
+	}
+	ctx, cancel := batchContext(calls(soon, late))
+	d, ok := ctx.Deadline()
+	require.True(t, ok)
+	lateDeadline, _ := late.Deadline()
+	require.Equal(t, lateDeadline, d)
+	cancel()
+
+	ctx, cancel = batchContext(calls(soon, context.Background()))
+	_, ok = ctx.Deadline()
+	require.False(t, ok)
+	cancelSoon()
+	require.NoError(t, ctx.Err())
+	cancel()
+}
+
+// TestBatchingIsOffWhereItCannotApply: replica acknowledgement and cluster
+// clients send each Take alone, and a negative batch size is refused.
+func TestBatchingIsOffWhereItCannotApply(t *testing.T) {
+	r, err := New(&fakeConn{}, "test", Options{Batch: 8, Ack: Ack{Replicas: 1, Timeout: time.Second}})
+	require.NoError(t, err)
+	require.Nil(t, r.batcher)
+	r, err = New(&fakeConn{cluster: true}, "test", Options{Batch: 8})
+	require.NoError(t, err)
+	require.Nil(t, r.batcher)
+	r, err = New(&fakeConn{}, "test", Options{Batch: 1})
+	require.NoError(t, err)
+	require.Nil(t, r.batcher)
+	_, err = New(&fakeConn{}, "test", Options{Batch: -1})
+	require.ErrorContains(t, err, "batch size")
+}
