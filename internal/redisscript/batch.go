@@ -5,152 +5,195 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 )
 
-// batcher sends concurrent Takes together: each Take joins a queue, and up
-// to maxLoops goroutines each take what is queued (up to maxBatch Takes)
-// and send it as one batch script (algorithms.LuaBatchScript), which decides
-// the takes one after the other, exactly as separate scripts would. A
-// lone caller waits for nothing: its Take is sent at once, as a batch of
-// one. Under load, callers queue while the loops' batches are in flight,
-// so Redis parses one command and runs one script call for many decisions,
-// and the client encodes, writes and reads one command for them.
-//
-// Loops are started on demand and end when the queue is empty, so an idle
-// store holds no goroutine.
+// batcher sends concurrent Takes together. A Take that finds fewer than
+// maxInFlight batches in flight sends at once, itself and whatever is
+// queued (up to maxBatch Takes), as one batch script
+// (algorithms.LuaBatchScript), which decides the takes one after the other,
+// exactly as separate scripts would. Otherwise it queues. When a batch
+// returns and Takes are queued, the first of them is woken to send the next
+// batch. A lone caller therefore sends its own request at once, with no
+// goroutine in between; under load, Redis parses one command and runs one
+// script call for many decisions, and the client encodes, writes and reads
+// one command for them.
 type batcher struct {
-	r        *Runner
-	maxBatch int
-	maxLoops int
+	r           *Runner
+	maxBatch    int
+	maxInFlight int
 
-	mu    sync.Mutex
-	queue []*pendingTake
-	loops int
+	mu       sync.Mutex
+	queue    []*pendingTake
+	inFlight int
 }
 
-// pendingTake is one Take waiting in a batcher.
+// pendingTake is one Take in a batcher.
 type pendingTake struct {
 	req  backend.Request
 	key  string
 	ctx  context.Context
-	done chan struct{} // receives once res and err are set
+	done chan struct{} // signalled when res and err are set, or lead is
 	res  backend.Result
 	err  error
+	// lead, when set, is the batch this Take must send (itself included).
+	lead []*pendingTake
 }
 
 var pendingPool = sync.Pool{New: func() any { return &pendingTake{done: make(chan struct{}, 1)} }}
 
-// take queues req and returns its decision. When ctx ends first, the Take
-// is withdrawn if it was not sent yet; a Take already sent is abandoned (it
-// may still be counted), as any call whose deadline passes in flight.
+// take decides req, in a batch. When ctx ends while the Take is queued it
+// is withdrawn; a Take already sent is abandoned (it may still be counted),
+// as any call whose deadline passes in flight.
 func (b *batcher) take(ctx context.Context, req *backend.Request) (backend.Result, error) {
 	c := pendingPool.Get().(*pendingTake)
 	c.req, c.key, c.ctx = *req, Key(req.Key, req.Rule), ctx
 	b.mu.Lock()
-	b.queue = append(b.queue, c)
-	if b.loops < b.maxLoops {
-		b.loops++
-		go b.loop()
+	if b.inFlight < b.maxInFlight {
+		b.inFlight++
+		batch := b.next(c)
+		b.mu.Unlock()
+		b.run(batch)
+		<-c.done
+		return b.finish(c)
 	}
+	b.queue = append(b.queue, c)
 	b.mu.Unlock()
 	select {
 	case <-c.done:
-		res, err := c.res, c.err
-		*c = pendingTake{done: c.done}
-		pendingPool.Put(c)
-		return res, err
+		if c.lead != nil {
+			b.run(c.lead)
+			<-c.done
+		}
+		return b.finish(c)
 	case <-ctx.Done():
 		b.mu.Lock()
-		i := slices.Index(b.queue, c)
-		if i >= 0 {
+		if i := slices.Index(b.queue, c); i >= 0 {
 			b.queue = slices.Delete(b.queue, i, i+1)
 		}
+		lead := c.lead
 		b.mu.Unlock()
-		// A Take in flight still gets its reply written; it is left to the
+		if lead != nil {
+			// Woken to send a batch others wait on: send it anyway.
+			go func() {
+				<-c.done
+				b.run(lead)
+			}()
+		}
+		// A Take in flight still gets its reply written: it is left to the
 		// garbage collector rather than reused.
 		return backend.Result{}, fmt.Errorf("%s: %w", b.r.name, ctx.Err())
 	}
 }
 
-// loop sends batches until the queue is empty.
-func (b *batcher) loop() {
-	var batch []*pendingTake
-	var keys, args []string
-	var buf []byte
-	for {
-		b.mu.Lock()
-		n := min(len(b.queue), b.maxBatch)
-		if n == 0 {
-			b.loops--
-			b.mu.Unlock()
-			return
-		}
-		batch = append(batch[:0], b.queue[:n]...)
-		rest := copy(b.queue, b.queue[n:])
-		clear(b.queue[rest:])
-		b.queue = b.queue[:rest]
-		b.mu.Unlock()
-		keys, args, buf = b.send(batch, keys[:0], args[:0], buf[:0])
-	}
+// finish returns c's decision and recycles c.
+func (b *batcher) finish(c *pendingTake) (backend.Result, error) {
+	res, err := c.res, c.err
+	*c = pendingTake{done: c.done}
+	pendingPool.Put(c)
+	return res, err
 }
 
-// send runs one batch and hands each Take its decision. It returns its
-// scratch slices for the next batch.
-func (b *batcher) send(batch []*pendingTake, keys, args []string, buf []byte) ([]string, []string, []byte) {
-	ctx, cancel := batchContext(batch)
+// next returns the next batch: first (when not nil), then queued Takes up
+// to maxBatch in all. b.mu must be held.
+func (b *batcher) next(first *pendingTake) []*pendingTake {
+	n := min(len(b.queue), b.maxBatch)
+	if first != nil {
+		n = min(len(b.queue), b.maxBatch-1)
+	}
+	batch := make([]*pendingTake, 0, n+1)
+	if first != nil {
+		batch = append(batch, first)
+	}
+	batch = append(batch, b.queue[:n]...)
+	rest := copy(b.queue, b.queue[n:])
+	clear(b.queue[rest:])
+	b.queue = b.queue[:rest]
+	return batch
+}
+
+// run sends batch, then wakes the first queued Take to send the next one,
+// or marks one batch fewer in flight.
+func (b *batcher) run(batch []*pendingTake) {
+	b.send(batch)
+	b.mu.Lock()
+	if len(b.queue) == 0 {
+		b.inFlight--
+		b.mu.Unlock()
+		return
+	}
+	next := b.next(nil)
+	next[0].lead = next
+	b.mu.Unlock()
+	next[0].done <- struct{}{}
+}
+
+// send runs one batch and hands each Take its decision.
+func (b *batcher) send(batch []*pendingTake) {
+	ctx, cancel := batchContext(batch[0].ctx)
 	defer cancel()
+	sc := scratchPool.Get().(*scratch)
+	defer sc.put()
+	keys, args, buf := sc.keys, sc.args, sc.buf
 	for _, c := range batch {
 		keys = append(keys, c.key)
 		args, buf = c.req.Rule.LuaBatchArgs(args, buf, b.r.now(&c.req), c.req.Cost)
 	}
+	sc.keys, sc.args, sc.buf = keys, args, buf
 	var vals []int64
 	var errs []error
-	cmd, err := b.r.send(&b.r.batch, true, func(cmd Command, sc string) error {
+	cmd, err := b.r.send(&b.r.batch, true, func(cmd Command, script string) error {
 		var err error
-		vals, errs, err = b.r.conn.EvalBatch(ctx, cmd, sc, keys, args)
+		vals, errs, err = b.r.conn.EvalBatch(ctx, cmd, script, keys, args)
 		return err
 	})
 	if err == nil && len(vals) != algorithms.LuaReplyLen*len(batch) {
 		err = fmt.Errorf("%w: %d values for %d requests", ErrBadReply, len(vals), len(batch))
 	}
 	for i, c := range batch {
-		switch {
-		case err != nil:
-			c.res, c.err = backend.Result{}, fmt.Errorf("%s: %s batch %s: %w", b.r.name, cmd, c.req.Rule.Algorithm, err)
-		case errs != nil && errs[i*algorithms.LuaReplyLen] != nil:
-			c.res, c.err = backend.Result{}, fmt.Errorf("%s: %s batch %s: %w", b.r.name, cmd, c.req.Rule.Algorithm, errs[i*algorithms.LuaReplyLen])
-		default:
-			out, derr := Decode(c.req.Rule, vals[i*algorithms.LuaReplyLen:(i+1)*algorithms.LuaReplyLen])
-			if derr != nil {
-				c.res, c.err = backend.Result{}, fmt.Errorf("%s: %s batch %s: %w", b.r.name, cmd, c.req.Rule.Algorithm, derr)
-			} else {
-				c.res, c.err = backend.ResultOf(c.req.Rule, out), nil
-			}
+		e := err
+		if e == nil && errs != nil {
+			e = errs[i*algorithms.LuaReplyLen]
+		}
+		var out algorithms.Outcome
+		if e == nil {
+			out, e = Decode(c.req.Rule, vals[i*algorithms.LuaReplyLen:(i+1)*algorithms.LuaReplyLen])
+		}
+		if e != nil {
+			c.res, c.err = backend.Result{}, fmt.Errorf("%s: %s batch %s: %w", b.r.name, cmd, c.req.Rule.Algorithm, e)
+		} else {
+			c.res, c.err = backend.ResultOf(c.req.Rule, out), nil
 		}
 		c.done <- struct{}{}
 	}
-	clear(keys)
-	clear(args)
-	return keys, args, buf
 }
 
-// batchContext is the context a batch is sent with: not canceled by any one
-// caller leaving (the others still wait for the reply), and bounded by the
-// latest of the callers' deadlines, or unbounded when one of them has none.
-func batchContext(batch []*pendingTake) (context.Context, context.CancelFunc) {
-	var latest time.Time
-	for _, c := range batch {
-		d, ok := c.ctx.Deadline()
-		if !ok {
-			return context.WithCancel(context.WithoutCancel(batch[0].ctx))
-		}
-		if d.After(latest) {
-			latest = d
-		}
+// scratch holds the slices one batch call is built in, reused across
+// batches.
+type scratch struct {
+	keys, args []string
+	buf        []byte
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// put empties s and returns it to the pool.
+func (s *scratch) put() {
+	clear(s.keys)
+	clear(s.args)
+	s.keys, s.args, s.buf = s.keys[:0], s.args[:0], s.buf[:0]
+	scratchPool.Put(s)
+}
+
+// batchContext is the context a batch is sent with: that of the Take
+// sending it, without its cancellation (the others still wait for the
+// reply) but with its deadline. A Take whose own deadline comes first stops
+// waiting then.
+func batchContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(context.WithoutCancel(ctx), d)
 	}
-	return context.WithDeadline(context.WithoutCancel(batch[0].ctx), latest)
+	return context.WithCancel(context.WithoutCancel(ctx))
 }

@@ -3,9 +3,13 @@ package redisscript
 import (
 	"context"
 	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/limitkit/limitkit/algorithms"
@@ -39,7 +43,7 @@ func newGated(t *testing.T, loops int) (*Runner, *gatedConn) {
 	r, err := New(g, "test", Options{Batch: 8})
 	require.NoError(t, err)
 	require.NotNil(t, r.batcher)
-	r.batcher.maxLoops = loops
+	r.batcher.maxInFlight = loops
 	return r, g
 }
 
@@ -168,34 +172,74 @@ func TestBatchFailures(t *testing.T) {
 	}
 }
 
-// TestBatchContext: a batch outlives any one caller's cancellation and
-// lasts until the latest deadline among its callers, or without one when a
-// caller has none.
+// TestBatchContext: a batch is sent with the deadline of the Take sending
+// it, and outlives that Take's cancellation (others wait on it).
 func TestBatchContext(t *testing.T) {
 	soon, cancelSoon := context.WithTimeout(t.Context(), time.Minute)
 	defer cancelSoon()
-	late, cancelLate := context.WithTimeout(t.Context(), time.Hour)
-	defer cancelLate()
-	calls := func(ctxs ...context.Context) []*pendingTake {
-		var b []*pendingTake
-		for _, c := range ctxs {
-			b = append(b, &pendingTake{ctx: c})
-		}
-		return b
-	}
-	ctx, cancel := batchContext(calls(soon, late))
+	ctx, cancel := batchContext(soon)
+	defer cancel()
 	d, ok := ctx.Deadline()
 	require.True(t, ok)
-	lateDeadline, _ := late.Deadline()
-	require.Equal(t, lateDeadline, d)
-	cancel()
-
-	ctx, cancel = batchContext(calls(soon, context.Background()))
-	_, ok = ctx.Deadline()
-	require.False(t, ok)
+	want, _ := soon.Deadline()
+	require.Equal(t, want, d)
 	cancelSoon()
 	require.NoError(t, ctx.Err())
-	cancel()
+
+	ctx, cancel = batchContext(context.Background())
+	defer cancel()
+	_, ok = ctx.Deadline()
+	require.False(t, ok)
+}
+
+// TestBatchSurvivesCancellations: many callers, a third of whose contexts
+// end at random moments (queued, sending, or just woken to send a batch).
+// Every other Take is decided, and every call returns.
+func TestBatchSurvivesCancellations(t *testing.T) {
+	g := &gatedConn{gate: make(chan struct{}), started: make(chan []string, 1024)}
+	r, err := New(g, "test", Options{Batch: 4})
+	require.NoError(t, err)
+	r.batcher.maxInFlight = 2
+	stop := make(chan struct{})
+	go func() { // open the gate for every call, with pauses
+		for {
+			select {
+			case <-stop:
+				return
+			case <-g.started:
+				time.Sleep(50 * time.Microsecond)
+				g.gate <- struct{}{}
+			}
+		}
+	}()
+	defer close(stop)
+	var wg sync.WaitGroup
+	var decided, canceled atomic.Int64
+	for w := range 32 {
+		wg.Go(func() {
+			for i := range 100 {
+				ctx, cancel := context.WithCancel(t.Context())
+				if (w+i)%3 == 0 {
+					time.AfterFunc(time.Duration(i%7)*20*time.Microsecond, cancel)
+				}
+				res, err := r.Take(ctx, requestFor("u"+strconv.Itoa(w)))
+				switch {
+				case err == nil:
+					assert.True(t, res.Allowed)
+					decided.Add(1)
+				case errors.Is(err, context.Canceled):
+					canceled.Add(1)
+				default:
+					t.Errorf("take: %v", err)
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, int64(3200), decided.Load()+canceled.Load())
+	require.Greater(t, decided.Load(), int64(2000)) // two thirds were never canceled
+	t.Logf("%d decided, %d canceled", decided.Load(), canceled.Load())
 }
 
 // TestBatchingIsOffWhereItCannotApply: replica acknowledgement and cluster
@@ -212,4 +256,43 @@ func TestBatchingIsOffWhereItCannotApply(t *testing.T) {
 	require.Nil(t, r.batcher)
 	_, err = New(&fakeConn{}, "test", Options{Batch: -1})
 	require.ErrorContains(t, err, "batch size")
+}
+
+// TestBatchLeaderCanceledStillSends: a Take woken to send a batch whose
+// context ends before it sees the wake-up still gets the batch sent, for
+// the others in it.
+func TestBatchLeaderCanceledStillSends(t *testing.T) {
+	r, g := newGated(t, 1)
+	first := takeAsync(r, t.Context(), "first")
+	<-g.started
+	ctx, cancel := context.WithCancel(t.Context())
+	leader := takeAsync(r, ctx, "leader")
+	waitQueued(t, r, 1)
+	other := takeAsync(r, t.Context(), "other")
+	waitQueued(t, r, 2)
+
+	// Do what run does when a batch returns, but hold the wake-up back
+	// until the leader's context has ended.
+	b := r.batcher
+	b.mu.Lock()
+	b.inFlight++
+	next := b.next(nil)
+	next[0].lead = next
+	b.mu.Unlock()
+	cancel()
+	require.ErrorIs(t, (<-leader).err, context.Canceled)
+	next[0].done <- struct{}{}
+
+	require.Equal(t, []string{Key(requestFor("leader").Key, rule), Key(requestFor("other").Key, rule)}, <-g.started)
+	g.gate <- struct{}{} // both calls wait at the gate: let both go
+	g.gate <- struct{}{}
+	o := <-other
+	require.NoError(t, o.err)
+	require.True(t, o.res.Allowed)
+	require.NoError(t, (<-first).err)
+	require.Eventually(t, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.inFlight == 0
+	}, 10*time.Second, time.Millisecond)
 }

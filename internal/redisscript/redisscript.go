@@ -122,10 +122,10 @@ type Options struct {
 	Batch int
 }
 
-// batchLoops is how many batches one runner keeps in flight: one being
+// batchesInFlight is how many batches one runner keeps in flight: one being
 // decided by Redis while the next is written, and more to cover the round
 // trip.
-const batchLoops = 4
+const batchesInFlight = 4
 
 type script struct {
 	src, sha string
@@ -168,7 +168,7 @@ func New(conn Conn, name string, opts Options) (*Runner, error) {
 	r := &Runner{conn: conn, name: name, opts: opts, scripts: map[algorithms.Name]*script{}, multi: newScript(algorithms.LuaMultiScript()),
 		batch: newScript(algorithms.LuaBatchScript())}
 	if opts.Batch > 1 && opts.Ack.Replicas == 0 && !conn.Cluster() {
-		r.batcher = &batcher{r: r, maxBatch: opts.Batch, maxLoops: batchLoops}
+		r.batcher = &batcher{r: r, maxBatch: opts.Batch, maxInFlight: batchesInFlight}
 	}
 	for _, alg := range algorithms.Names() {
 		src, err := algorithms.LuaScript(alg)
