@@ -39,16 +39,19 @@ func TestConformanceRedis(t *testing.T) {
 	s := newStore(t, newClient(t, &redis.Options{Addr: srv.Addr()}))
 	storetest.Run(t, s)
 	scripttest.Differential(t.Context(), t, s, 1, 1500)
+	scripttest.BatchedTakesStayExact(t, s, srv)
 }
 
-// TestConformanceRedisBatched runs the suite with Takes batched: its
-// concurrency cases send many Takes at once, which travel together.
-func TestConformanceRedisBatched(t *testing.T) {
+// TestConformanceRedisUnbatched runs the suite with every Take sent alone
+// (the single-request scripts), as on a cluster or with replica
+// acknowledgement.
+func TestConformanceRedisUnbatched(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newStore(t, newClient(t, &redis.Options{Addr: srv.Addr()}), goredisstore.WithBatching(16))
+	s := newStore(t, newClient(t, &redis.Options{Addr: srv.Addr()}), goredisstore.WithBatching(1))
 	storetest.Run(t, s)
 	scripttest.Differential(t.Context(), t, s, 1, 1500)
-	scripttest.BatchedTakesStayExact(t, s, srv)
+	_, err := goredisstore.New(newClient(t, &redis.Options{Addr: srv.Addr()}), goredisstore.WithBatching(0))
+	require.ErrorContains(t, err, "batch size 0")
 }
 
 func TestConformanceCluster(t *testing.T) {

@@ -82,17 +82,22 @@ func WithReplicaAck(replicas int, timeout time.Duration, onShort backend.OnShort
 	}
 }
 
-// WithBatching lets up to max concurrent Takes travel together in one
-// script call, decided one after the other inside Redis exactly as separate
-// calls would be. Under load this cuts the server's and the client's work
-// per decision (one command parsed, sent and read for many decisions); a
-// lone caller is sent at once, so it adds no wait. 0 and 1 turn batching
-// off; New refuses a negative max. It applies to single-master clients
-// (standalone or sentinel) without WithReplicaAck; Peek, TakeAll and Reset
-// are always sent alone. A batch is sent with the latest of its callers'
-// deadlines: a caller whose own deadline passes while its batch is in
-// flight gets an error, and its request may still be counted, as with any
-// call abandoned in flight.
+// DefaultBatch is how many concurrent Takes may travel together in one
+// script call unless WithBatching says otherwise.
+const DefaultBatch = redisscript.DefaultBatch
+
+// WithBatching sets how many concurrent Takes may travel together in one
+// script call (default DefaultBatch). Redis decides them one after the
+// other, exactly as separate calls; a key of the wrong type fails only its
+// own request. Under load this cuts the work per decision on the server and
+// in the client (one command parsed, sent and read for many decisions); a
+// lone caller is sent at once, with nothing to wait for. 1 sends every Take
+// alone; New refuses a max below 1. Batching applies to single-master
+// clients (standalone or sentinel) without WithReplicaAck; Peek, TakeAll
+// and Reset are always sent alone. A batch is sent with the context of the
+// Take that sends it (its values and deadline, not its cancellation); a
+// Take that stops waiting (its context ended) is withdrawn if still
+// queued, or else abandoned in flight, and may then still be counted.
 func WithBatching(max int) Option {
 	return func(c *config) { c.opts.Batch = max }
 }
@@ -110,9 +115,12 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("rueidisstore: the client is nil")
 	}
-	var c config
+	c := config{opts: redisscript.Options{Batch: DefaultBatch}}
 	for _, opt := range opts {
 		opt(&c)
+	}
+	if c.opts.Batch < 1 {
+		return nil, fmt.Errorf("rueidisstore: batch size %d is below 1", c.opts.Batch)
 	}
 	r, err := redisscript.New(conn{client}, "rueidisstore", c.opts)
 	if err != nil {

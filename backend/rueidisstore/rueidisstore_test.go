@@ -41,16 +41,19 @@ func TestConformanceRedis(t *testing.T) {
 	s := newStore(t, newClient(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}}))
 	storetest.Run(t, s)
 	scripttest.Differential(t.Context(), t, s, 3, 1500)
+	scripttest.BatchedTakesStayExact(t, s, srv)
 }
 
-// TestConformanceRedisBatched runs the suite with Takes batched: its
-// concurrency cases send many Takes at once, which travel together.
-func TestConformanceRedisBatched(t *testing.T) {
+// TestConformanceRedisUnbatched runs the suite with every Take sent alone
+// (the single-request scripts), as on a cluster or with replica
+// acknowledgement.
+func TestConformanceRedisUnbatched(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newStore(t, newClient(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}}), rueidisstore.WithBatching(16))
+	s := newStore(t, newClient(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}}), rueidisstore.WithBatching(1))
 	storetest.Run(t, s)
 	scripttest.Differential(t.Context(), t, s, 3, 1500)
-	scripttest.BatchedTakesStayExact(t, s, srv)
+	_, err := rueidisstore.New(newClient(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}}), rueidisstore.WithBatching(0))
+	require.ErrorContains(t, err, "batch size 0")
 }
 
 func TestConformanceCluster(t *testing.T) {
@@ -76,6 +79,10 @@ func TestWritingScriptIsSentOnce(t *testing.T) {
 		return backend.Request{Key: backend.Key{Prefix: "retry:", ID: id}, Rule: rule, Now: now, Cost: 1}
 	}
 	_, err := s.Take(t.Context(), req("warm"))
+	require.NoError(t, err)
+	src, err := algorithms.LuaScript(algorithms.SlidingLog) // the control's script
+	require.NoError(t, err)
+	_, err = srv.Do("SCRIPT", "LOAD", src)
 	require.NoError(t, err)
 
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)

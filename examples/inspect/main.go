@@ -163,7 +163,7 @@ type Node struct {
 
 // SlowScript is one limitkit script's SLOWLOG entries.
 type SlowScript struct {
-	Script  string // an algorithm name, or "multi" for the all-or-nothing script
+	Script  string // an algorithm name, "multi" (all-or-nothing) or "batch" (Takes sent together)
 	Entries int
 	Slowest time.Duration
 }
@@ -185,8 +185,12 @@ type script struct {
 	name, body, sha string
 }
 
-// multiScript names the all-or-nothing script in reports.
-const multiScript = "multi"
+// multiScript and batchScript name the all-or-nothing script and the one
+// that decides Takes sent together in reports.
+const (
+	multiScript = "multi"
+	batchScript = "batch"
+)
 
 func scripts() []script {
 	var out []script
@@ -200,6 +204,7 @@ func scripts() []script {
 		}
 	}
 	add(multiScript, algorithms.LuaMultiScript())
+	add(batchScript, algorithms.LuaBatchScript())
 	return out
 }
 

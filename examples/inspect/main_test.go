@@ -37,7 +37,8 @@ func fill(t *testing.T, srv *redistest.Server) ([]string, map[string]int) {
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
 	require.NoError(t, err)
 	t.Cleanup(rc.Close)
-	rs, err := rueidisstore.New(rc)
+	// Each Take alone, in its algorithm's own script.
+	alone, err := rueidisstore.New(rc, rueidisstore.WithBatching(1))
 	require.NoError(t, err)
 
 	var keys []string
@@ -57,8 +58,8 @@ func fill(t *testing.T, srv *redistest.Server) ([]string, map[string]int) {
 		}
 	}
 	use(gs, limiter.Config{Algorithm: algorithms.SlidingLog, Limit: 10, Window: time.Minute, Prefix: prefix + "login:"},
-		"sliding_log", 7, prefix+"login:{ID}:sl")
-	use(rs, limiter.Config{Algorithm: algorithms.SlidingCounter, Limit: 100, Window: time.Minute, Prefix: prefix + "api:"},
+		batchScript, 7, prefix+"login:{ID}:sl")
+	use(alone, limiter.Config{Algorithm: algorithms.SlidingCounter, Limit: 100, Window: time.Minute, Prefix: prefix + "api:"},
 		"sliding_counter", 4, prefix+"api:{ID}:sc")
 	use(gs, limiter.Config{Algorithm: algorithms.FixedWindow, Limit: 3, Window: time.Minute, Prefix: prefix + "pay:",
 		Guard: &limiter.Guard{Limit: 5, Window: time.Hour}},
@@ -124,7 +125,7 @@ func TestInspect(t *testing.T) {
 	// EVAL with the script's text (shortened by SLOWLOG): one entry more
 	// than calls, and both forms are recognised.
 	var want []SlowScript
-	for _, name := range []string{multiScript, "sliding_counter", "sliding_log"} {
+	for _, name := range []string{batchScript, multiScript, "sliding_counter"} {
 		want = append(want, SlowScript{Script: name, Entries: calls[name] + 1})
 	}
 	slow := slices.Clone(r.Slow)
@@ -155,8 +156,8 @@ func TestInspect(t *testing.T) {
 		fmt.Sprintf("  about %d bytes for all 18 keys", wantBytes),
 		"keys without a TTL: 1\n",
 		fmt.Sprintf("    %q\n", prefix+"manual"),
-		fmt.Sprintf("SLOWLOG: %d limitkit script entries", calls["sliding_log"]+calls["sliding_counter"]+calls[multiScript]+3),
-		fmt.Sprintf("  sliding_log      %d entries", calls["sliding_log"]+1),
+		fmt.Sprintf("SLOWLOG: %d limitkit script entries", calls[batchScript]+calls["sliding_counter"]+calls[multiScript]+3),
+		fmt.Sprintf("  batch            %d entries", calls[batchScript]+1),
 		fmt.Sprintf("  %s: maxmemory-policy noeviction, maxmemory 0\n", srv.Addr()),
 	} {
 		require.Contains(t, text, line)

@@ -59,25 +59,13 @@ func RedisContenders(addr string) []Contender {
 		Contender{Name: "floor rueidis EVALSHA " + TrivialScript, Group: "floor", New: func(Workload) (Decider, func(), error) { return rueidisFloor(addr, true) }},
 		Contender{Name: "floor go-redis INCR", Group: "floor", New: func(Workload) (Decider, func(), error) { return goRedisFloor(addr, false) }},
 		Contender{Name: "floor go-redis EVALSHA " + TrivialScript, Group: "floor", New: func(Workload) (Decider, func(), error) { return goRedisFloor(addr, true) }},
-		Contender{Name: "limitkit rueidis sliding_log, MaxFlushDelay 20µs", Group: "experiment", Algorithm: algorithms.SlidingLog,
+		Contender{Name: "limitkit rueidis sliding_log, unbatched", Group: "experiment", Algorithm: algorithms.SlidingLog,
 			New: func(w Workload) (Decider, func(), error) {
-				o := RueidisOptions(addr)
-				o.MaxFlushDelay = 20 * time.Microsecond
-				return limitkitRueidisWith(o, w, algorithms.SlidingLog)
+				return limitkitRueidisWith(RueidisOptions(addr), w, algorithms.SlidingLog, rueidisstore.WithBatching(1))
 			}},
-		Contender{Name: "limitkit go-redis sliding_log, PoolSize 64", Group: "experiment", Algorithm: algorithms.SlidingLog,
+		Contender{Name: "limitkit go-redis sliding_log, unbatched", Group: "experiment", Algorithm: algorithms.SlidingLog,
 			New: func(w Workload) (Decider, func(), error) {
-				o := GoRedisOptions(addr)
-				o.PoolSize = 64
-				return limitkitGoRedisWith(o, w, algorithms.SlidingLog)
-			}},
-		Contender{Name: "limitkit rueidis sliding_log, batching 32", Group: "experiment", Algorithm: algorithms.SlidingLog,
-			New: func(w Workload) (Decider, func(), error) {
-				return limitkitRueidisWith(RueidisOptions(addr), w, algorithms.SlidingLog, rueidisstore.WithBatching(32))
-			}},
-		Contender{Name: "limitkit go-redis sliding_log, batching 32", Group: "experiment", Algorithm: algorithms.SlidingLog,
-			New: func(w Workload) (Decider, func(), error) {
-				return limitkitGoRedisWith(GoRedisOptions(addr), w, algorithms.SlidingLog, goredisstore.WithBatching(32))
+				return limitkitGoRedisWith(GoRedisOptions(addr), w, algorithms.SlidingLog, goredisstore.WithBatching(1))
 			}},
 		Contender{Name: "go-redis/redis_rate, PoolSize 64", Group: "experiment",
 			New: func(w Workload) (Decider, func(), error) {

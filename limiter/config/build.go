@@ -305,6 +305,9 @@ func (b *Backend) openRedis(t target) (backend.Store, func() error, error) {
 		}
 		opts = append(opts, goredisstore.WithReplicaAck(a.Replicas, a.Timeout, onShort))
 	}
+	if b.Batch > 0 {
+		opts = append(opts, goredisstore.WithBatching(b.Batch))
+	}
 	s, err := goredisstore.New(c, opts...)
 	if err != nil {
 		_ = c.Close()
@@ -328,6 +331,9 @@ func (b *Backend) openRueidis(t target) (backend.Store, func() error, error) {
 			onShort = backend.AdmitUnconfirmed
 		}
 		opts = append(opts, rueidisstore.WithReplicaAck(a.Replicas, a.Timeout, onShort))
+	}
+	if b.Batch > 0 {
+		opts = append(opts, rueidisstore.WithBatching(b.Batch))
 	}
 	s, err := rueidisstore.New(c, opts...)
 	if err != nil {

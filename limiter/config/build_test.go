@@ -2,6 +2,7 @@ package config
 
 import (
 	"context"
+	"crypto/sha1"
 	"fmt"
 	"net"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/fallback"
@@ -297,6 +299,38 @@ policies:
 				fake.Advance(time.Hour)
 				n, _ = admitted(t, set.Limiter("login"), "alice", 1)
 				require.Equal(t, !serverTime, n == 1)
+			})
+		}
+	}
+}
+
+// TestBuildBatch: by default Takes go through the batch script; with
+// batch: 1 each goes alone through its algorithm's script, and the batch
+// script is never loaded.
+func TestBuildBatch(t *testing.T) {
+	batchSHA := fmt.Sprintf("%x", sha1.Sum([]byte(algorithms.LuaBatchScript())))
+	for _, client := range []string{GoRedis, Rueidis} {
+		for _, batch := range []int{0, 1} {
+			t.Run(fmt.Sprint(client, " batch=", batch), func(t *testing.T) {
+				srv := redistest.Start(t)
+				cfg, err := Parse(fmt.Appendf(nil, `
+backend: {url: "redis://%s/0", client: %s, batch: %d}
+policies:
+  login: {limit: 2, window: 15m}
+`, srv.Addr(), client, batch), YAML)
+				require.NoError(t, err)
+				set, err := cfg.Build(context.Background())
+				require.NoError(t, err)
+				defer set.Close()
+				n, _ := admitted(t, set.Limiter("login"), "alice", 3)
+				require.Equal(t, 2, n)
+				loaded, err := srv.Do("SCRIPT", "EXISTS", batchSHA)
+				require.NoError(t, err)
+				want := "0"
+				if batch == 0 {
+					want = "1"
+				}
+				require.Equal(t, want, loaded, "SCRIPT EXISTS of the batch script")
 			})
 		}
 	}

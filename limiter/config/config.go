@@ -141,6 +141,10 @@ type Backend struct {
 	// ReplicaAck, when set, makes each admission wait for replicas
 	// (goredisstore.WithReplicaAck). Not for cluster URLs.
 	ReplicaAck *ReplicaAck
+	// Batch is how many concurrent Takes may travel together in one script
+	// call (goredisstore.WithBatching): 0 keeps the stores' default
+	// (goredisstore.DefaultBatch), 1 sends each alone.
+	Batch int
 	// Fallback, when set, wraps the Redis store with fallback.New so that
 	// limiting goes on while Redis is unavailable.
 	Fallback *Fallback
@@ -440,7 +444,7 @@ func (d decoder) failurePolicy(n *node, path string) (backend.FailurePolicy, err
 	return p, nil
 }
 
-const backendFields = "url, client, server_time, replica_ack, fallback"
+const backendFields = "url, client, server_time, replica_ack, batch, fallback"
 
 func (d decoder) backend(n *node, path string) error {
 	b := &d.c.Backend
@@ -454,6 +458,8 @@ func (d decoder) backend(n *node, path string) error {
 			b.ServerTime, err = d.bool(f.val, p)
 		case "replica_ack":
 			b.ReplicaAck, err = d.replicaAck(f.val, p)
+		case "batch":
+			b.Batch, err = d.int(f.val, p)
 		case "fallback":
 			b.Fallback, err = d.fallback(f.val, p)
 		default:

@@ -144,9 +144,14 @@ func (c *Config) validateBackend() error {
 			return c.fieldError("backend.server_time", errors.New("needs a Redis backend; memory:// always uses the limiter's clock"))
 		case b.ReplicaAck != nil:
 			return c.fieldError("backend.replica_ack", errors.New("needs a Redis backend; memory:// has no replicas"))
+		case b.Batch != 0:
+			return c.fieldError("backend.batch", errors.New("needs a Redis backend; memory:// sends nothing"))
 		case b.Fallback != nil:
 			return c.fieldError("backend.fallback", errors.New("wraps a Redis store; memory:// needs none"))
 		}
+	}
+	if b.Batch < 0 {
+		return c.fieldError("backend.batch", fmt.Errorf("is %d; it must be at least 1 (1 sends each Take alone)", b.Batch))
 	}
 	if a := b.ReplicaAck; a != nil {
 		if t.kind == clusterKind {
