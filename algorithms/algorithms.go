@@ -65,9 +65,18 @@ const (
 // Names lists the algorithms in the order the documentation presents them.
 func Names() []Name { return slices.Clone(names[:]) }
 
-// names backs Names and the per-request check in Validate, which must not
-// allocate.
+// names backs Names; known must list the same algorithms.
 var names = [...]Name{SlidingLog, SlidingCounter, FixedWindow, CompactLog, TwoLevel, GCRA}
+
+// known reports whether n is one of names. A switch, unlike a search of
+// names, compares without calls: Validate runs on every request.
+func (n Name) known() bool {
+	switch n {
+	case SlidingLog, SlidingCounter, FixedWindow, CompactLog, TwoLevel, GCRA:
+		return true
+	}
+	return false
+}
 
 // logged reports whether the algorithm keeps a log of timestamps, whose size
 // grows with the limit.
@@ -117,7 +126,7 @@ type Rule struct {
 // Validate reports whether the rule can be used, and if not, what to change.
 // The error wraps ErrInvalidRule.
 func (r Rule) Validate() error {
-	if !slices.Contains(names[:], r.Algorithm) {
+	if !r.Algorithm.known() {
 		if r.Algorithm == "" {
 			return fmt.Errorf("%w: algorithm is empty; choose one of %q", ErrInvalidRule, Names())
 		}
@@ -210,8 +219,8 @@ type Outcome struct {
 
 // State is the Go engine's state for one key. Its zero value is an empty key.
 // A State is not safe for concurrent use; stores serialise access to it.
-// It is kept to six words (the memory store holds one per key), so the
-// newer algorithms give the fields their own meanings.
+// It is kept to four words (the memory store holds one per key, in a
+// 64-byte slot), so the newer algorithms give the fields their own meanings.
 type State struct {
 	// start is the start of the current fixed window (counter algorithms,
 	// TwoLevel's light keys), a heavy TwoLevel key's floor, or the time of
@@ -229,7 +238,7 @@ type State struct {
 // decide on a copy and write it back.
 func (s *State) Clone() State {
 	c := *s
-	c.log = append(ring(nil), s.log...)
+	c.log = s.log.clone()
 	return c
 }
 

@@ -1,5 +1,7 @@
 package algorithms
 
+import "unsafe"
+
 // The sliding log records one timestamp per admitted unit of cost, oldest
 // first, and admits a request when the units with a timestamp after
 // now-window, plus its cost, fit within the limit. A timestamp t has slid out
@@ -63,32 +65,55 @@ func slidingLogPeek(s *State, now, w, limit, cost int64) Outcome {
 }
 
 // ring is a circular buffer of timestamps in ascending order, kept in one
-// allocation: ring[0] is the position of the oldest timestamp, ring[1] the
-// number of timestamps, and the rest the slots. Its capacity grows with use,
-// never beyond the limit. The nil ring is empty.
-type ring []int64
+// allocation: a ringHead, then the slots. A ring is only a pointer to it, so
+// that a State stays four words (a memory store slot, one cache line). Its
+// capacity grows with use, never beyond the limit. The zero ring is empty.
+type ring struct{ h *ringHead }
 
-const ringHeader = 2
+// ringHead is a ring's header: the position of the oldest timestamp, the
+// number of timestamps and the number of slots that follow it.
+type ringHead struct{ pos, n, cap int64 }
+
+// ringHeader is the size of a ringHead in int64s.
+const ringHeader = int64(unsafe.Sizeof(ringHead{}) / 8)
+
+// newRing returns an empty ring of capacity c >= 1.
+func newRing(c int64) ring {
+	buf := make([]int64, ringHeader+c)
+	r := ring{(*ringHead)(unsafe.Pointer(&buf[0]))}
+	r.h.cap = c
+	return r
+}
 
 func (r ring) size() int64 {
-	if r == nil {
+	if r.h == nil {
 		return 0
 	}
-	return r[1]
+	return r.h.n
 }
 
-func (r ring) capacity() int64 { return max(int64(len(r))-ringHeader, 0) }
-
-// slot returns the position in r of the i-th oldest timestamp.
-func (r ring) slot(i int64) int64 {
-	j := r[0] + i
-	if c := r.capacity(); j >= c {
-		j -= c
+func (r ring) capacity() int64 {
+	if r.h == nil {
+		return 0
 	}
-	return ringHeader + j
+	return r.h.cap
 }
 
-func (r ring) at(i int64) int64 { return r[r.slot(i)] }
+// slots returns the ring's slots; r must not be empty.
+func (r ring) slots() []int64 {
+	return unsafe.Slice((*int64)(unsafe.Add(unsafe.Pointer(r.h), unsafe.Sizeof(ringHead{}))), r.h.cap)
+}
+
+// slot returns the position in slots of the i-th oldest timestamp.
+func (r ring) slot(i int64) int64 {
+	j := r.h.pos + i
+	if j >= r.h.cap {
+		j -= r.h.cap
+	}
+	return j
+}
+
+func (r ring) at(i int64) int64 { return r.slots()[r.slot(i)] }
 
 // countUpTo returns how many timestamps are <= t.
 func (r ring) countUpTo(t int64) int64 {
@@ -108,10 +133,10 @@ func (r ring) dropOldest(n int64) {
 	if n == 0 {
 		return
 	}
-	r[0] = r.slot(n) - ringHeader
-	r[1] -= n
-	if r[1] == 0 {
-		r[0] = 0
+	r.h.pos = r.slot(n)
+	r.h.n -= n
+	if r.h.n == 0 {
+		r.h.pos = 0
 	}
 }
 
@@ -130,12 +155,24 @@ func (r *ring) shrinkTo(limit int64) {
 func (r *ring) resize(c int64) {
 	old := *r
 	n := old.size()
-	buf := make(ring, ringHeader+c)
+	buf := newRing(c)
+	s := buf.slots()
 	for i := range n {
-		buf[ringHeader+i] = old.at(i)
+		s[i] = old.at(i)
 	}
-	buf[1] = n
+	buf.h.n = n
 	*r = buf
+}
+
+// clone returns a copy of r that shares no memory with it.
+func (r ring) clone() ring {
+	if r.h == nil {
+		return r
+	}
+	c := newRing(r.h.cap)
+	*c.h = *r.h
+	copy(c.slots(), r.slots())
+	return c
 }
 
 // insert records cost copies of t, keeping the order. Entries later than t
@@ -147,17 +184,18 @@ func (r *ring) insert(t, cost, limit int64) {
 		r.resize(min(max(2*r.capacity(), need, 4), limit))
 	}
 	l := *r
+	s := l.slots()
 	later := int64(0)
 	for later < size && l.at(size-1-later) > t {
 		later++
 	}
 	for i := size - 1; i >= size-later; i-- {
-		l[l.slot(i+cost)] = l[l.slot(i)]
+		s[l.slot(i+cost)] = s[l.slot(i)]
 	}
 	for i := size - later; i < size-later+cost; i++ {
-		l[l.slot(i)] = t
+		s[l.slot(i)] = t
 	}
-	l[1] = need
+	l.h.n = need
 }
 
 // remove deletes up to n timestamps equal to t, keeping the order.
@@ -168,11 +206,12 @@ func (r ring) remove(t, n int64) {
 	if k <= 0 {
 		return
 	}
+	s := r.slots()
 	for i := end; i < size; i++ {
-		r[r.slot(i-k)] = r[r.slot(i)]
+		s[r.slot(i-k)] = s[r.slot(i)]
 	}
-	r[1] -= k
-	if r[1] == 0 {
-		r[0] = 0
+	r.h.n -= k
+	if r.h.n == 0 {
+		r.h.pos = 0
 	}
 }

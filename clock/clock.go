@@ -8,6 +8,7 @@ package clock
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,12 +18,42 @@ type Clock interface {
 	Now() time.Time
 }
 
-// System is the wall clock of this machine (time.Now).
-var System Clock = systemClock{}
+// System is the wall clock of this machine. It reads time.Now at most once
+// per anchorPeriod and, in between, adds the monotonic time elapsed since
+// (one clock read instead of time.Now's two). A step of the wall clock (NTP,
+// an operator) is therefore followed within a second; until then times keep
+// advancing at the monotonic rate, which every algorithm handles like any
+// clock difference between callers.
+var System Clock = &systemClock{}
 
-type systemClock struct{}
+// anchorPeriod bounds how long System takes to follow a wall-clock step.
+const anchorPeriod = time.Second
 
-func (systemClock) Now() time.Time { return time.Now() }
+// Both the clock and its anchor fill a cache line, so that each is an
+// allocation on a line of its own: every request reads them, and a
+// neighbour written often would evict them.
+type systemClock struct {
+	anchor atomic.Pointer[anchor]
+	_      [56]byte
+}
+
+// anchor is a time.Now reading (with its monotonic part), never modified
+// once stored.
+type anchor struct {
+	t time.Time
+	_ [40]byte
+}
+
+func (c *systemClock) Now() time.Time {
+	if a := c.anchor.Load(); a != nil {
+		if d := time.Since(a.t); d < anchorPeriod {
+			return a.t.Add(d)
+		}
+	}
+	a := &anchor{t: time.Now()}
+	c.anchor.Store(a)
+	return a.t
+}
 
 // Timer is implemented by clocks that also measure waits, so that code
 // which sleeps (limiter.Wait) follows the clock it reads. Fake implements it;
@@ -118,7 +149,7 @@ func (f *Fake) set(t time.Time) {
 }
 
 var (
-	_ Clock = systemClock{}
+	_ Clock = (*systemClock)(nil)
 	_ Clock = (*Fake)(nil)
 	_ Timer = (*Fake)(nil)
 )

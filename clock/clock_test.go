@@ -107,3 +107,19 @@ func BenchmarkTimeNow(b *testing.B) {
 		_ = time.Now()
 	}
 }
+
+func TestSystemFollowsTimeNow(t *testing.T) {
+	for range 1000 {
+		before := time.Now()
+		got := clock.System.Now()
+		after := time.Now()
+		require.False(t, got.Before(before), "%v before %v", got, before)
+		require.False(t, got.After(after), "%v after %v", got, after)
+	}
+}
+
+func BenchmarkSystemNow(b *testing.B) {
+	for b.Loop() {
+		_ = clock.System.Now()
+	}
+}

@@ -37,7 +37,7 @@ import (
 )
 
 // DefaultMaxKeys is the number of keys a store holds unless WithMaxKeys says
-// otherwise. A key takes a 72-byte slot in a table at most 3/4 full; a
+// otherwise. A key takes a 64-byte slot in a table at most 3/4 full; a
 // sliding log key adds 8 bytes per unit admitted in its last two windows (at
 // most 8 × limit).
 const DefaultMaxKeys = 1_000_000
@@ -77,6 +77,9 @@ type Store struct {
 	shards       []shard
 	shardBits    uint
 
+	// Keep the counters, written by inserts, off the line every decision
+	// reads.
+	_               [shardAlign]byte
 	activeEvictions atomic.Uint64
 	reclaimed       atomic.Uint64
 }
@@ -84,13 +87,23 @@ type Store struct {
 var _ backend.Store = (*Store)(nil)
 
 type shard struct {
+	shardState
+	// Give each shard lines of its own: a shard's lock and table header
+	// share a line, which moves between cores once per decision, and no
+	// neighbour's should move with it.
+	_ [(shardAlign - unsafe.Sizeof(shardState{})%shardAlign) % shardAlign]byte
+}
+
+// shardAlign is a multiple of the cache line (two lines: the adjacent-line
+// prefetcher fetches pairs).
+const shardAlign = 128
+
+type shardState struct {
 	mu       sync.Mutex
 	table    table
 	capacity int
 	// sinceSweep counts new keys since the last full sweep.
 	sinceSweep int
-	// Keep neighbouring shards' locks on separate cache lines.
-	_ [16]byte
 }
 
 // New returns an empty store. With no options it holds up to DefaultMaxKeys
@@ -114,7 +127,7 @@ func New(opts ...Option) (*Store, error) {
 		if i < c.maxKeys%n {
 			capacity++
 		}
-		s.shards[i] = shard{table: newTable(maphash.String(s.seed1, strconv.Itoa(i))), capacity: capacity, sinceSweep: capacity}
+		s.shards[i].shardState = shardState{table: newTable(maphash.String(s.seed1, strconv.Itoa(i))), capacity: capacity, sinceSweep: capacity}
 	}
 	return s, nil
 }
@@ -128,8 +141,14 @@ func algorithmSalt(alg algorithms.Name) uint64 {
 		return 0xc2b2ae3d27d4eb4f
 	case algorithms.FixedWindow:
 		return 0x165667b19e3779f9
+	case algorithms.CompactLog:
+		return 0x27d4eb2f165667c5
+	case algorithms.TwoLevel:
+		return 0x85ebca77c2b2ae63
+	case algorithms.GCRA:
+		return 0xd6e8feb86659fd93
 	}
-	// Any other algorithm: FNV-1a of its name.
+	// Any other algorithm (Validate rejects them): FNV-1a of its name.
 	h := uint64(0xcbf29ce484222325)
 	for i := 0; i < len(alg); i++ {
 		h = (h ^ uint64(alg[i])) * 0x100000001b3
@@ -297,7 +316,7 @@ func (s *Store) insert(sh *shard, h1, h2 uint64, now int64) *slot {
 	t := &sh.table
 	if t.used < sh.capacity {
 		_, _, _, n := t.sweep(now, sweepSample)
-		s.reclaimed.Add(uint64(n))
+		s.addReclaimed(n)
 		return t.add(h1, h2)
 	}
 	v1, v2, found, n := t.sweep(now, evictSample)
@@ -305,12 +324,20 @@ func (s *Store) insert(sh *shard, h1, h2 uint64, now int64) *slot {
 		sh.sinceSweep = 0
 		_, _, _, n = t.sweep(now, t.used)
 	}
-	s.reclaimed.Add(uint64(n))
+	s.addReclaimed(n)
 	if t.used >= sh.capacity && found {
 		sh.remove(v1, v2)
 		s.activeEvictions.Add(1)
 	}
 	return t.add(h1, h2)
+}
+
+// addReclaimed counts n reclaimed keys, writing the shared counter only
+// when there are some.
+func (s *Store) addReclaimed(n int) {
+	if n > 0 {
+		s.reclaimed.Add(uint64(n))
+	}
 }
 
 // Stats describes a store's contents and evictions.

@@ -1,6 +1,10 @@
 package memorystore
 
-import "github.com/limitkit/limitkit/algorithms"
+import (
+	"unsafe"
+
+	"github.com/limitkit/limitkit/algorithms"
+)
 
 // slot holds one key's state in a table. Keys are identified by two
 // independent 64-bit hashes of (prefix, id, algorithm) rather than by their
@@ -13,7 +17,15 @@ type slot struct {
 	// expires is when the state becomes empty again, in milliseconds.
 	expires int64
 	state   algorithms.State
+	// Fill the cache line: tables are powers of two of 64-byte slots, so
+	// every slot is one line and a lookup touches one.
+	_ [slotSize - 24 - unsafe.Sizeof(algorithms.State{})]byte
 }
+
+const slotSize = 64
+
+// A slot must be exactly slotSize bytes (this fails to compile otherwise).
+var _ [0]byte = [unsafe.Sizeof(slot{}) - slotSize]byte{}
 
 // table is an open-addressing hash table with linear probing, grown by
 // doubling up to room for its capacity at a load factor of 3/4.

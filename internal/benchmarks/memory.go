@@ -17,13 +17,15 @@ import (
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/limiter"
 )
 
 // MemoryContenders lists the in-process contenders: for each algorithm in
 // algorithms.Names (read when called, so new algorithms join by
 // themselves) limitkit's memory store called directly with a
-// backend.Request stamped with time.Now, and the same through
+// backend.Request stamped with clock.System (limitkit's default clock, as
+// the peers read their own), and the same through
 // limiter.Limiter; then the peers; then, in Group "experiment", the
 // fixed_window limiter with a CoarseClock instead of the system clock, to
 // measure what reading the clock costs.
@@ -50,7 +52,7 @@ func MemoryContenders() []Contender {
 }
 
 // CoarseClock is a clock.Clock that reads an atomic millisecond count,
-// refreshed every millisecond by a goroutine, instead of calling time.Now
+// refreshed every millisecond by a goroutine, instead of reading the clock
 // on every request. limitkit decides in whole milliseconds, so it gives
 // the same decisions up to one millisecond late, for the price of an
 // atomic load.
@@ -115,7 +117,7 @@ func limitkitMemoryStore(w Workload, alg algorithms.Name) (Decider, func(), erro
 	}
 	rule := w.Rule(alg)
 	return func(ctx context.Context, id string) (bool, error) {
-		res, err := s.Take(ctx, backend.Request{Key: backend.Key{Prefix: "bench:", ID: id}, Rule: rule, Now: time.Now(), Cost: 1})
+		res, err := s.Take(ctx, backend.Request{Key: backend.Key{Prefix: "bench:", ID: id}, Rule: rule, Now: clock.System.Now(), Cost: 1})
 		return res.Allowed, err
 	}, func() {}, nil
 }
