@@ -88,8 +88,9 @@ local function log_first(key, prefix_len)
 end
 
 -- log_open returns the log stored in key after prefix (first: log_first's
--- answer, '' for none), or, with key nil, an unstored log holding the
--- timestamps of the string slots (set its key before a take writes it).
+-- answer, '' for none; L.stored tells whether there was one), or, with
+-- key nil, an unstored log holding the timestamps of the string slots (set
+-- its key before a take writes it).
 local function log_open(key, prefix, first, slots)
   local L = {key = key, prefix = prefix, blocks = {}, head = 0, n = 0, cap = 0, newest = 0, hint = 0}
   if not key then
@@ -105,6 +106,7 @@ local function log_open(key, prefix, first, slots)
   if #first >= p + HDR then
     dec_header(L, first, p)
     L.blocks[0] = string.sub(first, p + HDR + 1)
+    L.stored = true
   end
   if L.cap <= BLOCK then
     L.ring = L.blocks[0] or '' -- the whole ring is in the first read
@@ -247,8 +249,12 @@ local function log_take(L, now, w, limit, cost, px_extra)
     -- The (live+cost-limit)-th oldest live entry must slide out first.
     local retry = slot(L, L.n + cost - limit - 1) + w - now
     local reset = L.newest + w - now
-    if L.ring then
+    if L.ring and (not L.stored or d > 0 or L.head ~= 0 or expired ~= hint) then
       rewrite(L, raw(L, 0, L.n), L.n, math.max(L.cap, 1), reset + px_extra)
+    elseif L.ring then
+      -- Stored as rewrite would store it (linear, the same header): only
+      -- the expiry changes.
+      redis.call('PEXPIRE', L.key, string.format('%d', reset + px_extra))
     else
       -- The hint is worth a write only when it moved past a block.
       if d > 0 or math.abs(expired - hint) >= BLOCK then
