@@ -8,17 +8,36 @@
 -- fails only its request: its first value is the error, the other four are
 -- 0. Reply: five values per request.
 local reply, server = {}, nil
+-- Requests of one rule repeat the same arguments; Lua strings are interned,
+-- so comparing them is cheap, and each distinct one is parsed once.
+local now_s, w_s, limit_s, cost_s
+local now, w, limit, cost
 for i = 1, #KEYS do
   local a = (i - 1) * 5
-  local now = tonumber(ARGV[a + 1])
-  if now < 0 then
-    server = server or server_now()
-    now = server
+  if ARGV[a + 1] ~= now_s then
+    now_s = ARGV[a + 1]
+    now = tonumber(now_s)
+    if now < 0 then
+      server = server or server_now()
+      now = server
+    end
+  end
+  if ARGV[a + 3] ~= w_s then
+    w_s = ARGV[a + 3]
+    w = tonumber(w_s)
+  end
+  if ARGV[a + 4] ~= limit_s then
+    limit_s = ARGV[a + 4]
+    limit = tonumber(limit_s)
+  end
+  if ARGV[a + 5] ~= cost_s then
+    cost_s = ARGV[a + 5]
+    cost = tonumber(cost_s)
   end
   local step = STEPS[ARGV[a + 2]]
   local ok, o
   if step then
-    ok, o = pcall(step, KEYS[i], now, tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), true, false, 0)
+    ok, o = pcall(step, KEYS[i], now, w, limit, cost, true, false, 0)
   else
     ok, o = false, 'limitkit: no script step for algorithm ' .. ARGV[a + 2]
   end

@@ -123,20 +123,23 @@ func ConnRejectsMalformedReplies(t *testing.T, a redisscript.Conn) {
 }
 
 // ConnBatchReplies runs the batch script through a store's adapter on srv:
-// four takes, the second on a key of the wrong type and the third naming no
-// algorithm the script knows. Those two fail alone, with the server's
-// error; the others are decided as single takes would be.
+// four takes, the second on a key of the wrong type, the third naming no
+// algorithm the script knows, the fourth under another rule. The second
+// and third fail alone, with the server's error; the others are decided as
+// single takes would be, each under its own rule.
 func ConnBatchReplies(t *testing.T, a redisscript.Conn, srv *redistest.Server) {
 	t.Helper()
 	_, err := srv.Do("SET", "batch:bad", "a string")
 	require.NoError(t, err)
 	rule := algorithms.Rule{Algorithm: algorithms.SlidingLog, Limit: 10, Window: time.Minute}
+	other := algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 5, Window: 30 * time.Second}
 	now := time.Now().UnixMilli()
 	var args []string
 	var buf []byte
-	for range 4 {
+	for range 3 {
 		args, buf = rule.LuaBatchArgs(args, buf, now, 1)
 	}
+	args, _ = other.LuaBatchArgs(args, buf, now, 2)
 	args[2*5+1] = "no_such_algorithm"
 	keys := []string{"batch:a", "batch:bad", "batch:c", "batch:d"}
 	vals, errs, err := a.EvalBatch(t.Context(), redisscript.Eval, algorithms.LuaBatchScript(), keys, args)
@@ -147,7 +150,8 @@ func ConnBatchReplies(t *testing.T, a redisscript.Conn, srv *redistest.Server) {
 	require.Equal(t, admitted, vals[0:5])
 	require.ErrorContains(t, errs[5], "WRONGTYPE")
 	require.ErrorContains(t, errs[10], "no script step for algorithm no_such_algorithm")
-	require.Equal(t, admitted, vals[15:20])
+	window := now - now%other.Window.Milliseconds()
+	require.Equal(t, []int64{1, 3, 0, window + other.Window.Milliseconds() - now, window}, vals[15:20])
 	for i, e := range errs {
 		if i != 5 && i != 10 {
 			require.NoError(t, e, "element %d", i)
