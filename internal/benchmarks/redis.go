@@ -16,6 +16,7 @@ import (
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/backend/rueidisstore"
+	"github.com/limitkit/limitkit/clock"
 )
 
 // TrivialScript is the script of the EVALSHA floor: the cheapest script
@@ -77,11 +78,11 @@ func RedisContenders(addr string) []Contender {
 }
 
 // storeDecider decides through a limitkit store, stamping each request
-// with time.Now as limiter.Limiter does.
+// with clock.System as limiter.Limiter does.
 func storeDecider(s backend.Store, w Workload, alg algorithms.Name) Decider {
 	rule := w.Rule(alg)
 	return func(ctx context.Context, id string) (bool, error) {
-		res, err := s.Take(ctx, backend.Request{Key: backend.Key{Prefix: "bench:", ID: id}, Rule: rule, Now: time.Now(), Cost: 1})
+		res, err := s.Take(ctx, backend.Request{Key: backend.Key{Prefix: "bench:", ID: id}, Rule: rule, Now: clock.System.Now(), Cost: 1})
 		return res.Allowed, err
 	}
 }

@@ -392,7 +392,7 @@ func (c *comparison) print(w io.Writer) {
 
 func (c *comparison) printMemory(w io.Writer) {
 	fmt.Fprintf(w, "## In memory\n\n")
-	fmt.Fprintf(w, "ns per decision (allocs per decision); `store` is memorystore.Store.Take with a backend.Request stamped with time.Now, `limiter` is limiter.Limiter.Allow on that store. Parallel: b.RunParallel on GOMAXPROCS goroutines, ns per decision of the whole machine. The row ending in \"coarse clock\" is an experiment: the limiter reading benchmarks.CoarseClock (an atomic refreshed every ms) instead of time.Now. Never-deny limits: %s; a cell where a limiter admitted less than 99%% (never-deny) or more than 1%% (deny-heavy) is marked with the share admitted.\n\n", neverDenyRules())
+	fmt.Fprintf(w, "ns per decision (allocs per decision); `store` is memorystore.Store.Take with a backend.Request stamped with clock.System (limitkit's default clock: time.Now once a second, monotonic time in between), `limiter` is limiter.Limiter.Allow on that store. Parallel: b.RunParallel on GOMAXPROCS goroutines, ns per decision of the whole machine. The row ending in \"coarse clock\" is an experiment: the limiter reading benchmarks.CoarseClock (an atomic refreshed every ms) instead of clock.System. Never-deny limits: %s; a cell where a limiter admitted less than 99%% (never-deny) or more than 1%% (deny-heavy) is marked with the share admitted.\n\n", neverDenyRules())
 	modes := []string{"serial", "parallel"}
 	for _, keys := range []int{1, 10_000} {
 		fmt.Fprintf(w, "### %s\n\n", keysTitle(keys))
