@@ -30,6 +30,15 @@
 // it, which could count that request twice; leave ConnLifetime unset for
 // clients given to this store.
 //
+// # Batching
+//
+// Concurrent Takes on one store travel together: up to DefaultBatch of them
+// in one call of a batch script, which decides them one after the other,
+// each as atomically as a call of its own (see WithBatching). Nothing waits
+// for a batch to fill: a Take that finds a free slot sends at once, and
+// those arriving meanwhile go in the next call. Cluster clients and
+// WithReplicaAck send each Take alone.
+//
 // # Time
 //
 // By default the script decides at the request's Now, the limiter's clock.
