@@ -146,6 +146,22 @@ if m then
     redis.call('ZREMRANGEBYRANK', key, '1', fmt('%d', first - 1))
   end
 else
+  -- denial_times returns a denial's retry and reset in a log of size
+  -- units: the (live+cost-limit)-th oldest live unit, which is the
+  -- (size+cost-limit)-th oldest, must slide out first, and the newest sets
+  -- the reset. One ZRANGE reads both when they are close.
+  local function denial_times(size)
+    local r = size + cost - limit
+    if size - r < NEAR then
+      local s = redis.call('ZRANGE', key, fmt('%d', r), '-1', 'WITHSCORES')
+      return tonumber(s[2]) + w - now, tonumber(s[#s]) + w - now
+    end
+    local s = redis.call('ZRANGE', key, fmt('%d', r), fmt('%d', r), 'WITHSCORES')
+    local retry = tonumber(s[2]) + w - now
+    s = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+    return retry, tonumber(s[2]) + w - now
+  end
+
   -- Count. size: the units.
   size = redis.call('ZCARD', key)
   if size > 0 then
@@ -163,17 +179,7 @@ else
     allowed, reset = 1, 0
     if live + cost > limit then
       allowed = 0
-      local r = size + cost - limit
-      if size - r < NEAR then
-        local s = redis.call('ZRANGE', key, fmt('%d', r), '-1', 'WITHSCORES')
-        retry = tonumber(s[2]) + w - now
-        reset = tonumber(s[#s]) + w - now
-      else
-        local s = redis.call('ZRANGE', key, fmt('%d', r), fmt('%d', r), 'WITHSCORES')
-        retry = tonumber(s[2]) + w - now
-        s = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
-        reset = tonumber(s[2]) + w - now
-      end
+      retry, reset = denial_times(size)
     elseif live > 0 then
       local s = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
       reset = tonumber(s[2]) + w - now
@@ -230,18 +236,7 @@ else
       reset = tonumber(s[2]) + w - now
     end
   else
-    -- The (live+cost-limit)-th oldest live unit must slide out first.
-    local r = size + cost - limit
-    if size - r < NEAR then
-      local s = redis.call('ZRANGE', key, fmt('%d', r), '-1', 'WITHSCORES')
-      retry = tonumber(s[2]) + w - now
-      reset = tonumber(s[#s]) + w - now
-    else
-      local s = redis.call('ZRANGE', key, fmt('%d', r), fmt('%d', r), 'WITHSCORES')
-      retry = tonumber(s[2]) + w - now
-      s = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
-      reset = tonumber(s[2]) + w - now
-    end
+    retry, reset = denial_times(size)
   end
 end
 
