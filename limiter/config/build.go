@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
@@ -288,26 +289,34 @@ func (f *Fallback) options() []fallback.Option {
 	return opts
 }
 
-// openRedis makes the client and the store over it.
-func (b *Backend) openRedis(t target) (backend.Store, func() error, error) {
-	if b.client() == Rueidis {
-		return b.openRueidis(t)
-	}
-	c := newGoRedis(t)
-	var opts []goredisstore.Option
+// storeOptions returns the store options the backend section asks for,
+// made by a store package's constructors (both Redis stores have the same
+// ones).
+func storeOptions[O any](b *Backend, serverTime func() O, replicaAck func(int, time.Duration, backend.OnShortAck) O, batching func(int) O) []O {
+	var opts []O
 	if b.ServerTime {
-		opts = append(opts, goredisstore.WithServerTime())
+		opts = append(opts, serverTime())
 	}
 	if a := b.ReplicaAck; a != nil {
 		onShort := backend.DenyUnconfirmed
 		if a.OnShort == "admit" {
 			onShort = backend.AdmitUnconfirmed
 		}
-		opts = append(opts, goredisstore.WithReplicaAck(a.Replicas, a.Timeout, onShort))
+		opts = append(opts, replicaAck(a.Replicas, a.Timeout, onShort))
 	}
 	if b.Batch > 0 {
-		opts = append(opts, goredisstore.WithBatching(b.Batch))
+		opts = append(opts, batching(b.Batch))
 	}
+	return opts
+}
+
+// openRedis makes the client and the store over it.
+func (b *Backend) openRedis(t target) (backend.Store, func() error, error) {
+	if b.client() == Rueidis {
+		return b.openRueidis(t)
+	}
+	c := newGoRedis(t)
+	opts := storeOptions(b, goredisstore.WithServerTime, goredisstore.WithReplicaAck, goredisstore.WithBatching)
 	s, err := goredisstore.New(c, opts...)
 	if err != nil {
 		_ = c.Close()
@@ -321,20 +330,7 @@ func (b *Backend) openRueidis(t target) (backend.Store, func() error, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("config: backend.url: rueidis could not connect: %w", err)
 	}
-	var opts []rueidisstore.Option
-	if b.ServerTime {
-		opts = append(opts, rueidisstore.WithServerTime())
-	}
-	if a := b.ReplicaAck; a != nil {
-		onShort := backend.DenyUnconfirmed
-		if a.OnShort == "admit" {
-			onShort = backend.AdmitUnconfirmed
-		}
-		opts = append(opts, rueidisstore.WithReplicaAck(a.Replicas, a.Timeout, onShort))
-	}
-	if b.Batch > 0 {
-		opts = append(opts, rueidisstore.WithBatching(b.Batch))
-	}
+	opts := storeOptions(b, rueidisstore.WithServerTime, rueidisstore.WithReplicaAck, rueidisstore.WithBatching)
 	s, err := rueidisstore.New(c, opts...)
 	if err != nil {
 		c.Close()
