@@ -83,10 +83,7 @@ if m then
       end
     end
     live = size - first + 1
-    local remaining = limit - live
-    if remaining < 0 then
-      remaining = 0
-    end
+    local remaining = math.max(limit - live, 0)
     allowed, reset = 1, 0
     if live + cost > limit then
       allowed = 0
@@ -172,10 +169,7 @@ else
     if size > 0 and cutoff >= 0 then
       live = redis.call('ZCOUNT', key, fmt('(%d', cutoff), '+inf')
     end
-    local remaining = limit - live
-    if remaining < 0 then
-      remaining = 0
-    end
+    local remaining = math.max(limit - live, 0)
     allowed, reset = 1, 0
     if live + cost > limit then
       allowed = 0
