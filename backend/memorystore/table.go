@@ -114,8 +114,9 @@ func (t *table) sweep(now int64, n int) (victimH1, victimH2 uint64, found bool, 
 	t.rnd ^= t.rnd << 17
 	i := t.rnd & t.mask
 	victimExpires := int64(0)
-	// Bound the slots visited, empty ones included.
-	for budget := len(t.slots); n > 0 && budget > 0; budget-- {
+	// Bound the slots passed, empty ones included. A deletion passes none:
+	// charging it would end a whole-table sweep short of the table's end.
+	for left := len(t.slots); n > 0 && left > 0; {
 		s := &t.slots[i]
 		switch {
 		case s.h1 == 0:
@@ -123,7 +124,7 @@ func (t *table) sweep(now int64, n int) (victimH1, victimH2 uint64, found bool, 
 			t.deleteAt(i)
 			deleted++
 			n--
-			continue // slot i now holds the next key of the run, if any
+			continue // slot i now holds a later key of the run, if any
 		default:
 			if !found || s.expires < victimExpires {
 				victimH1, victimH2, victimExpires, found = s.h1, s.h2, s.expires, true
@@ -131,6 +132,7 @@ func (t *table) sweep(now int64, n int) (victimH1, victimH2 uint64, found bool, 
 			n--
 		}
 		i = (i + 1) & t.mask
+		left--
 	}
 	return victimH1, victimH2, found, deleted
 }
