@@ -92,17 +92,7 @@ func differentialWithRefunds(t *testing.T, s *stepper, seed uint64, steps int) {
 			if rng.IntN(25) == 0 {
 				pick(&rule)
 			}
-			w := rule.Window.Milliseconds()
-			switch p := rng.IntN(100); {
-			case p < 25:
-			case p < 80:
-				now += rng.Int64N(w/3 + 2)
-			case p < 92:
-				now -= rng.Int64N(2*w + 1)
-			default:
-				now += rng.Int64N(3*w + 1)
-			}
-			now = min(max(now, 0), algorithms.MaxLuaTime)
+			now = scripttest.WalkTime(rng, now, rule.Window.Milliseconds(), 3)
 			id := []string{"a", "b"}[rng.IntN(2)]
 			key := fmt.Sprintf("%s%d:{%s}", run, round, id)
 			st := states[id]

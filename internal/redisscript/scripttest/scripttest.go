@@ -62,17 +62,7 @@ func Differential(ctx context.Context, r Reporter, store backend.Store, seed uin
 			if rng.IntN(20) == 0 {
 				pick(&rule)
 			}
-			w := rule.Window.Milliseconds()
-			switch p := rng.IntN(100); {
-			case p < 25:
-			case p < 80:
-				now += rng.Int64N(w/2 + 2)
-			case p < 92:
-				now -= rng.Int64N(2*w + 1)
-			default:
-				now += rng.Int64N(3*w + 1)
-			}
-			now = min(max(now, 0), algorithms.MaxLuaTime)
+			now = WalkTime(rng, now, rule.Window.Milliseconds(), 2)
 			id := ids[rng.IntN(len(ids))]
 			st := states[id]
 			if st == nil {
@@ -113,4 +103,21 @@ func Differential(ctx context.Context, r Reporter, store backend.Store, seed uin
 			}
 		}
 	}
+}
+
+// WalkTime moves a differential test's clock one step for a window of w ms:
+// a quarter of steps stay put, most drift forward by up to w/drift, some go
+// back up to two windows (late stamps) and some jump up to three ahead. The
+// result stays within what the scripts accept.
+func WalkTime(rng *rand.Rand, now, w, drift int64) int64 {
+	switch p := rng.IntN(100); {
+	case p < 25:
+	case p < 80:
+		now += rng.Int64N(w/drift + 2)
+	case p < 92:
+		now -= rng.Int64N(2*w + 1)
+	default:
+		now += rng.Int64N(3*w + 1)
+	}
+	return min(max(now, 0), algorithms.MaxLuaTime)
 }
