@@ -7,12 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/backend/storetest"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/stretchr/testify/require"
 )
 
 var start = time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC)
@@ -223,23 +225,9 @@ func waitFor(t *testing.T, cond func() bool) {
 	t.Fatal("condition not met within 10s")
 }
 
-// failing is a store whose backend is down.
-type failing struct{ err error }
-
-func (f failing) Take(context.Context, backend.Request) (backend.Result, error) {
-	return backend.Result{}, f.err
-}
-func (f failing) Peek(context.Context, backend.Request) (backend.Result, error) {
-	return backend.Result{}, f.err
-}
-func (f failing) Reset(context.Context, backend.Key, algorithms.Rule) error { return f.err }
-func (f failing) TakeAll(context.Context, []backend.Request) (backend.Result, error) {
-	return backend.Result{}, f.err
-}
-
 func TestStoreErrorsPassThrough(t *testing.T) {
 	down := errors.New("connection refused")
-	lim, err := limiter.New(failing{down}, limiter.Config{Limit: 1, Window: time.Second})
+	lim, err := limiter.New(storetest.Down{Err: down}, limiter.Config{Limit: 1, Window: time.Second})
 	require.NoError(t, err)
 	ctx := t.Context()
 	_, err = lim.Allow(ctx, "k")

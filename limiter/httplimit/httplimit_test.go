@@ -19,9 +19,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/backend/storetest"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/fallback"
 	"github.com/limitkit/limitkit/limiter"
@@ -188,24 +188,29 @@ func TestDeniedHandler(t *testing.T) {
 	assert.Contains(t, w.Body.String(), "quota-exceeded")
 }
 
-// failingStore fails every call, like a Redis store with Redis down.
-type failingStore struct{ calls atomic.Int64 }
+// failingStore fails every call, like a Redis store with Redis down, and
+// counts the takes.
+type failingStore struct {
+	storetest.Down
+	calls atomic.Int64
+}
 
 var errDown = errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
 
-func (s *failingStore) Take(context.Context, backend.Request) (backend.Result, error) {
+func newFailingStore() *failingStore { return &failingStore{Down: storetest.Down{Err: errDown}} }
+
+func (s *failingStore) Take(ctx context.Context, req backend.Request) (backend.Result, error) {
 	s.calls.Add(1)
-	return backend.Result{}, errDown
+	return s.Down.Take(ctx, req)
 }
 
-func (s *failingStore) Peek(context.Context, backend.Request) (backend.Result, error) {
-	return backend.Result{}, errDown
+func (s *failingStore) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
+	s.calls.Add(1)
+	return s.Down.TakeAll(ctx, reqs)
 }
-
-func (s *failingStore) Reset(context.Context, backend.Key, algorithms.Rule) error { return errDown }
 
 func TestFailingStoreLetsRequestsThrough(t *testing.T) {
-	store := &failingStore{}
+	store := newFailingStore()
 	lim, _ := newLimiter(t, store, 1, time.Minute)
 	var logs bytes.Buffer
 	var served atomic.Int64
@@ -224,7 +229,7 @@ func TestFailingStoreLetsRequestsThrough(t *testing.T) {
 }
 
 func TestFailingStoreErrorHandler(t *testing.T) {
-	lim, _ := newLimiter(t, &failingStore{}, 1, time.Minute)
+	lim, _ := newLimiter(t, newFailingStore(), 1, time.Minute)
 	var got error
 	h := newHandler(t, lim, nil, WithErrorHandler(func(w http.ResponseWriter, _ *http.Request, err error) bool {
 		got = err
@@ -240,7 +245,7 @@ func TestFailingStoreErrorHandler(t *testing.T) {
 // TestDegradedDecisions: with a fallback store over a failing primary the
 // limit still holds, and the headers still go out.
 func TestDegradedDecisions(t *testing.T) {
-	guard, err := fallback.New(&failingStore{}, fallback.WithLogger(slog.New(slog.DiscardHandler)))
+	guard, err := fallback.New(newFailingStore(), fallback.WithLogger(slog.New(slog.DiscardHandler)))
 	require.NoError(t, err)
 	lim, _ := newLimiter(t, guard, 2, time.Minute)
 	h := newHandler(t, lim, nil)
@@ -363,7 +368,7 @@ func TestRealServer(t *testing.T) {
 	})
 
 	t.Run("failing store", func(t *testing.T) {
-		lim, _ := newLimiter(t, &failingStore{}, 2, time.Minute)
+		lim, _ := newLimiter(t, newFailingStore(), 2, time.Minute)
 		srv := httptest.NewServer(newHandler(t, lim, nil, WithLogger(slog.New(slog.DiscardHandler))))
 		defer srv.Close()
 		for range 3 {
@@ -399,11 +404,6 @@ func TestRateLimitHeaderSyntax(t *testing.T) {
 		}
 		fake.Advance(7 * time.Second)
 	}
-}
-
-func (s *failingStore) TakeAll(context.Context, []backend.Request) (backend.Result, error) {
-	s.calls.Add(1)
-	return backend.Result{}, errDown
 }
 
 // TestStacked: two limits on one route each add their policy to the draft

@@ -17,6 +17,7 @@ import (
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/backend/storetest"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/fallback"
 	"github.com/limitkit/limitkit/limiter"
@@ -91,27 +92,12 @@ func TestWrapReportsDecisions(t *testing.T) {
 	}
 }
 
-// failing fails every call, like a Redis store with Redis down.
-type failing struct{}
-
 var errDown = errors.New("connection refused")
-
-func (failing) Take(context.Context, backend.Request) (backend.Result, error) {
-	return backend.Result{}, errDown
-}
-
-func (failing) Peek(context.Context, backend.Request) (backend.Result, error) {
-	return backend.Result{}, errDown
-}
-func (failing) Reset(context.Context, backend.Key, algorithms.Rule) error { return errDown }
-func (failing) TakeAll(context.Context, []backend.Request) (backend.Result, error) {
-	return backend.Result{}, errDown
-}
 
 func TestWrapReportsErrorsAndDegraded(t *testing.T) {
 	var rec recorder
 	obs := rec.observer()
-	lim, err := limiter.New(Wrap(failing{}, obs), limiter.Config{Limit: 1, Window: time.Minute, Prefix: "p:"})
+	lim, err := limiter.New(Wrap(storetest.Down{Err: errDown}, obs), limiter.Config{Limit: 1, Window: time.Minute, Prefix: "p:"})
 	require.NoError(t, err)
 	_, err = lim.Allow(context.Background(), "k")
 	require.ErrorIs(t, err, errDown)
@@ -123,7 +109,7 @@ func TestWrapReportsErrorsAndDegraded(t *testing.T) {
 	// the breaker's changes reach the same observer.
 	rec = recorder{}
 	obs = rec.observer()
-	guard, err := fallback.New(failing{}, fallback.WithFailureThreshold(1),
+	guard, err := fallback.New(storetest.Down{Err: errDown}, fallback.WithFailureThreshold(1),
 		fallback.WithLogger(slog.New(slog.DiscardHandler)), fallback.WithStateHook(obs.BreakerHook("redis")))
 	require.NoError(t, err)
 	lim, err = limiter.New(Wrap(guard, obs), limiter.Config{Limit: 1, Window: time.Minute, Prefix: "p:"})

@@ -17,9 +17,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/limitkit/limitkit/algorithms"
-	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/backend/storetest"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/fallback"
 	"github.com/limitkit/limitkit/limiter"
@@ -54,21 +53,7 @@ func value(t *testing.T, text, series string) float64 {
 	return v
 }
 
-type failing struct{}
-
 var errDown = errors.New("connection refused")
-
-func (failing) Take(context.Context, backend.Request) (backend.Result, error) {
-	return backend.Result{}, errDown
-}
-
-func (failing) Peek(context.Context, backend.Request) (backend.Result, error) {
-	return backend.Result{}, errDown
-}
-func (failing) Reset(context.Context, backend.Key, algorithms.Rule) error { return errDown }
-func (failing) TakeAll(context.Context, []backend.Request) (backend.Result, error) {
-	return backend.Result{}, errDown
-}
 
 func TestMetricsScraped(t *testing.T) {
 	reg := prometheus.NewRegistry()
@@ -92,7 +77,7 @@ func TestMetricsScraped(t *testing.T) {
 	require.NoError(t, err)
 
 	// A store that fails: errors.
-	broken, err := limiter.New(observe.Wrap(failing{}, metrics.Observer()), limiter.Config{Limit: 3, Window: time.Minute, Prefix: "broken:"},
+	broken, err := limiter.New(observe.Wrap(storetest.Down{Err: errDown}, metrics.Observer()), limiter.Config{Limit: 3, Window: time.Minute, Prefix: "broken:"},
 		limiter.WithClock(fake))
 	require.NoError(t, err)
 	_, err = broken.Allow(ctx, "bob")
@@ -101,7 +86,7 @@ func TestMetricsScraped(t *testing.T) {
 	// A fallback store over the failing one: the breaker opens at the first
 	// failure and decisions are degraded (limit 1 locally: 1 allowed, 1
 	// denied).
-	guard, err := fallback.New(failing{}, fallback.WithFailureThreshold(1), fallback.WithLogger(slog.New(slog.DiscardHandler)),
+	guard, err := fallback.New(storetest.Down{Err: errDown}, fallback.WithFailureThreshold(1), fallback.WithLogger(slog.New(slog.DiscardHandler)),
 		fallback.WithStateHook(metrics.BreakerHook("redis")))
 	require.NoError(t, err)
 	text := scrape(t, reg)
