@@ -29,10 +29,7 @@ end
 -- Roll to the window holding now (windowStart: the recorded window while
 -- now is inside it, else the aligned one); a time in an earlier window (the
 -- clock went back) counts against the recorded one.
-local ws = start
-if start > now or now - start >= w then
-  ws = now - now % w
-end
+local ws = window_start(start, now, w)
 if ws > start then
   start, current = ws, 0
 end

@@ -18,6 +18,15 @@
 -- LuaExpiryMargin in lua.go).
 local EXPIRY_MARGIN_MS = 1000
 
+-- window_start is windowStart in algorithms.go: the recorded window while
+-- now is inside it (no division), else the window aligned on now.
+local function window_start(recorded, now, w)
+  if recorded <= now and now - recorded < w then
+    return recorded
+  end
+  return now - now % w
+end
+
 -- server_now reads the Redis server's clock in ms.
 local function server_now()
   local t = redis.call('TIME')

@@ -78,10 +78,7 @@ end
 -- in full.
 local changed = false
 local e = 0
-local ws = start
-if start > now or now - start >= w then
-  ws = now - now % w
-end
+local ws = window_start(start, now, w)
 if ws >= start then
   if ws > start then
     if ws - start <= w then

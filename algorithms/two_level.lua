@@ -94,10 +94,7 @@ end
 
 -- Light: roll to the window holding now (windowStart); a request before
 -- the current window is charged to its start.
-local ws = start
-if start > now or now - start >= w then
-  ws = now - now % w
-end
+local ws = window_start(start, now, w)
 if ws > start then
   if ws - start <= w and cur > 0 then
     prev, nprev = cur, math.min(ncur, ws - 1)
