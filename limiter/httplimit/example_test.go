@@ -37,8 +37,8 @@ func Example() {
 		fake.Advance(15 * time.Second)
 	}
 	// Output:
-	// 200 "default";q=2;w=60 "default";r=1;t=60
-	// 200 "default";q=2;w=60 "default";r=0;t=60
+	// 200 "default";q=2;w=60 "default";r=1
+	// 200 "default";q=2;w=60 "default";r=0
 	// 429 "default";q=2;w=60 "default";r=0;t=30
 	// Retry-After: 30
 }
