@@ -8,9 +8,11 @@ import (
 	"strings"
 )
 
-// WithExemptKeys lists keys (as the key func finds them) that are never
-// limited: their requests go straight to the next handler, with no store
-// call and no rate-limit headers. Repeated options add to the list.
+// WithExemptKeys lists keys that are never limited: their requests go
+// straight to the next handler, with no store call, no rate-limit headers
+// and no decision in the context. Write the keys as the key func returns
+// them ("alice|GET /items/{id}" for a Join, "0:alice" for a FirstOf).
+// Repeated options add to the list.
 func WithExemptKeys(keys ...string) Option {
 	return func(m *Middleware) error {
 		return addKeys(&m.lists.exemptKeys, "exempt", keys)
@@ -164,6 +166,10 @@ func addAddrs(nets *[]netip.Prefix, list string, prefixes []string) error {
 // network, and silently widening it would exempt far more clients.
 func parseListPrefix(s string) (netip.Prefix, error) {
 	s = strings.TrimSpace(s)
+	if len(s) > len("ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255/128") {
+		// netip's errors quote the input; a long one is no address anyway.
+		return netip.Prefix{}, errors.New("too long for an IP address or a CIDR prefix")
+	}
 	if !strings.Contains(s, "/") {
 		a, err := netip.ParseAddr(s)
 		if err != nil {
@@ -184,10 +190,7 @@ func parseListPrefix(s string) (netip.Prefix, error) {
 	}
 	if a := p.Addr(); a.Is4In6() {
 		// ::ffff:10.0.0.0/104 names IPv4 clients, which are unmapped
-		// before matching.
-		if p.Bits() < 96 {
-			return netip.Prefix{}, fmt.Errorf("covers more than IPv4-mapped addresses; write an IPv4 prefix instead")
-		}
+		// before matching. Masked, a mapped prefix is at least /96.
 		p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
 	}
 	return p, nil
