@@ -286,4 +286,21 @@ func TestDecisionFrom(t *testing.T) {
 	do(h, request("192.0.2.2:1"))
 	assert.EqualValues(t, 5, got.Limit)
 	assert.EqualValues(t, 4, got.Remaining)
+
+	// The request's context keeps its values and its cancellation.
+	type userKey struct{}
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), userKey{}, "alice"))
+	var user any
+	var doneErr error
+	h = outer.Handler(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		user = r.Context().Value(userKey{})
+		cancel()
+		<-r.Context().Done()
+		doneErr = r.Context().Err()
+		_, ok := DecisionFrom(r.Context())
+		assert.True(t, ok)
+	}))
+	do(h, request("192.0.2.3:1").WithContext(ctx))
+	assert.Equal(t, "alice", user)
+	assert.ErrorIs(t, doneErr, context.Canceled)
 }

@@ -286,8 +286,26 @@ type decisionKey struct{}
 // through because the store failed. With stacked middleware the innermost
 // one's decision is found.
 func DecisionFrom(ctx context.Context) (d limiter.Decision, ok bool) {
-	d, ok = ctx.Value(decisionKey{}).(limiter.Decision)
-	return d, ok
+	if c, ok := ctx.Value(decisionKey{}).(*decisionCtx); ok {
+		return c.d, true
+	}
+	return limiter.Decision{}, false
+}
+
+// decisionCtx carries the decision: one allocation, where
+// context.WithValue would take two (its node and the boxed Decision).
+type decisionCtx struct {
+	context.Context
+	d limiter.Decision
+}
+
+// Value answers decisionKey with the context itself and passes every other
+// key to the parent.
+func (c *decisionCtx) Value(key any) any {
+	if _, ok := key.(decisionKey); ok {
+		return c
+	}
+	return c.Context.Value(key)
 }
 
 // serve decides r, sets the headers and answers it unless it should go on
@@ -317,7 +335,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request) (*http.Reques
 		return r, m.onError(w, r, err)
 	}
 	m.setHeaders(w.Header(), d)
-	r = r.WithContext(context.WithValue(r.Context(), decisionKey{}, d))
+	r = r.WithContext(&decisionCtx{r.Context(), d})
 	if !d.Allowed {
 		w.Header().Set("Retry-After", strconv.FormatInt(RetryAfter(d.RetryAfter), 10))
 		m.denied.ServeHTTP(w, r)
@@ -404,11 +422,11 @@ func (m *Middleware) setHeaders(h http.Header, d limiter.Decision) {
 	}
 	if m.headers&DraftHeaders != 0 {
 		h.Add("RateLimit-Policy", m.policy)
-		item := name + ";r=" + remaining
 		if t, ok := m.effectiveWindow(d); ok {
-			item += ";t=" + strconv.FormatInt(t, 10)
+			h.Add("RateLimit", name+";r="+remaining+";t="+strconv.FormatInt(t, 10))
+		} else {
+			h.Add("RateLimit", name+";r="+remaining)
 		}
-		h.Add("RateLimit", item)
 	}
 	if m.headers&XRateLimitHeaders != 0 {
 		h.Set("X-RateLimit-Limit", limit)
