@@ -25,11 +25,14 @@ import (
 // whose keys share a hash slot are decided by one script, and otherwise the
 // limits are taken in order and refunded when a later one denies (see the
 // Redis stores' TakeAll). A Composite is safe for concurrent use.
+//
+// A limit whose Mode is Shadow is decided and counted after the enforced
+// ones admitted, and never denies (see Decision.ShadowDenied): a new limit
+// can be tried beside those in force.
 type Composite struct {
-	store   backend.Store
-	configs []Config
-	parts   []part
-	clock   clock.Clock
+	store backend.Store
+	c     *compiled
+	clock clock.Clock
 }
 
 // NewComposite returns a Composite of configs (1 to backend.MaxRequests of
@@ -44,6 +47,8 @@ func NewComposite(store backend.Store, configs []Config, opts ...Option) (*Compo
 		return nil, fmt.Errorf("%w: %d limits in a composite; give 1 to %d", ErrInvalidConfig, len(configs), backend.MaxRequests)
 	}
 	c := &Composite{store: store, clock: clock.System}
+	cc := &compiled{}
+	var parts []part
 	for i, cfg := range configs {
 		cfg = cfg.withDefaults()
 		if err := cfg.Validate(); err != nil {
@@ -52,14 +57,16 @@ func NewComposite(store backend.Store, configs []Config, opts ...Option) (*Compo
 		if cfg.Guard != nil {
 			return nil, fmt.Errorf("%w: limit %d has a guard; in a composite, add the guard as a limit of its own", ErrInvalidConfig, i)
 		}
-		for j, prev := range c.configs {
+		for j, prev := range cc.configs {
 			if prev.Prefix == cfg.Prefix {
 				return nil, fmt.Errorf("%w: limits %d and %d share the prefix %q; give each its own", ErrInvalidConfig, j, i, cfg.Prefix)
 			}
 		}
-		c.configs = append(c.configs, cfg)
-		c.parts = append(c.parts, cfg.parts(i)...)
+		cc.configs = append(cc.configs, cfg)
+		parts = append(parts, cfg.parts(i)...)
 	}
+	cc.setParts(parts)
+	c.c = cc
 	// Options are written for a Limiter; apply them to one and copy.
 	l := &Limiter{clock: c.clock}
 	for _, opt := range opts {
@@ -70,7 +77,7 @@ func NewComposite(store backend.Store, configs []Config, opts ...Option) (*Compo
 }
 
 // Configs returns the composite's limits, defaults filled in.
-func (c *Composite) Configs() []Config { return append([]Config(nil), c.configs...) }
+func (c *Composite) Configs() []Config { return append([]Config(nil), c.c.configs...) }
 
 // Allow decides one request: keys[i] is the key of limit i.
 func (c *Composite) Allow(ctx context.Context, keys ...string) (Decision, error) {
@@ -83,7 +90,7 @@ func (c *Composite) AllowN(ctx context.Context, n int64, keys ...string) (Decisi
 	if err := c.checkKeys(keys); err != nil {
 		return Decision{}, err
 	}
-	return allow(ctx, c.store, c.clock, c.parts, keys, n)
+	return decide(ctx, c.store, c.clock, c.c, keys, n)
 }
 
 // Peek reports what Allow would decide for keys, without counting anything.
@@ -91,7 +98,7 @@ func (c *Composite) Peek(ctx context.Context, keys ...string) (Decision, error) 
 	if err := c.checkKeys(keys); err != nil {
 		return Decision{}, err
 	}
-	return peek(ctx, c.store, c.clock, c.parts, keys)
+	return peekAll(ctx, c.store, c.clock, c.c, keys)
 }
 
 // Reset forgets what every limit counted for its key in keys.
@@ -99,12 +106,12 @@ func (c *Composite) Reset(ctx context.Context, keys ...string) error {
 	if err := c.checkKeys(keys); err != nil {
 		return err
 	}
-	return reset(ctx, c.store, c.parts, keys)
+	return reset(ctx, c.store, c.c.all, keys)
 }
 
 func (c *Composite) checkKeys(keys []string) error {
-	if len(keys) != len(c.configs) {
-		return fmt.Errorf("%w: %d keys for %d limits; give one key per limit", ErrInvalidRequest, len(keys), len(c.configs))
+	if len(keys) != len(c.c.configs) {
+		return fmt.Errorf("%w: %d keys for %d limits; give one key per limit", ErrInvalidRequest, len(keys), len(c.c.configs))
 	}
 	return nil
 }
