@@ -180,6 +180,8 @@ func WithFallbackOptions(opts ...fallback.Option) BuildOption {
 type Set struct {
 	store    backend.Store
 	fallback *fallback.Store
+	backend  Backend
+	group    *limiter.Group
 	names    []string
 	limiters map[string]*limiter.Limiter
 	close    func() error
@@ -207,17 +209,17 @@ func (c *Config) Build(ctx context.Context, opts ...BuildOption) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Set{store: store, fallback: fb, limiters: map[string]*limiter.Limiter{}, close: closeFn}
-	for _, p := range c.Policies {
-		cfg := p.Config
-		cfg.Prefix = policyPrefix(p.Name, cfg)
-		lim, err := limiter.New(store, cfg, o.limiter...)
-		if err != nil {
-			_ = s.Close()
-			return nil, c.fieldError("policies."+p.Name, err)
-		}
-		s.names = append(s.names, p.Name)
-		s.limiters[p.Name] = lim
+	s := &Set{store: store, fallback: fb, backend: c.Backend, limiters: map[string]*limiter.Limiter{}, close: closeFn}
+	// One group, so that Reload changes every policy in one step.
+	s.group, err = limiter.NewGroup(store, c.limiterConfigs(), o.limiter...)
+	if err != nil {
+		_ = s.Close()
+		return nil, c.fieldError("policies", err)
+	}
+	for i, lim := range s.group.Limiters() {
+		name := c.Policies[i].Name
+		s.names = append(s.names, name)
+		s.limiters[name] = lim
 	}
 	return s, nil
 }

@@ -523,8 +523,8 @@ func (d decoder) policies(n *node, path string) error {
 }
 
 const (
-	ruleFields   = "algorithm, limit, window, on_failure"
-	policyFields = "algorithm, limit, window, prefix, on_failure, guard"
+	ruleFields   = "algorithm, limit, window, on_failure, mode"
+	policyFields = "algorithm, limit, window, prefix, on_failure, mode, guard"
 )
 
 // rule holds the fields a policy and its guard share.
@@ -533,6 +533,7 @@ type rule struct {
 	limit     *int64
 	window    *time.Duration
 	onFailure *backend.FailurePolicy
+	mode      *limiter.Mode
 }
 
 // shared decodes f into r when it is one of the shared fields, and reports
@@ -550,6 +551,10 @@ func (d decoder) shared(r rule, f pair, p string) (bool, error) {
 		*r.window, err = d.duration(f.val, p)
 	case "on_failure":
 		*r.onFailure, err = d.failurePolicy(f.val, p)
+	case "mode":
+		var s string
+		s, err = d.str(f.val, p)
+		*r.mode = limiter.Mode(s)
 	default:
 		return false, nil
 	}
@@ -558,7 +563,7 @@ func (d decoder) shared(r rule, f pair, p string) (bool, error) {
 
 func (d decoder) policy(n *node, path string) (limiter.Config, error) {
 	var c limiter.Config
-	common := rule{&c.Algorithm, &c.Limit, &c.Window, &c.OnFailure}
+	common := rule{&c.Algorithm, &c.Limit, &c.Window, &c.OnFailure, &c.Mode}
 	err := d.each(n, path, func(f pair, p string) error {
 		ok, err := d.shared(common, f, p)
 		if !ok {
@@ -578,7 +583,7 @@ func (d decoder) policy(n *node, path string) (limiter.Config, error) {
 
 func (d decoder) guard(n *node, path string) (*limiter.Guard, error) {
 	g := &limiter.Guard{}
-	common := rule{&g.Algorithm, &g.Limit, &g.Window, &g.OnFailure}
+	common := rule{&g.Algorithm, &g.Limit, &g.Window, &g.OnFailure, &g.Mode}
 	return g, d.each(n, path, func(f pair, p string) error {
 		ok, err := d.shared(common, f, p)
 		if !ok {

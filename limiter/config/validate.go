@@ -84,6 +84,9 @@ func (c *Config) validatePolicy(path, name string, cfg limiter.Config) error {
 	if err := c.validateRule(path, alg, cfg.Limit, cfg.Window); err != nil {
 		return err
 	}
+	if err := validMode(cfg.Mode); err != nil {
+		return c.fieldError(path+".mode", err)
+	}
 	if err := (backend.Key{Prefix: policyPrefix(name, cfg), ID: "-"}).Validate(); err != nil {
 		return c.fieldError(path+".prefix", fmt.Errorf("%w: prefix %q contains '{' or '}'; remove them", limiter.ErrInvalidConfig, cfg.Prefix))
 	}
@@ -94,6 +97,9 @@ func (c *Config) validatePolicy(path, name string, cfg limiter.Config) error {
 		}
 		if err := c.validateRule(path+".guard", galg, g.Limit, g.Window); err != nil {
 			return err
+		}
+		if err := validMode(g.Mode); err != nil {
+			return c.fieldError(path+".guard.mode", err)
 		}
 	}
 	cfg.Prefix = policyPrefix(name, cfg)
