@@ -101,7 +101,7 @@ func TestBrokenFiles(t *testing.T) {
 		{"unknown top-level field", replaceLine(t, 1, `version: 2`),
 			`limits.yaml:1: version: unknown field; the fields here are backend, policies`, 1, "version"},
 		{"unknown guard field", replaceLine(t, 23, `      on_fail: fail_closed`),
-			`limits.yaml:23: policies.payment.guard.on_fail: unknown field; the fields here are algorithm, limit, window, on_failure`, 23, "policies.payment.guard.on_fail"},
+			`limits.yaml:23: policies.payment.guard.on_fail: unknown field; the fields here are algorithm, limit, window, on_failure, mode`, 23, "policies.payment.guard.on_fail"},
 		{"bad algorithm", replaceLine(t, 6, `    algorithm: leaky_bucket`),
 			fmt.Sprintf(`limits.yaml:6: policies.login.algorithm: unknown algorithm "leaky_bucket"; choose one of %q`, algorithms.Names()), 6, "policies.login.algorithm"},
 		{"bad URL scheme", replaceLine(t, 3, `  url: http://127.0.0.1:6379`),
