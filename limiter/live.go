@@ -98,11 +98,12 @@ func (l *Limiter) Generation() uint64 { return l.current().gen }
 // one. The store, and what it counted, is kept; what a change does to the
 // counts, by algorithm:
 //
-//   - limit: every algorithm keeps what it counted and measures it against
-//     the new limit (lowered below the count, the key is denied until
-//     enough slides out; raised, the difference is available at once).
-//     GCRA turns its debt into whole milliseconds, rounded up, and counts
-//     them in the new limit's units.
+//   - limit: the logs and counters keep the units they counted and
+//     measure them against the new limit (lowered below the count, the key
+//     is denied until enough slides out; raised, the difference is
+//     available at once: 3 of 4 become 3 of 8). GCRA keeps the time until
+//     its bucket is full, in whole milliseconds rounded up, that is the
+//     share of the bucket in use: 3 of 4 become 6 of 8.
 //   - window: the logs (sliding_log, compact_log, a heavy two_level key)
 //     keep their timestamps and read them under the new window; a longer
 //     window finds only the timestamps the old one still kept (those
