@@ -134,12 +134,13 @@ func judgeArrival(out []stamped, rule algorithms.Rule) arrivalResult {
 			}
 			return int(a.done - b.done)
 		})
-		var maxDone int64
-		for _, s := range list {
-			if s.done < maxDone {
+		// Late: decided after a request stamped later.
+		minDoneAfter := int64(1) << 62
+		for i := len(list) - 1; i >= 0; i-- {
+			if list[i].done > minDoneAfter {
 				res.late++
 			}
-			maxDone = max(maxDone, s.done)
+			minDoneAfter = min(minDoneAfter, list[i].done)
 		}
 		// Admitted units in (at-w, at], over the admissions' stamps.
 		var win []stamped
