@@ -82,9 +82,10 @@ func RueidisOptions(addr string) rueidis.ClientOption {
 
 // RedisContenders lists the contenders that keep state in the Redis server
 // at addr: limitkit's go-redis and rueidis stores for each algorithm in
-// algorithms.Names, the peers with Redis stores, floors (INCR and the
-// trivial script through each client), and in Group "experiment" client
-// settings other than the defaults (see Experiments). Each New opens its
+// algorithms.Names, the peers with Redis stores, the seed article's script
+// (SeedScript) on each client, floors (INCR and the trivial script through
+// each client), and in Group "experiment" client settings other than the
+// defaults. Each New opens its
 // own client and its release closes it.
 func RedisContenders(addr string) []Contender {
 	var cs []Contender

@@ -294,12 +294,12 @@ func (c *comparison) run() error {
 	return nil
 }
 
-// estimateRun guesses the run's length from its cells: the in-memory
-// benchmarks take about 1.5 times their target (testing.Benchmark ramps
-// up), a Redis cell its warm-up and measured time plus 0.4 s to set up, and
+// estimateRun guesses the run's length from its cells: an in-memory
+// benchmark about 1.5 times its target plus 0.3 s (testing.Benchmark ramps
+// up and collects garbage between runs), a Redis cell its warm-up and measured time plus 0.4 s to set up, and
 // a redis-benchmark run about a second at -floorrequests 60,000.
 func (c *comparison) estimateRun(memCells, redisCells, floors int) time.Duration {
-	per := time.Duration(memCells) * 2 * (c.memTime * 3 / 2)
+	per := time.Duration(memCells) * 2 * (c.memTime*3/2 + 300*time.Millisecond)
 	per += time.Duration(redisCells) * (c.warmup + time.Duration(len(c.callers))*c.redisTime + 400*time.Millisecond)
 	per += time.Duration(floors) * (200*time.Millisecond + time.Duration(c.floorRequests)*time.Second/60_000)
 	return per * time.Duration(c.count)
@@ -394,7 +394,8 @@ func (c *comparison) print(w io.Writer) {
 	if c.redisVersion != "" {
 		fmt.Fprintf(w, ", redis-server %s", c.redisVersion)
 	}
-	fmt.Fprintf(w, ". Medians of %d rounds; run took %s.\n\n", c.count, c.elapsed.Round(time.Second))
+	fmt.Fprintf(w, ". Medians of %d rounds; Redis cells: %v warm-up, %v measured, callers %v; run took %s (estimated %s).\n\n",
+		c.count, c.warmup, c.redisTime, c.callers, c.elapsed.Round(time.Second), c.estimate.Round(time.Second))
 	if c.order["memory"] != nil {
 		c.printMemory(w)
 	}
@@ -528,7 +529,7 @@ func ratio(v, base float64, ok bool) string {
 
 func (c *comparison) printFloors(w io.Writer) {
 	fmt.Fprintf(w, "## Floors: redis-benchmark on the same server\n\n")
-	fmt.Fprintf(w, "`redis-benchmark -c 64 -r 10000` (keys `rb:{__rand_int__}` + the algorithm's suffix), requests per second; limitkit's scripts get the ARGV of Rule.LuaArgs at a fixed time (deny-heavy: every key spent first). Server µs per call is INFO commandstats' usec/calls of that command during the -P 16 run.\n\n")
+	fmt.Fprintf(w, "`redis-benchmark -c 64 -r KEYS` (keys `rb:{__rand_int__}` + the algorithm's suffix, KEYS the workload's), requests per second; limitkit's scripts get the ARGV of a take at a fixed time (deny-heavy: every key spent first). Server µs per call is INFO commandstats' usec/calls of that command during the -P 16 run.\n\n")
 	header := []string{"command", "workload", "-P 1 /s", "-P 16 /s", "server µs /call"}
 	var rows [][]string
 	for _, k := range c.floorOrder {
