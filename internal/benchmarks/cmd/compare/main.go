@@ -295,12 +295,12 @@ func (c *comparison) run() error {
 }
 
 // estimateRun guesses the run's length from its cells: an in-memory
-// benchmark about 1.5 times its target plus 0.3 s (testing.Benchmark ramps
-// up and collects garbage between runs), a Redis cell its warm-up and measured time plus 0.4 s to set up, and
+// benchmark about 1.5 times its target plus 0.4 s (testing.Benchmark ramps
+// up and collects garbage between runs), a Redis cell its warm-up and measured time plus 0.6 s to set up, and
 // a redis-benchmark run about a second at -floorrequests 60,000.
 func (c *comparison) estimateRun(memCells, redisCells, floors int) time.Duration {
-	per := time.Duration(memCells) * 2 * (c.memTime*3/2 + 300*time.Millisecond)
-	per += time.Duration(redisCells) * (c.warmup + time.Duration(len(c.callers))*c.redisTime + 400*time.Millisecond)
+	per := time.Duration(memCells) * 2 * (c.memTime*3/2 + 400*time.Millisecond)
+	per += time.Duration(redisCells) * (c.warmup + time.Duration(len(c.callers))*c.redisTime + 600*time.Millisecond)
 	per += time.Duration(floors) * (200*time.Millisecond + time.Duration(c.floorRequests)*time.Second/60_000)
 	return per * time.Duration(c.count)
 }
