@@ -111,9 +111,13 @@ func RedisContenders(addr string) []Contender {
 		Contender{Name: "floor go-redis INCR", Group: "floor", Client: "go-redis", New: func(Workload) (Decider, func(), error) { return goRedisFloor(addr, false) }},
 		Contender{Name: FloorGoRedis, Group: "floor", Client: "go-redis", New: func(Workload) (Decider, func(), error) { return goRedisFloor(addr, true) }},
 		Contender{Name: "limitkit rueidis sliding_log + denycache", Group: "limitkit", Client: "rueidis", Algorithm: algorithms.SlidingLog,
-			New: func(w Workload) (Decider, func(), error) { return limitkitDenyCacheRueidis(addr, w, algorithms.SlidingLog) }},
+			New: func(w Workload) (Decider, func(), error) {
+				return limitkitDenyCacheRueidis(addr, w, algorithms.SlidingLog)
+			}},
 		Contender{Name: "limitkit go-redis sliding_log + denycache", Group: "limitkit", Client: "go-redis", Algorithm: algorithms.SlidingLog,
-			New: func(w Workload) (Decider, func(), error) { return limitkitDenyCacheGoRedis(addr, w, algorithms.SlidingLog) }},
+			New: func(w Workload) (Decider, func(), error) {
+				return limitkitDenyCacheGoRedis(addr, w, algorithms.SlidingLog)
+			}},
 		Contender{Name: "limitkit rueidis sliding_log, unbatched", Group: "experiment", Client: "rueidis", Algorithm: algorithms.SlidingLog,
 			New: func(w Workload) (Decider, func(), error) {
 				return limitkitRueidisWith(RueidisOptions(addr), w, algorithms.SlidingLog, rueidisstore.WithBatching(1))
