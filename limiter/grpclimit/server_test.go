@@ -139,25 +139,27 @@ func TestUnaryDenialIsResourceExhaustedWithRetryInfo(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, []string{`"default";q=2;w=60`}, md.Get("ratelimit-policy"))
 		assert.Equal(t, []string{want}, md.Get("ratelimit"))
+		fake.Advance(10 * time.Second)
 	}
-	fake.Advance(10 * time.Second)
 	md, err := s.check(ctx)
 	require.Error(t, err)
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
 	ri, qf := details(t, err)
-	// The first admission was at start; it leaves the window at start+60s.
-	assert.Equal(t, 50*time.Second, ri.GetRetryDelay().AsDuration())
+	// Admissions at start and start+10s; now is start+20s. The first
+	// leaves the window at start+60s: retry in 40s (the key is free
+	// only in 50s, which is not the retry delay).
+	assert.Equal(t, 40*time.Second, ri.GetRetryDelay().AsDuration())
 	require.Len(t, qf.GetViolations(), 1)
 	assert.Equal(t, "policy:default", qf.GetViolations()[0].GetSubject())
 	assert.Equal(t, int64(2), qf.GetViolations()[0].GetQuotaValue())
-	assert.Equal(t, []string{`"default";r=0;t=50`}, md.Get("ratelimit"))
-	assert.Equal(t, []string{"50"}, md.Get("retry-after"))
+	assert.Equal(t, []string{`"default";r=0;t=40`}, md.Get("ratelimit"))
+	assert.Equal(t, []string{"40"}, md.Get("retry-after"))
 	assert.Equal(t, int64(3), s.attempts.Load())
 	assert.Equal(t, int64(2), s.served.Load(), "the denied call reached the handler")
 
 	d, ok := grpclimit.RetryDelay(err)
 	assert.True(t, ok)
-	assert.Equal(t, 50*time.Second, d)
+	assert.Equal(t, 40*time.Second, d)
 }
 
 func TestStreamTakesOneUnitWhenItOpens(t *testing.T) {
