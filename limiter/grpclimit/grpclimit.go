@@ -41,10 +41,12 @@ import (
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/limitkit/limitkit/limiter"
@@ -188,13 +190,11 @@ type Interceptor struct {
 	logger     *slog.Logger
 
 	// Precomputed from the limiter's configuration.
-	policy      string // ratelimit-policy value
-	limit       string // x-ratelimit-limit value
-	quotedName  string
-	guardName   string // the guard's policy name, quoted; "" without a guard
-	guardPlain  string
-	window      time.Duration
-	guardWindow time.Duration
+	policy     string // ratelimit-policy value
+	limit      string // x-ratelimit-limit value
+	quotedName string
+	guardName  string   // the guard's policy name, quoted; "" without a guard
+	quotas     [2]quota // the main limit's and the guard's
 }
 
 // New returns interceptors enforcing lim. It returns an error for a nil
@@ -216,14 +216,13 @@ func New(lim *limiter.Limiter, opts ...Option) (*Interceptor, error) {
 		}
 	}
 	cfg := lim.Config()
-	i.window = cfg.Window
+	i.quotas[0] = newQuota(i.policyName, cfg.Limit, cfg.Window)
 	i.quotedName = quote(i.policyName)
 	i.policy = i.quotedName + ";q=" + strconv.FormatInt(cfg.Limit, 10) + ";w=" + strconv.FormatInt(max(seconds(cfg.Window), 1), 10)
 	if g := cfg.Guard; g != nil {
 		// The guard is a policy of its own, named after the main one.
-		i.guardPlain = i.policyName + "-guard"
-		i.guardName = quote(i.guardPlain)
-		i.guardWindow = g.Window
+		i.guardName = quote(i.policyName + "-guard")
+		i.quotas[1] = newQuota(i.policyName+"-guard", g.Limit, g.Window)
 		i.policy += ", " + i.guardName + ";q=" + strconv.FormatInt(g.Limit, 10) + ";w=" + strconv.FormatInt(max(seconds(g.Window), 1), 10)
 	}
 	i.limit = strconv.FormatInt(cfg.Limit, 10)
@@ -325,28 +324,42 @@ func (i *Interceptor) storeError(ctx context.Context, method string, err error) 
 	return nil
 }
 
-// denial is the status of a denied call.
+// denial is the status of a denied call. Denied calls are what an attack
+// sends, so the constant parts are made once (see quotas).
 func (i *Interceptor) denial(d limiter.Decision) error {
-	name, window := i.policyName, i.window
+	q := &i.quotas[0]
 	if d.Rule == limiter.GuardRule && i.guardName != "" {
-		name, window = i.guardPlain, i.guardWindow
+		q = &i.quotas[1]
 	}
 	retry := max(d.RetryAfter, 0)
-	st := status.New(codes.ResourceExhausted, fmt.Sprintf("grpclimit: rate limit %q exceeded; retry after %v", name, retry))
-	withDetails, err := st.WithDetails(
-		&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)},
-		&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
-			Subject:     "policy:" + name,
-			Description: fmt.Sprintf("%d requests per %v", d.Limit, window),
-			QuotaId:     name,
-			QuotaValue:  d.Limit,
-		}}},
-	)
-	if err != nil {
+	ri, err := anypb.New(&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)})
+	if err != nil || q.detail == nil {
 		// Only a detail that cannot be marshalled fails; these can.
-		return st.Err()
+		return status.Error(codes.ResourceExhausted, q.message+retry.String())
 	}
-	return withDetails.Err()
+	// FromProto copies the details, so the shared QuotaFailure is safe.
+	return status.FromProto(&spb.Status{
+		Code:    int32(codes.ResourceExhausted),
+		Message: q.message + retry.String(),
+		Details: []*anypb.Any{ri, q.detail},
+	}).Err()
+}
+
+// quota is the constant part of one policy's denials.
+type quota struct {
+	message string     // the status message, less the retry delay
+	detail  *anypb.Any // its errdetails.QuotaFailure
+}
+
+func newQuota(name string, limit int64, window time.Duration) quota {
+	q := quota{message: fmt.Sprintf("grpclimit: rate limit %q exceeded; retry after ", name)}
+	q.detail, _ = anypb.New(&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
+		Subject:     "policy:" + name,
+		Description: fmt.Sprintf("%d requests per %v", limit, window),
+		QuotaId:     name,
+		QuotaValue:  limit,
+	}}})
+	return q
 }
 
 // fields returns the rate-limit metadata of d, as limiter/httplimit writes
