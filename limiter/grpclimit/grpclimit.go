@@ -49,6 +49,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/limiter"
 )
 
@@ -190,11 +191,18 @@ type Interceptor struct {
 	logger     *slog.Logger
 
 	// Precomputed from the limiter's configuration.
-	policy     string // ratelimit-policy value
-	limit      string // x-ratelimit-limit value
-	quotedName string
-	guardName  string   // the guard's policy name, quoted; "" without a guard
-	quotas     [2]quota // the main limit's and the guard's
+	policy      string // ratelimit-policy value
+	limit       string // x-ratelimit-limit value
+	quotedName  string
+	guardName   string   // the guard's policy name, quoted; "" without a guard
+	quotas      [2]quota // the main limit's and the guard's
+	main, guard rule     // the rules the policies describe
+}
+
+// rule is what the metadata needs to know of one of the limiter's rules.
+type rule struct {
+	algorithm algorithms.Name
+	window    time.Duration
 }
 
 // New returns interceptors enforcing lim. It returns an error for a nil
@@ -217,12 +225,14 @@ func New(lim *limiter.Limiter, opts ...Option) (*Interceptor, error) {
 	}
 	cfg := lim.Config()
 	i.quotas[0] = newQuota(i.policyName, cfg.Limit, cfg.Window)
+	i.main = rule{cfg.Algorithm, cfg.Window}
 	i.quotedName = quote(i.policyName)
 	i.policy = i.quotedName + ";q=" + strconv.FormatInt(cfg.Limit, 10) + ";w=" + strconv.FormatInt(max(seconds(cfg.Window), 1), 10)
 	if g := cfg.Guard; g != nil {
 		// The guard is a policy of its own, named after the main one.
 		i.guardName = quote(i.policyName + "-guard")
 		i.quotas[1] = newQuota(i.policyName+"-guard", g.Limit, g.Window)
+		i.guard = rule{g.Algorithm, g.Window}
 		i.policy += ", " + i.guardName + ";q=" + strconv.FormatInt(g.Limit, 10) + ";w=" + strconv.FormatInt(max(seconds(g.Window), 1), 10)
 	}
 	i.limit = strconv.FormatInt(cfg.Limit, 10)
@@ -381,11 +391,11 @@ func (i *Interceptor) fields(d limiter.Decision) metadata.MD {
 		return md
 	}
 	remaining := strconv.FormatInt(max(d.Remaining, 0), 10)
-	// t: when admitted, until the key's full allowance is back; when
-	// denied, the retry delay in whole seconds.
-	t := strconv.FormatInt(seconds(d.ResetAfter), 10)
+	// x-ratelimit-reset: when admitted, until the key's full allowance is
+	// back; when denied, the retry delay.
+	reset := strconv.FormatInt(seconds(d.ResetAfter), 10)
 	if !d.Allowed {
-		t = strconv.FormatInt(retryAfter(d.RetryAfter), 10)
+		reset = strconv.FormatInt(retryAfter(d.RetryAfter), 10)
 	}
 	name, limit := i.quotedName, i.limit
 	if d.Rule == limiter.GuardRule && i.guardName != "" {
@@ -393,14 +403,60 @@ func (i *Interceptor) fields(d limiter.Decision) metadata.MD {
 	}
 	if i.headers&DraftHeaders != 0 {
 		md["ratelimit-policy"] = []string{i.policy}
-		md["ratelimit"] = []string{name + ";r=" + remaining + ";t=" + t}
+		if t, ok := i.effectiveWindow(d); ok {
+			md["ratelimit"] = []string{name + ";r=" + remaining + ";t=" + strconv.FormatInt(t, 10)}
+		} else {
+			md["ratelimit"] = []string{name + ";r=" + remaining}
+		}
 	}
 	if i.headers&XRateLimitHeaders != 0 {
 		md["x-ratelimit-limit"] = []string{limit}
 		md["x-ratelimit-remaining"] = []string{remaining}
-		md["x-ratelimit-reset"] = []string{t}
+		md["x-ratelimit-reset"] = []string{reset}
 	}
 	return md
+}
+
+// effectiveWindow returns the draft's t for d, as limiter/httplimit
+// computes it: the whole seconds, rounded up, until the decided policy has
+// more quota available, and whether d tells that exactly (on a denial, and
+// on admissions under fixed_window and gcra).
+func (i *Interceptor) effectiveWindow(d limiter.Decision) (int64, bool) {
+	if !d.Allowed {
+		return retryAfter(d.RetryAfter), true
+	}
+	ru := i.main
+	if d.Rule == limiter.GuardRule && i.guardName != "" {
+		ru = i.guard
+	}
+	switch ru.algorithm {
+	case algorithms.FixedWindow:
+		// The window's whole count goes at its end, and nothing before.
+		if d.ResetAfter > 0 {
+			return seconds(d.ResetAfter), true
+		}
+	case algorithms.GCRA:
+		return gcraNext(d, ru.window)
+	}
+	return 0, false
+}
+
+// gcraNext returns the seconds, rounded up, until a GCRA bucket's level
+// drops far enough for one more unit: it drains one unit every
+// window/limit and is empty at ResetAfter, so the next unit is free
+// (limit-remaining-1) units' drain before that.
+func gcraNext(d limiter.Decision, window time.Duration) (int64, bool) {
+	l, r := d.Limit, d.Remaining
+	w, reset := window.Milliseconds(), d.ResetAfter.Milliseconds()
+	if l <= 0 || r < 0 || r >= l || reset <= 0 || w <= 0 {
+		return 0, false
+	}
+	// In ms*limit units, all below 2^63 (limit*window stays below 2^53).
+	num := reset*l - w*(l-r-1)
+	if num <= 0 {
+		return 0, false
+	}
+	return (num + 1000*l - 1) / (1000 * l), true
 }
 
 // retryAfter converts a retry delay into whole seconds for metadata:

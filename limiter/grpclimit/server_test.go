@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/backend/storetest"
@@ -134,7 +135,9 @@ func TestUnaryDenialIsResourceExhaustedWithRetryInfo(t *testing.T) {
 	s := startServer(t, newInterceptor(t, lim))
 	ctx := t.Context()
 
-	for _, want := range []string{`"default";r=1;t=60`, `"default";r=0;t=60`} {
+	// A sliding log's admission tells no t (draft-11: when more quota
+	// comes is not known exactly); a denial's t is the retry delay.
+	for _, want := range []string{`"default";r=1`, `"default";r=0`} {
 		md, err := s.check(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, []string{`"default";q=2;w=60`}, md.Get("ratelimit-policy"))
@@ -175,7 +178,7 @@ func TestStreamTakesOneUnitWhenItOpens(t *testing.T) {
 	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, msg.GetStatus())
 	md, err := first.Header()
 	require.NoError(t, err)
-	assert.Equal(t, []string{`"default";r=0;t=60`}, md.Get("ratelimit"))
+	assert.Equal(t, []string{`"default";r=0`}, md.Get("ratelimit"))
 
 	second, err := s.client.Watch(ctx, &healthpb.HealthCheckRequest{})
 	require.NoError(t, err)
@@ -385,34 +388,60 @@ func TestStoreErrorPolicy(t *testing.T) {
 }
 
 // TestFieldsMatchHTTPLimit checks that the metadata carries what httplimit
-// puts in its header fields for the same decisions, guard included.
+// puts in its header fields for the same decisions, under every algorithm,
+// with and without a guard, admitted and denied.
 func TestFieldsMatchHTTPLimit(t *testing.T) {
-	cfg := limiter.Config{Limit: 3, Window: time.Minute, Prefix: "p:", Guard: &limiter.Guard{Limit: 2, Window: time.Hour}}
-	httpLim, httpClock := newLimiter(t, nil, cfg)
-	rpcLim, rpcClock := newLimiter(t, nil, cfg)
-	both := httplimit.DraftHeaders | httplimit.XRateLimitHeaders
-	mw, err := httplimit.New(httpLim, httplimit.WithPolicyName("orders"), httplimit.WithHeaders(both),
-		httplimit.WithKey(func(*http.Request) string { return "127.0.0.1" }))
-	require.NoError(t, err)
-	h := mw.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	s := startServer(t, newInterceptor(t, rpcLim, grpclimit.WithPolicyName("orders"),
-		grpclimit.WithHeaders(grpclimit.DraftHeaders|grpclimit.XRateLimitHeaders)))
-
-	var err3 error
-	for i := range 3 {
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
-		md, err := s.check(t.Context())
-		err3 = err
-		for _, name := range []string{"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"} {
-			assert.Equal(t, strings.Join(w.Header().Values(name), ", "), strings.Join(md.Get(strings.ToLower(name)), ", "), "call %d, %s", i, name)
-		}
-		httpClock.Advance(7 * time.Second)
-		rpcClock.Advance(7 * time.Second)
+	configs := map[string]limiter.Config{}
+	for _, alg := range []algorithms.Name{algorithms.SlidingLog, algorithms.SlidingCounter, algorithms.FixedWindow, algorithms.GCRA} {
+		configs[string(alg)] = limiter.Config{Algorithm: alg, Limit: 3, Window: time.Minute, Prefix: "p:"}
+		configs[string(alg)+" guarded"] = limiter.Config{Algorithm: alg, Limit: 3, Window: time.Minute, Prefix: "p:",
+			Guard: &limiter.Guard{Algorithm: alg, Limit: 4, Window: time.Hour}}
 	}
-	// The guard (2 an hour) denied the third.
-	require.Equal(t, codes.ResourceExhausted, status.Code(err3))
-	_, qf := details(t, err3)
+	steps := []time.Duration{0, 7 * time.Second, 1500 * time.Millisecond, 0, 20 * time.Second, 31 * time.Second, 0, 2 * time.Second, 45 * time.Second, 0}
+	for name, cfg := range configs {
+		t.Run(name, func(t *testing.T) {
+			httpLim, httpClock := newLimiter(t, nil, cfg)
+			rpcLim, rpcClock := newLimiter(t, nil, cfg)
+			both := httplimit.DraftHeaders | httplimit.XRateLimitHeaders
+			mw, err := httplimit.New(httpLim, httplimit.WithPolicyName("orders"), httplimit.WithHeaders(both),
+				httplimit.WithKey(func(*http.Request) string { return "127.0.0.1" }))
+			require.NoError(t, err)
+			h := mw.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			s := startServer(t, newInterceptor(t, rpcLim, grpclimit.WithPolicyName("orders"),
+				grpclimit.WithHeaders(grpclimit.DraftHeaders|grpclimit.XRateLimitHeaders)))
+			denied := 0
+			for i, step := range steps {
+				httpClock.Advance(step)
+				rpcClock.Advance(step)
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+				md, err := s.check(t.Context())
+				if w.Code == http.StatusTooManyRequests {
+					denied++
+					assert.Equal(t, codes.ResourceExhausted, status.Code(err), "call %d", i)
+				} else {
+					assert.NoError(t, err, "call %d", i)
+				}
+				for _, field := range []string{"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"} {
+					assert.Equal(t, strings.Join(w.Header().Values(field), ", "), strings.Join(md.Get(strings.ToLower(field)), ", "), "call %d, %s", i, field)
+				}
+			}
+			assert.Positive(t, denied, "the steps never reached a denial")
+		})
+	}
+}
+
+func TestGuardDenialNamesTheGuard(t *testing.T) {
+	lim, _ := newLimiter(t, nil, limiter.Config{Limit: 3, Window: time.Minute, Guard: &limiter.Guard{Limit: 2, Window: time.Hour}})
+	s := startServer(t, newInterceptor(t, lim, grpclimit.WithPolicyName("orders")))
+	var err error
+	for range 3 {
+		_, err = s.check(t.Context())
+	}
+	require.Equal(t, codes.ResourceExhausted, status.Code(err))
+	ri, qf := details(t, err)
+	assert.Equal(t, time.Hour, ri.GetRetryDelay().AsDuration())
 	assert.Equal(t, "policy:orders-guard", qf.GetViolations()[0].GetSubject())
 	assert.Equal(t, int64(2), qf.GetViolations()[0].GetQuotaValue())
+	assert.Contains(t, status.Convert(err).Message(), `"orders-guard"`)
 }
