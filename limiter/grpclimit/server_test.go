@@ -397,6 +397,11 @@ func TestFieldsMatchHTTPLimit(t *testing.T) {
 		configs[string(alg)+" guarded"] = limiter.Config{Algorithm: alg, Limit: 3, Window: time.Minute, Prefix: "p:",
 			Guard: &limiter.Guard{Algorithm: alg, Limit: 4, Window: time.Hour}}
 	}
+	// Guards of another algorithm than the main limit's.
+	configs["sliding_log, fixed_window guard"] = limiter.Config{Limit: 3, Window: time.Minute, Prefix: "p:",
+		Guard: &limiter.Guard{Limit: 4, Window: time.Hour}}
+	configs["fixed_window, gcra guard"] = limiter.Config{Algorithm: algorithms.FixedWindow, Limit: 3, Window: time.Minute, Prefix: "p:",
+		Guard: &limiter.Guard{Algorithm: algorithms.GCRA, Limit: 4, Window: time.Hour}}
 	steps := []time.Duration{0, 7 * time.Second, 1500 * time.Millisecond, 0, 20 * time.Second, 31 * time.Second, 0, 2 * time.Second, 45 * time.Second, 0}
 	for name, cfg := range configs {
 		t.Run(name, func(t *testing.T) {
