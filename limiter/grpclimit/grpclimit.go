@@ -12,7 +12,8 @@
 // Each call is keyed by a KeyFunc (PeerAddr by default; FullMethod,
 // Metadata, IPv6Prefix, Join, FirstOf or your own) and takes one unit of the
 // limiter's allowance for that key; a stream takes one unit when it opens,
-// and its messages are not limited. WithMethods and WithoutMethods choose
+// and its messages are not limited. The handler finds the decision with
+// DecisionFrom. WithMethods and WithoutMethods choose
 // which methods are limited (all by default); the others pass through
 // without a store call.
 //
@@ -245,7 +246,7 @@ func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 		if !i.limits(info.FullMethod) {
 			return handler(ctx, req)
 		}
-		md, err := i.decide(ctx, info.FullMethod)
+		d, decided, md, err := i.decide(ctx, info.FullMethod)
 		if md != nil {
 			// Fails only outside a server call (a test calling the
 			// interceptor directly): nothing to send the fields on.
@@ -254,9 +255,47 @@ func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 		if err != nil {
 			return nil, err
 		}
+		if decided {
+			ctx = &decisionCtx{Context: ctx, d: d}
+		}
 		return handler(ctx, req)
 	}
 }
+
+// decisionKey is the context key of the decision.
+type decisionKey struct{}
+
+// decisionCtx carries the decision in one allocation.
+type decisionCtx struct {
+	context.Context
+	d limiter.Decision
+}
+
+func (c *decisionCtx) Value(key any) any {
+	if key == (decisionKey{}) {
+		return c
+	}
+	return c.Context.Value(key)
+}
+
+// DecisionFrom returns the decision the interceptor made for the call whose
+// context is ctx, for the handler (and interceptors chained after it). ok
+// is false when no decision was made: an exempt method, or a call served
+// because the store failed.
+func DecisionFrom(ctx context.Context) (d limiter.Decision, ok bool) {
+	if c, ok := ctx.Value(decisionKey{}).(*decisionCtx); ok {
+		return c.d, true
+	}
+	return limiter.Decision{}, false
+}
+
+// decidedStream is a server stream whose context carries the decision.
+type decidedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *decidedStream) Context() context.Context { return s.ctx }
 
 // Stream returns the stream server interceptor: a stream takes one unit
 // when it opens.
@@ -265,12 +304,15 @@ func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 		if !i.limits(info.FullMethod) {
 			return handler(srv, ss)
 		}
-		md, err := i.decide(ss.Context(), info.FullMethod)
+		d, decided, md, err := i.decide(ss.Context(), info.FullMethod)
 		if md != nil {
 			_ = ss.SetHeader(md) // nothing is sent yet, so it cannot be too late
 		}
 		if err != nil {
 			return err
+		}
+		if decided {
+			ss = &decidedStream{ServerStream: ss, ctx: &decisionCtx{Context: ss.Context(), d: d}}
 		}
 		return handler(srv, ss)
 	}
@@ -284,33 +326,33 @@ func (i *Interceptor) limits(method string) bool {
 	return i.only.empty() || i.only.matches(method)
 }
 
-// decide takes a unit for the call and returns the metadata to send and
-// the call's error: nil to serve it.
-func (i *Interceptor) decide(ctx context.Context, method string) (metadata.MD, error) {
+// decide takes a unit for the call and returns the decision (decided is
+// false when none was made), the metadata to send and the call's error:
+// nil to serve it.
+func (i *Interceptor) decide(ctx context.Context, method string) (d limiter.Decision, decided bool, md metadata.MD, err error) {
 	key := i.key(ctx, method)
 	if key == "" {
-		return nil, errNoKey
+		return d, false, nil, errNoKey
 	}
-	d, err := i.lim.Allow(ctx, key)
+	d, err = i.lim.Allow(ctx, key)
 	if err != nil {
 		if errors.Is(err, limiter.ErrInvalidRequest) {
-			return nil, errNoKey
+			return d, false, nil, errNoKey
 		}
-		var md metadata.MD
 		if i.headers&DraftHeaders != 0 {
 			md = metadata.MD{"ratelimit-policy": {i.policy}}
 		}
-		return md, i.storeError(ctx, method, err)
+		return d, false, md, i.storeError(ctx, method, err)
 	}
-	md := i.fields(d)
+	md = i.fields(d)
 	if d.Allowed {
-		return md, nil
+		return d, true, md, nil
 	}
 	if md == nil {
 		md = metadata.MD{}
 	}
 	md["retry-after"] = []string{strconv.FormatInt(retryAfter(d.RetryAfter), 10)}
-	return md, i.denial(d)
+	return d, true, md, i.denial(d)
 }
 
 var errNoKey = status.Error(codes.InvalidArgument, "grpclimit: the call does not say who is making it (no rate limit key)")

@@ -64,6 +64,14 @@ type server struct {
 	client   healthpb.HealthClient
 	attempts atomic.Int64 // calls that reached the server, limited or not
 	served   atomic.Int64 // calls that reached the handler
+	seen     atomic.Pointer[seenDecision]
+}
+
+// seenDecision is what grpclimit.DecisionFrom found in the last call's
+// context.
+type seenDecision struct {
+	d  limiter.Decision
+	ok bool
 }
 
 func startServer(t *testing.T, ic *grpclimit.Interceptor, dial ...grpc.DialOption) *server {
@@ -75,10 +83,14 @@ func startServer(t *testing.T, ic *grpclimit.Interceptor, dial ...grpc.DialOptio
 	}
 	countServed := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		s.served.Add(1)
+		d, ok := grpclimit.DecisionFrom(ctx)
+		s.seen.Store(&seenDecision{d, ok})
 		return h(ctx, req)
 	}
 	countStream := func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 		s.served.Add(1)
+		d, ok := grpclimit.DecisionFrom(ss.Context())
+		s.seen.Store(&seenDecision{d, ok})
 		return h(srv, ss)
 	}
 	s.srv = grpc.NewServer(
@@ -449,4 +461,37 @@ func TestGuardDenialNamesTheGuard(t *testing.T) {
 	assert.Equal(t, "policy:orders-guard", qf.GetViolations()[0].GetSubject())
 	assert.Equal(t, int64(2), qf.GetViolations()[0].GetQuotaValue())
 	assert.Contains(t, status.Convert(err).Message(), `"orders-guard"`)
+}
+
+func TestDecisionFrom(t *testing.T) {
+	lim, _ := newLimiter(t, nil, limiter.Config{Limit: 3, Window: time.Minute})
+	s := startServer(t, newInterceptor(t, lim))
+	for _, want := range []int64{2, 1} {
+		_, err := s.check(t.Context())
+		require.NoError(t, err)
+		got := s.seen.Load()
+		require.True(t, got.ok, "the handler found no decision")
+		assert.True(t, got.d.Allowed)
+		assert.Equal(t, want, got.d.Remaining)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	w, err := s.client.Watch(ctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	_, err = w.Recv()
+	require.NoError(t, err)
+	got := s.seen.Load()
+	require.True(t, got.ok, "the stream handler found no decision")
+	assert.Equal(t, int64(0), got.d.Remaining)
+
+	// No decision: an exempt method, a store that failed (served open).
+	exempt := startServer(t, newInterceptor(t, lim, grpclimit.WithoutMethods(check)))
+	_, err = exempt.check(t.Context())
+	require.NoError(t, err)
+	assert.False(t, exempt.seen.Load().ok)
+	downLim, _ := newLimiter(t, storetest.Down{Err: errors.New("down")}, limiter.Config{Limit: 3, Window: time.Minute})
+	down := startServer(t, newInterceptor(t, downLim, grpclimit.WithLogger(slog.New(slog.DiscardHandler))))
+	_, err = down.check(t.Context())
+	require.NoError(t, err)
+	assert.False(t, down.seen.Load().ok)
 }
