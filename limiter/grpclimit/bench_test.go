@@ -41,9 +41,9 @@ func (nopStream) SetHeader(metadata.MD) error     { return nil }
 func (nopStream) SendHeader(metadata.MD) error    { return nil }
 func (nopStream) SetTrailer(md metadata.MD) error { return nil }
 
-// BenchmarkInterceptor is the unary interceptor's own cost per call, in
-// process, beside the bare handler: allowed, exempt (WithoutMethods) and
-// denied calls, on a memory store.
+// BenchmarkInterceptor is the unary interceptor's cost per call, in
+// process, beside the bare handler and the limiter's own decision: allowed,
+// exempt (WithoutMethods) and denied calls, on a memory store.
 func BenchmarkInterceptor(b *testing.B) {
 	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: tcp("192.0.2.1:5000")})
 	ctx = grpc.NewContextWithServerTransportStream(ctx, nopStream{})
@@ -66,6 +66,13 @@ func BenchmarkInterceptor(b *testing.B) {
 		}
 		return ic.Unary()
 	}
+	b.Run("limiter-only", func(b *testing.B) {
+		// The store's share of "allowed": the same decision, no interceptor.
+		lim := benchLimiter(b, 1<<50)
+		for b.Loop() {
+			_, _ = lim.Allow(ctx, "192.0.2.1")
+		}
+	})
 	b.Run("allowed", func(b *testing.B) { run(b, newIC(b, 1<<50)) })
 	b.Run("exempt", func(b *testing.B) { run(b, newIC(b, 1<<50, grpclimit.WithoutMethods("/grpc.health.v1.Health/*"))) })
 	b.Run("denied", func(b *testing.B) {
