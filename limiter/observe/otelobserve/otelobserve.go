@@ -218,8 +218,9 @@ func (m *Metrics) decision(d observe.Decision) {
 		degraded = 1
 	}
 	ctx := context.Background()
-	m.decisions.Add(ctx, 1, p.decisions[outcomeIndex(d)][degraded])
-	m.latency.Record(ctx, d.Latency.Seconds(), p.latency)
+	// Passed as ready-made slices: a variadic call would allocate one.
+	m.decisions.Add(ctx, 1, p.decisions[outcomeIndex(d)][degraded]...)
+	m.latency.Record(ctx, d.Latency.Seconds(), p.latency...)
 }
 
 func (m *Metrics) breakerChange(c observe.BreakerChange) {
@@ -274,16 +275,16 @@ type policies struct {
 // policyAttrs are one policy's attribute options, made once so that a
 // decision allocates nothing for them.
 type policyAttrs struct {
-	decisions [len(outcomes)][2]metric.AddOption // by outcome, degraded
-	latency   metric.RecordOption
+	decisions [len(outcomes)][2][]metric.AddOption // by outcome, degraded
+	latency   []metric.RecordOption
 }
 
 func newPolicyAttrs(name string) *policyAttrs {
-	p := &policyAttrs{latency: metric.WithAttributeSet(attribute.NewSet(attribute.String("policy", name)))}
+	p := &policyAttrs{latency: []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("policy", name)))}}
 	for i, o := range outcomes {
 		for deg := range 2 {
-			p.decisions[i][deg] = metric.WithAttributeSet(attribute.NewSet(
-				attribute.String("policy", name), attribute.String("outcome", o), attribute.Bool("degraded", deg == 1)))
+			p.decisions[i][deg] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
+				attribute.String("policy", name), attribute.String("outcome", o), attribute.Bool("degraded", deg == 1)))}
 		}
 	}
 	return p
