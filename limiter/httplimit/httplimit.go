@@ -41,6 +41,10 @@
 // X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset (seconds
 // until the key's full allowance is back, or Retry-After when denied).
 //
+// The policy follows the limiter's configuration: after
+// limiter.Limiter.SetConfig (or a configuration file's reload), responses
+// describe the new limit, window and guard.
+//
 // A limiter with a guard (limiter.Config.Guard) lists both policies, the
 // guard's named after the main one with "-guard"; RateLimit describes the
 // one the decision names (the denying one, or the one with least left).
