@@ -266,7 +266,9 @@ func (b Backend) Open(ctx context.Context) (store backend.Store, closeFn func() 
 		return nil, nil, fmt.Errorf("config: %w", err)
 	}
 	c := Config{Backend: b}
-	if err := c.validateBackend(); err != nil {
+	l := &errorList{}
+	c.validateBackend(l)
+	if err := l.err(); err != nil {
 		return nil, nil, err
 	}
 	store, _, closeFn, err = b.open(nil)

@@ -5,10 +5,19 @@ import (
 	"strings"
 )
 
-// didYouMean returns ` (did you mean "x"?)` for the option nearest to got,
-// or "" when none is near: within a third of got's length in edits, or
-// one being the start of the other (at least 3 letters).
+// didYouMean returns ` (did you mean "x"?)` for the option nearest to got
+// (see nearest), or "" when none is near.
 func didYouMean(got string, options []string) string {
+	if n := nearest(got, options); n != "" {
+		return fmt.Sprintf(" (did you mean %q?)", n)
+	}
+	return ""
+}
+
+// nearest returns the option nearest to got, or "" when none is near:
+// within a third of got's length in edits, or got being the start of the
+// other (at least 3 letters).
+func nearest(got string, options []string) string {
 	g := strings.ToLower(got)
 	if g == "" || len(g) > 64 {
 		return ""
@@ -17,20 +26,20 @@ func didYouMean(got string, options []string) string {
 	for _, o := range options {
 		lo := strings.ToLower(o)
 		if lo == g {
-			return fmt.Sprintf(" (did you mean %q?)", o)
+			return o
 		}
 		d := distance(g, lo)
-		if len(g) >= 3 && (strings.HasPrefix(lo, g) || strings.HasPrefix(g, lo)) {
+		if len(g) >= 3 && strings.HasPrefix(lo, g) {
 			d = min(d, 1)
 		}
 		if best == "" || d < bestD {
 			best, bestD = o, d
 		}
 	}
-	if best == "" || bestD > max(1, len(g)/3) {
+	if bestD > max(1, len(g)/3) {
 		return ""
 	}
-	return fmt.Sprintf(" (did you mean %q?)", best)
+	return best
 }
 
 // distance is the Levenshtein distance of a and b, counting a swap of two
