@@ -50,6 +50,13 @@
 //     go-redis: redis.ParseFailoverURL; rueidis: rueidis.ParseURL, with
 //     master_name passed as its master_set.
 //
+// Both clients refuse query options they do not know (rueidis' own parser
+// ignores them). The userinfo (user name and password) is checked before
+// any parser sees the URL and is never handed to one, so no error holds
+// any of it, however malformed the URL; RedactURL hides it for logs. A
+// rediss:// URL pointed at a server without TLS fails with an error that
+// says so.
+//
 // The go-redis clients get ContextTimeoutEnabled, so that a fallback's
 // deadline also ends the call inside the client. Build does not contact
 // Redis with go-redis (the first decision does); rueidis connects in
@@ -71,7 +78,10 @@
 //	limits.yaml:7: policies.login.window: "1 minute" is not a duration; write it like "1m", "90s" or "500ms"
 //
 // and wraps limiter.ErrInvalidConfig. Unknown fields are errors, so a typo
-// does not silently leave a default in force.
+// does not silently leave a default in force, and a name close to a valid
+// one gets a suggestion ("did you mean ..."). A file's problems are
+// reported at once: several come as an *Errors, one per line, up to
+// MaxErrors.
 package config
 
 import (
@@ -155,6 +165,22 @@ type Backend struct {
 	// limiting goes on while Redis is unavailable.
 	Fallback *Fallback
 }
+
+// String describes b for logs with the URL's userinfo redacted (see
+// RedactURL), so that printing a Config never prints a password.
+func (b Backend) String() string {
+	s := fmt.Sprintf("{URL:%s Client:%s ServerTime:%v Batch:%d", RedactURL(b.URL), b.client(), b.ServerTime, b.Batch)
+	if b.ReplicaAck != nil {
+		s += fmt.Sprintf(" ReplicaAck:%+v", *b.ReplicaAck)
+	}
+	if b.Fallback != nil {
+		s += fmt.Sprintf(" Fallback:%+v", *b.Fallback)
+	}
+	return s + "}"
+}
+
+// GoString is String, for %#v.
+func (b Backend) GoString() string { return "config.Backend" + b.String() }
 
 // ReplicaAck is the replica acknowledgement an admission waits for.
 type ReplicaAck struct {

@@ -193,3 +193,19 @@ func TestCredentialsReachTheClient(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"u", "p@w", "m"}, []string{tg.rueidis.Username, tg.rueidis.Password, tg.rueidis.Sentinel.MasterSet})
 }
+
+// TestPrintedConfigHidesThePassword: a Config printed with any verb, as a
+// log line would, holds no piece of the password.
+func TestPrintedConfigHidesThePassword(t *testing.T) {
+	cfg := &Config{Backend: Backend{URL: "redis://Xy9Qw7:Sup3rS3cretPW@127.0.0.1:6379/0", Fallback: &Fallback{Timeout: time.Second}},
+		Policies: []Policy{{Name: "a"}}}
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s"} {
+		for _, v := range []any{cfg, *cfg, cfg.Backend} {
+			out := fmt.Sprintf(verb, v)
+			require.Contains(t, out, "127.0.0.1:6379", "the rest of the URL is kept")
+			for _, s := range secretPieces {
+				require.NotContains(t, out, s, verb)
+			}
+		}
+	}
+}
