@@ -38,8 +38,10 @@ func rueidisTLSDial(ctx context.Context, addr string, dialer *net.Dialer, conf *
 
 func dialTLS(ctx context.Context, dialer *net.Dialer, network, addr string, conf *tls.Config) (net.Conn, error) {
 	raw, err := dialer.DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
+	if err != nil || conf == nil {
+		// No TLS config: a connection the URL did not ask TLS for (a
+		// rueidis sentinel's, say).
+		return raw, err
 	}
 	if conf.ServerName == "" {
 		// As tls.DialWithDialer does: verify the host dialled.

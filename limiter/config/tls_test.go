@@ -34,6 +34,33 @@ func TestRedissToPlainServer(t *testing.T) {
 	}
 }
 
+// TestRedissSentinelToPlainServers: with rediss+sentinel:// and rueidis
+// the sentinels are dialled without TLS (as before: rueidis hands the
+// dialer no TLS config for them) and the plain master is reported as
+// such. (go-redis dials the sentinels with TLS too, and reports only "all
+// sentinels specified in configuration are unreachable", dropping the
+// dialer's error.)
+func TestRedissSentinelToPlainServers(t *testing.T) {
+	sn := redistest.StartSentinel(t)
+	addrs := sn.SentinelAddrs()
+	for _, client := range []string{Rueidis} {
+		t.Run(client, func(t *testing.T) {
+			u := "rediss+sentinel://" + addrs[0] + "?master_name=" + sn.MasterName + "&dial_timeout=300ms"
+			cfg, err := Parse(fmt.Appendf(nil, "backend: {url: '%s', client: %s}\npolicies: {a: {limit: 1, window: 1s}}\n", u, client), YAML)
+			require.NoError(t, err)
+			set, err := cfg.Build(context.Background())
+			if err == nil {
+				defer set.Close()
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				_, err = set.Limiter("a").Allow(ctx, "k")
+			}
+			require.Error(t, err)
+			require.ErrorContains(t, err, "non-TLS server")
+		})
+	}
+}
+
 // TestProbeNeedsAPlainRedis: when nothing answers plain Redis (the
 // address refuses), the error does not claim a non-TLS server.
 func TestProbeNeedsAPlainRedis(t *testing.T) {
