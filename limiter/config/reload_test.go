@@ -90,9 +90,14 @@ func TestReload(t *testing.T) {
 			t.Logf("%s: %v", name, err)
 			require.Equal(t, gen, free.Generation(), "%s: the old limits stay", name)
 		}
-		require.NoError(t, os.WriteFile(path, []byte(fmt.Sprintf(reloadFile, url, client, 0, "dry")), 0o600))
+		// Every problem of a broken file is reported.
+		text := strings.Replace(fmt.Sprintf(reloadFile, url, client, 0, "dry"), "limit: 10", "limit: ten", 1)
+		require.NoError(t, os.WriteFile(path, []byte(text), 0o600))
 		err = set.ReloadFile(path)
-		require.ErrorContains(t, err, "policies.free.limit")
+		for _, field := range []string{"policies.free.limit", "policies.free.guard.mode", "policies.pro.limit"} {
+			require.ErrorContains(t, err, field)
+		}
+		require.Equal(t, gen, free.Generation())
 
 		// A good file: free goes to 4 a minute and its guard is enforced.
 		write(4, "enforce")
