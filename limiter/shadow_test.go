@@ -10,7 +10,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/limiter"
 	"github.com/limitkit/limitkit/limiter/observe"
@@ -197,4 +199,34 @@ func TestModeJSON(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(`{"limit": 5, "window": "1m", "mode": "dry"}`), &c))
 	require.ErrorIs(t, c.Validate(), limiter.ErrInvalidConfig)
 	require.ErrorContains(t, c.Validate(), `mode "dry": write "enforce" or "shadow"`)
+}
+
+// TestShadowGuardOwnStore: a shadow guard on a store of its own counts
+// there and never denies; the main limit decides.
+func TestShadowGuardOwnStore(t *testing.T) {
+	everyStore(t, func(t *testing.T, store backend.Store) {
+		own, err := memorystore.New()
+		require.NoError(t, err)
+		lim, err := limiter.New(store, limiter.Config{Limit: 3, Window: time.Minute, Prefix: "own:",
+			Guard: &limiter.Guard{Limit: 1, Window: time.Hour, Mode: limiter.Shadow, Store: own}},
+			limiter.WithClock(clock.NewFake(liveStart)))
+		require.NoError(t, err)
+		var allowed, would int
+		for range 4 {
+			d, err := lim.Allow(t.Context(), "k")
+			require.NoError(t, err)
+			if d.Allowed {
+				allowed++
+			}
+			if d.ShadowDenied {
+				would++
+			}
+		}
+		require.Equal(t, 3, allowed)
+		require.Equal(t, 2, would)
+		p, err := own.Peek(t.Context(), backend.Request{Key: backend.Key{Prefix: "own:guard:", ID: "k"},
+			Rule: algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Hour}, Now: liveStart, Cost: 1})
+		require.NoError(t, err)
+		require.False(t, p.Allowed, "the guard's count is in its own store")
+	})
 }
