@@ -24,6 +24,11 @@
 // AllowN takes several units at once, all or nothing. Peek reports without
 // consuming. Reset forgets a key. Wait blocks until a request is admitted.
 //
+// Limits live: SetConfig changes a limiter's limit, window or guard while
+// it serves, keeping what was counted (a Group changes several at once);
+// Plans picks per request which named limit applies; a limit in Shadow
+// mode counts but never denies, and says when it would have.
+//
 // A denial is a Decision with Allowed false, never an error. Errors mean the
 // request could not be decided: bad input (errors.Is ErrInvalidRequest) or a
 // failing store.
