@@ -30,7 +30,11 @@ func (m Mode) validate(field string) error {
 	case "", Enforce, Shadow:
 		return nil
 	}
-	return fmt.Errorf("%w: %s %q: write %q or %q", ErrInvalidConfig, field, string(m), Enforce, Shadow)
+	s := string(m)
+	if len(s) > 32 {
+		s = s[:32] + "..."
+	}
+	return fmt.Errorf("%w: %s %q: write %q or %q", ErrInvalidConfig, field, s, Enforce, Shadow)
 }
 
 // compiled is a configuration ready to decide with. It is never changed

@@ -16,14 +16,7 @@ func validMode(m limiter.Mode) error {
 	case "", limiter.Enforce, limiter.Shadow:
 		return nil
 	}
-	return fmt.Errorf("%q: write %q (the default) or %q", clipMode(string(m)), limiter.Enforce, limiter.Shadow)
-}
-
-func clipMode(s string) string {
-	if len(s) > 32 {
-		return s[:32] + "..."
-	}
-	return s
+	return fmt.Errorf("%q: write %q (the default) or %q", clip(string(m), 32), limiter.Enforce, limiter.Shadow)
 }
 
 // limiterConfigs returns the policies' configurations, prefixes filled in,
@@ -126,7 +119,7 @@ func (s *Set) Plans(resolve limiter.Resolver, names ...string) (*limiter.Plans, 
 	for _, name := range names {
 		l, ok := s.limiters[name]
 		if !ok {
-			return nil, fmt.Errorf("config: %w: plan %q is not a policy of the file; the policies are %q", limiter.ErrUnknownPlan, clipMode(name), s.names)
+			return nil, fmt.Errorf("config: %w: plan %q is not a policy of the file; the policies are %q", limiter.ErrUnknownPlan, clip(name, 64), s.names)
 		}
 		m[name] = l
 	}
