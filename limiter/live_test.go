@@ -3,6 +3,7 @@ package limiter_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -347,4 +348,40 @@ func TestGroupSwapsTogether(t *testing.T) {
 	bad[1].Limit = 0
 	require.ErrorIs(t, g.SetConfigs(bad), limiter.ErrInvalidConfig)
 	require.EqualValues(t, 2001, ls[0].Config().Limit)
+}
+
+// TestCompositeSetConfigs: a composite's limits change together, counts
+// kept; a wrong number or an invalid limit changes nothing. On every store.
+func TestCompositeSetConfigs(t *testing.T) {
+	everyStore(t, func(t *testing.T, store backend.Store) {
+		ctx := t.Context()
+		cfgs := []limiter.Config{{Limit: 2, Window: time.Minute, Prefix: "cu:"}, {Limit: 5, Window: time.Minute, Prefix: "ct:"}}
+		c, err := limiter.NewComposite(store, cfgs, limiter.WithClock(clock.NewFake(liveStart)))
+		require.NoError(t, err)
+		for range 2 {
+			d, err := c.Allow(ctx, "u", "t")
+			require.NoError(t, err)
+			require.True(t, d.Allowed)
+		}
+		d, err := c.Allow(ctx, "u", "t")
+		require.NoError(t, err)
+		require.False(t, d.Allowed)
+
+		require.ErrorIs(t, c.SetConfigs(cfgs[:1]), limiter.ErrInvalidConfig)
+		bad := slices.Clone(cfgs)
+		bad[1].Limit = 0
+		require.ErrorIs(t, c.SetConfigs(bad), limiter.ErrInvalidConfig)
+		require.EqualValues(t, 2, c.Configs()[0].Limit)
+
+		next := slices.Clone(cfgs)
+		next[0].Limit, next[1].Limit = 4, 3
+		require.NoError(t, c.SetConfigs(next))
+		d, err = c.Allow(ctx, "u", "t")
+		require.NoError(t, err)
+		require.True(t, d.Allowed, "2 of the user's new 4 were counted")
+		d, err = c.Allow(ctx, "u", "t")
+		require.NoError(t, err)
+		require.False(t, d.Allowed, "the tenant's 3 counted of its new 3")
+		require.Equal(t, 1, d.Rule)
+	})
 }
