@@ -28,14 +28,15 @@
 package promobserve
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
-	"github.com/limitkit/limitkit/fallback"
 	"github.com/limitkit/limitkit/limiter/observe"
 )
 
@@ -105,8 +106,8 @@ func (m *Metrics) Observer() observe.Observer { return m.obs }
 // breaker's state under name. The breaker is reported closed from this call
 // on, as a new fallback store's is, so call it once per breaker, when
 // creating it.
-func (m *Metrics) BreakerHook(name string) func(fallback.StateChange) {
-	m.setState(name, fallback.Closed)
+func (m *Metrics) BreakerHook(name string) func(backend.StateChange) {
+	m.setState(name, backend.BreakerClosed)
 	return m.obs.BreakerHook(name)
 }
 
@@ -119,7 +120,7 @@ func (m *Metrics) WatchMemoryStore(name string, s *memorystore.Store) error {
 	return m.stores.add(name, s)
 }
 
-func (m *Metrics) decision(d observe.Decision) {
+func (m *Metrics) decision(_ context.Context, d observe.Decision) {
 	if d.Op != observe.Take && d.Op != observe.TakeAll {
 		return
 	}
@@ -136,9 +137,9 @@ func (m *Metrics) breakerChange(c observe.BreakerChange) {
 	m.transitions.WithLabelValues(c.Breaker, string(c.To)).Inc()
 }
 
-var states = []fallback.State{fallback.Closed, fallback.HalfOpen, fallback.Open}
+var states = []backend.BreakerState{backend.BreakerClosed, backend.BreakerHalfOpen, backend.BreakerOpen}
 
-func (m *Metrics) setState(name string, to fallback.State) {
+func (m *Metrics) setState(name string, to backend.BreakerState) {
 	for _, s := range states {
 		v := 0.0
 		if s == to {
