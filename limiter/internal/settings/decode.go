@@ -9,10 +9,19 @@ import (
 	"github.com/limitkit/limitkit/backend"
 )
 
-// Decoder checks and converts the values of a tree, recording the line of
-// each field it reads in Lines (when not nil), keyed by its dotted path.
+// Decoder checks and converts the values of a tree. Its zero value stops at
+// the first problem; limiter/config sets Report to collect them all.
 type Decoder struct {
+	// Lines, when not nil, gets the line of each field read, keyed by its
+	// dotted path.
 	Lines map[string]int
+	// Typos, when not nil, gets the fields an unknown field looked like
+	// (so that they are not also reported missing).
+	Typos map[string]bool
+	// Report, when not nil, receives the problems of a mapping's fields
+	// (Each goes on to the next field) and repeated keys (Mapping leaves
+	// the repeat out); when nil, they stop the walk.
+	Report func(error)
 }
 
 // Limit decodes a limiter.Config from the mapping n at path and returns it
@@ -37,11 +46,17 @@ func (d Decoder) record(path string, line int) {
 // Unknown reports the field f of the mapping at path as unknown; known
 // lists the fields there.
 func (d Decoder) Unknown(f Pair, path, known string) error {
-	return &Error{Line: f.KeyLine, Field: Join(path, f.Key), Err: fmt.Errorf("unknown field; the fields here are %s", known)}
+	fields := strings.Split(known, ", ")
+	if n := Nearest(f.Key, fields); n != "" && d.Typos != nil {
+		// The field is misspelt, not missing: say so once.
+		d.Typos[Join(path, n)] = true
+	}
+	return &Error{Line: f.KeyLine, Field: Join(path, f.Key),
+		Err: fmt.Errorf("unknown field%s; the fields here are %s", DidYouMean(f.Key, fields), known)}
 }
 
-// Mapping checks n is a mapping without duplicate keys and records its
-// line. A null value counts as an empty mapping.
+// Mapping checks n is a mapping and records its line. A null value counts
+// as an empty mapping. A key given twice is a problem (see Report).
 func (d Decoder) Mapping(n *Node, path string) ([]Pair, error) {
 	d.record(path, n.Line)
 	if n.Kind == ScalarNode && n.Tag == NullTag {
@@ -50,18 +65,27 @@ func (d Decoder) Mapping(n *Node, path string) ([]Pair, error) {
 	if n.Kind != MapNode {
 		return nil, &Error{Line: n.Line, Field: path, Err: fmt.Errorf("%s is not a mapping of fields", Describe(n))}
 	}
+	pairs := make([]Pair, 0, len(n.Pairs))
+next:
 	for i, p := range n.Pairs {
 		for _, q := range n.Pairs[:i] {
 			if q.Key == p.Key {
-				return nil, &Error{Line: p.KeyLine, Field: Join(path, p.Key), Err: fmt.Errorf("given twice (also on line %d)", q.KeyLine)}
+				err := &Error{Line: p.KeyLine, Field: Join(path, p.Key), Err: fmt.Errorf("given twice (also on line %d)", q.KeyLine)}
+				if d.Report == nil {
+					return nil, err
+				}
+				d.Report(err)
+				continue next
 			}
 		}
+		pairs = append(pairs, p)
 	}
-	return n.Pairs, nil
+	return pairs, nil
 }
 
 // Each checks n is a mapping (see Mapping) and calls fn for each field with
-// its path, stopping at the first error.
+// its path. fn's problems go to Report, or stop the walk. It returns the
+// error of n itself (not a mapping), for its caller to report.
 func (d Decoder) Each(n *Node, path string, fn func(f Pair, p string) error) error {
 	fields, err := d.Mapping(n, path)
 	if err != nil {
@@ -69,7 +93,10 @@ func (d Decoder) Each(n *Node, path string, fn func(f Pair, p string) error) err
 	}
 	for _, f := range fields {
 		if err := fn(f, Join(path, f.Key)); err != nil {
-			return err
+			if d.Report == nil {
+				return err
+			}
+			d.Report(err)
 		}
 	}
 	return nil
@@ -163,7 +190,8 @@ func (d Decoder) FailurePolicy(n *Node, path string) (backend.FailurePolicy, err
 	}
 	p, err := backend.ParseFailurePolicy(s)
 	if err != nil {
-		return p, &Error{Line: n.Line, Field: path, Err: err}
+		name, _, _ := strings.Cut(s, ":")
+		return p, &Error{Line: n.Line, Field: path, Err: fmt.Errorf("%w%s", err, DidYouMean(name, []string{"local", "fail_open", "fail_closed"}))}
 	}
 	return p, nil
 }
