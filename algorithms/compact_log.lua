@@ -24,13 +24,14 @@ end
 -- entry from the first read and keeps the log as it is; an admission
 -- appends at the end: the whole log rewritten while small (as log_take
 -- does), else the new entries and the header written in place, in one
--- SETRANGE when they fall in the first block.
+-- SETRANGE when they fall in the first block. An admission's reset is w:
+-- its expiry is w + w + EXPIRY_MARGIN_MS.
 local struct = rawget(_G, 'struct')
 if take and not refund and struct and cost <= limit then
   local pack, unpack = struct.pack, struct.unpack
-  local px = string.format('%d', w + w + EXPIRY_MARGIN_MS) -- an admission's: reset is w
   if #first == 0 then
-    redis.call('SET', key, pack('>I2I2I2I2I7', 0, cost, cost, 0, now) .. string.rep(pack('>I7', now), cost), 'PX', px)
+    redis.call('SET', key, pack('>I2I2I2I2I7', 0, cost, cost, 0, now) .. string.rep(pack('>I7', now), cost),
+      'PX', string.format('%d', w + w + EXPIRY_MARGIN_MS))
     return {1, limit - cost, 0, w, now}
   end
   local head, n, cap, hint, newest = unpack('>I2I2I2I2I7', first, 1)
@@ -58,7 +59,8 @@ if take and not refund and struct and cost <= limit then
         end
       end
       redis.call('SET', key, pack('>I2I2I2I2I7', 0, need, c, 0, now) .. string.sub(first, HDR + 1, HDR + n * SLOT)
-        .. string.rep(pack('>I7', now), cost) .. string.rep('\0', (c - need) * SLOT), 'PX', px)
+        .. string.rep(pack('>I7', now), cost) .. string.rep('\0', (c - need) * SLOT),
+        'PX', string.format('%d', w + w + EXPIRY_MARGIN_MS))
       return {1, remaining - cost, 0, w, now}
     elseif cap > BLOCK and n + cost <= cap then
       local p = (head + n) % cap
@@ -70,7 +72,7 @@ if take and not refund and struct and cost <= limit then
           redis.call('SETRANGE', key, string.format('%d', HDR + p * SLOT), news)
           redis.call('SETRANGE', key, '0', hdr)
         end
-        redis.call('PEXPIRE', key, px)
+        redis.call('PEXPIRE', key, string.format('%d', w + w + EXPIRY_MARGIN_MS))
         return {1, remaining - cost, 0, w, now}
       end
     end

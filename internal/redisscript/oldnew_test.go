@@ -101,10 +101,11 @@ local function state(k)
   end
   return t
 end
-local reply = {}
+local reply, px = {}, {}
 for i, f in ipairs({run_before, run_now}) do
   local rec = {px = -1}
   local ok, r = pcall(f, {KEYS[i]}, ARGV, proxy(KEYS[i], rec))
+  px[i] = rec.px
   if ok and type(r) == 'table' and r.err then
     ok, r = false, r.err
   end
@@ -120,6 +121,15 @@ for i, f in ipairs({run_before, run_now}) do
     end
   end
   reply[#reply + 1] = rec.px
+end
+-- The two expiries were set from the same px (when the step passes) but
+-- at two moments of the server's clock: move the second to the first's
+-- time, so that the twins expire together.
+if px[1] == px[2] then
+  local at = real.call('PEXPIRETIME', KEYS[1])
+  if at > 0 and real.call('PEXPIRETIME', KEYS[2]) > 0 then
+    real.call('PEXPIREAT', KEYS[2], at)
+  end
 end
 local a, b = state(KEYS[1]), state(KEYS[2])
 if a == b then
