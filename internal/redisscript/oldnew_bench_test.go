@@ -37,7 +37,7 @@ func BenchmarkScriptsBeforeNow(b *testing.B) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: time.Minute})
 	b.Cleanup(func() { _ = c.Close() })
 	ctx := b.Context()
-	const keys, requests, rounds = 10_000, 100_000, 5
+	const keys, requests, rounds = 10_000, 100_000, 3
 	now := time.Now().UnixMilli()
 	type cell struct {
 		alg    algorithms.Name
