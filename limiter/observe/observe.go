@@ -64,6 +64,9 @@ type Decision struct {
 	// Degraded reports a decision made by a fallback policy while the
 	// primary store was unavailable.
 	Degraded bool
+	// Cached reports a denial answered by a deny cache
+	// (backend/denycache) without a store call.
+	Cached bool
 	// Cost is the units asked for (for TakeAll, the number of requests).
 	Cost int64
 	// Latency is how long the store call took.
@@ -239,6 +242,7 @@ func (s *store) report(ctx context.Context, op Op, policy string, cost int64, st
 		Policy:   policy,
 		Allowed:  err == nil && res.Allowed,
 		Degraded: err == nil && res.Degraded,
+		Cached:   err == nil && res.Cached,
 		Cost:     cost,
 		Latency:  time.Since(start),
 		Err:      err,
@@ -350,7 +354,7 @@ func Slog(l *slog.Logger) Observer {
 			l.LogAttrs(ctx, slog.LevelDebug, "limitkit: decision",
 				slog.String("op", string(d.Op)), slog.String("policy", d.Policy),
 				slog.String("outcome", d.Outcome()), slog.Bool("degraded", d.Degraded),
-				slog.Int64("cost", d.Cost), slog.Duration("latency", d.Latency))
+				slog.Bool("cached", d.Cached), slog.Int64("cost", d.Cost), slog.Duration("latency", d.Latency))
 		},
 		OnBreakerChange: func(c BreakerChange) {
 			level := slog.LevelInfo

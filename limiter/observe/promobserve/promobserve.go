@@ -15,6 +15,7 @@
 //
 //	limitkit_decisions_total{policy,outcome}           counter: Take and TakeAll calls
 //	limitkit_degraded_decisions_total{policy,outcome}  counter: those decided by a fallback policy
+//	limitkit_cached_denials_total{policy}              counter: denials a deny cache answered without a store call
 //	limitkit_decision_duration_seconds{policy}         histogram: their latency, errors included
 //	limitkit_breaker_state{breaker,state}              gauge: 1 for the breaker's current state
 //	                                                   ("closed", "half-open", "open"), 0 for the others
@@ -51,6 +52,7 @@ var DefaultBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .02
 type Metrics struct {
 	decisions   *prometheus.CounterVec
 	degraded    *prometheus.CounterVec
+	cached      *prometheus.CounterVec
 	latency     *prometheus.HistogramVec
 	breaker     *prometheus.GaugeVec
 	transitions *prometheus.CounterVec
@@ -74,6 +76,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "limitkit_degraded_decisions_total",
 			Help: "Decisions made by a fallback policy while the primary store was unavailable, by policy and outcome.",
 		}, []string{"policy", "outcome"}),
+		cached: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "limitkit_cached_denials_total",
+			Help: "Denials a deny cache (backend/denycache) answered without a store call, by policy.",
+		}, []string{"policy"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "limitkit_decision_duration_seconds",
 			Help:    "Time the store took to decide, errors included, by policy.",
@@ -89,7 +95,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"breaker", "to"}),
 		stores: newStoreCollector(),
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.degraded, m.latency, m.breaker, m.transitions, m.stores} {
+	for _, c := range []prometheus.Collector{m.decisions, m.degraded, m.cached, m.latency, m.breaker, m.transitions, m.stores} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("promobserve: register limitkit metrics: %w", err)
 		}
@@ -128,6 +134,9 @@ func (m *Metrics) decision(_ context.Context, d observe.Decision) {
 	m.decisions.WithLabelValues(d.Policy, outcome).Inc()
 	if d.Degraded {
 		m.degraded.WithLabelValues(d.Policy, outcome).Inc()
+	}
+	if d.Cached {
+		m.cached.WithLabelValues(d.Policy).Inc()
 	}
 	m.latency.WithLabelValues(d.Policy).Observe(d.Latency.Seconds())
 }
