@@ -51,6 +51,7 @@ import (
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/internal/boundid"
 	"github.com/sony/gobreaker/v2"
 )
 
@@ -385,7 +386,7 @@ func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule
 	if ce, ok := errors.AsType[callerError](err); ok {
 		return ce.err
 	}
-	return fmt.Errorf("%w: reset %q: %w", ErrUnavailable, key.ID, err)
+	return fmt.Errorf("%w: reset %s: %w", ErrUnavailable, boundid.Quote(key.ID), err)
 }
 
 // callerError marks an error caused by the caller (its context ended, or its
