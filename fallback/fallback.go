@@ -329,11 +329,19 @@ type Stats struct {
 	PrimaryFailures uint64
 	// Degraded counts decisions made by a policy instead of the primary.
 	Degraded uint64
+	// FailedRefunds counts the primary's compensating refunds that failed
+	// (units left taken until they expire), when the primary counts them
+	// (both Redis stores do: their FailedRefunds method).
+	FailedRefunds uint64
 }
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
-	return Stats{State: s.State(), PrimaryFailures: s.failures.Load(), Degraded: s.degraded.Load()}
+	st := Stats{State: s.State(), PrimaryFailures: s.failures.Load(), Degraded: s.degraded.Load()}
+	if r, ok := s.primary.(interface{ FailedRefunds() uint64 }); ok {
+		st.FailedRefunds = r.FailedRefunds()
+	}
+	return st
 }
 
 // Take implements backend.Store.
