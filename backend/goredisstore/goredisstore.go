@@ -127,6 +127,7 @@ func WithBatching(max int) Option {
 // Store is a backend.Store in Redis. It is safe for concurrent use.
 type Store struct {
 	runner *redisscript.Runner
+	client redis.UniversalClient
 }
 
 var _ backend.Store = (*Store)(nil)
@@ -148,7 +149,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{runner: r}, nil
+	return &Store{runner: r, client: client}, nil
 }
 
 // Take implements backend.Store.
@@ -171,6 +172,20 @@ func (s *Store) Peek(ctx context.Context, req backend.Request) (backend.Result, 
 // taken until they expire (see FailedRefunds).
 func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
 	return s.runner.TakeAll(ctx, reqs)
+}
+
+// HonoursContext reports whether calls return once their context's
+// deadline passes: when the client has ContextTimeoutEnabled (otherwise
+// go-redis reads until its ReadTimeout). fallback.New calls such a store
+// directly, without a goroutine per call.
+func (s *Store) HonoursContext() bool {
+	switch c := s.client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 // FailedRefunds counts the compensating refunds that failed: of a TakeAll

@@ -162,6 +162,10 @@ func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 	return s.runner.TakeAll(ctx, reqs)
 }
 
+// HonoursContext reports true: rueidis returns once a call's context ends.
+// fallback.New calls such a store directly, without a goroutine per call.
+func (s *Store) HonoursContext() bool { return true }
+
 // FailedRefunds counts the compensating refunds that failed: of a TakeAll
 // over keys in different cluster slots when a later key denied, or of an
 // admission too few replicas acknowledged (WithReplicaAck with
