@@ -109,6 +109,9 @@ type StateChange struct {
 	From, To State
 	// At is when the breaker changed state.
 	At time.Time
+	// Cause is, when To is Open, the primary's error that opened it (the
+	// last of the failures that tripped it, or the failed probe's).
+	Cause error
 }
 
 // Policy decides requests the primary cannot. It is backend.FailurePolicy,
@@ -271,6 +274,8 @@ type shared struct {
 	direct bool
 	// abandoned counts calls still running after their caller left.
 	abandoned atomic.Int32
+	// lastErr is the primary's last failure, the cause of an opening.
+	lastErr atomic.Pointer[error]
 }
 
 var _ backend.Store = (*Store)(nil)
@@ -422,6 +427,7 @@ func (s *shared) execute(ctx context.Context, fn func(context.Context) (backend.
 		res, err := s.withDeadline(ctx, fn)
 		if err != nil && !errors.As(err, new(callerError)) {
 			s.failures.Add(1)
+			s.lastErr.Store(&err)
 		}
 		return res, err
 	})
@@ -635,11 +641,15 @@ func (s *shared) untilProbe() time.Duration {
 // only appends; deliver runs the hook and the log later, lock-free.
 func (s *shared) queue(_ string, from, to gobreaker.State) {
 	now := time.Now()
+	var cause error
 	if to == gobreaker.StateOpen {
 		s.openedAt.Store(now.UnixNano())
+		if p := s.lastErr.Load(); p != nil {
+			cause = *p
+		}
 	}
 	s.eventsMu.Lock()
-	s.events = append(s.events, StateChange{From: stateOf(from), To: stateOf(to), At: now})
+	s.events = append(s.events, StateChange{From: stateOf(from), To: stateOf(to), At: now, Cause: cause})
 	s.eventsMu.Unlock()
 	s.pending.Add(1)
 }
@@ -661,8 +671,11 @@ func (s *shared) deliver() {
 			if e.To == Open {
 				level = slog.LevelWarn
 			}
-			s.cfg.logger.Log(context.Background(), level, "limitkit: circuit breaker state changed",
-				"breaker", s.cfg.name, "from", string(e.From), "to", string(e.To))
+			attrs := []any{"breaker", s.cfg.name, "from", string(e.From), "to", string(e.To)}
+			if e.Cause != nil {
+				attrs = append(attrs, "cause", e.Cause.Error())
+			}
+			s.cfg.logger.Log(context.Background(), level, "limitkit: circuit breaker state changed", attrs...)
 			if s.cfg.hook != nil {
 				s.cfg.hook(e)
 			}

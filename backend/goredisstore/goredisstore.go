@@ -267,7 +267,7 @@ func (a conn) EvalBatch(ctx context.Context, cmd redisscript.Command, script str
 	c, send := evalCmd(ctx, cmd, script, keys, args)
 	if err := a.c.Process(ctx, send); err != nil {
 		if errors.Is(err, redis.Nil) {
-			return nil, nil, fmt.Errorf("%w: nil", redisscript.ErrBadReply)
+			return nil, nil, nilError(err)
 		}
 		a.failed(ctx, err)
 		return nil, nil, err
@@ -317,7 +317,7 @@ func (a conn) EvalWait(ctx context.Context, cmd redisscript.Command, script stri
 // reply converts a script's reply, reporting errors to failed.
 func (a conn) reply(ctx context.Context, c *redis.Cmd, err error) ([]int64, error) {
 	if errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("%w: nil", redisscript.ErrBadReply)
+		return nil, nilError(err)
 	}
 	if err != nil {
 		a.failed(ctx, err)
@@ -337,10 +337,25 @@ func (a conn) Cluster() bool {
 
 func (a conn) Del(ctx context.Context, key string) error {
 	err := a.c.Del(ctx, key).Err()
+	if errors.Is(err, redis.Nil) {
+		return nilError(err)
+	}
 	if err != nil {
 		a.failed(ctx, err)
 	}
 	return err
+}
+
+// nilError explains go-redis' redis.Nil. As the reply itself it is a
+// malformed script reply (the scripts never return nil). Wrapped, it comes
+// from dialling: a failover client's sentinels answered nil to
+// GET-MASTER-ADDR-BY-NAME, for they monitor no master by that name.
+func nilError(err error) error {
+	if err == redis.Nil { //nolint:errorlint // the reply itself, not a wrapped dial error
+		return fmt.Errorf("%w: nil", redisscript.ErrBadReply)
+	}
+	return fmt.Errorf("the sentinels know no master by that name; check master_name "+
+		"(redis.FailoverOptions.MasterName) against the name the sentinels monitor: %w", err)
 }
 
 func (conn) IsNoScript(err error) bool {
