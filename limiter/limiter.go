@@ -42,6 +42,7 @@ import (
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/clock"
+	"github.com/limitkit/limitkit/internal/boundid"
 )
 
 // Errors reported for bad input; test with errors.Is.
@@ -337,11 +338,11 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 		}
 		wait := max(d.RetryAfter, minWait)
 		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
-			return d, fmt.Errorf("limiter: waiting %v for %q would pass the context deadline: %w", wait, key, context.DeadlineExceeded)
+			return d, fmt.Errorf("limiter: waiting %v for %s would pass the context deadline: %w", wait, boundid.Quote(key), context.DeadlineExceeded)
 		}
 		select {
 		case <-ctx.Done():
-			return d, fmt.Errorf("limiter: wait for %q: %w", key, ctx.Err())
+			return d, fmt.Errorf("limiter: wait for %s: %w", boundid.Quote(key), ctx.Err())
 		case <-clock.After(l.clock, wait):
 		}
 	}
