@@ -13,8 +13,8 @@ import (
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/backend/storetest"
 	"github.com/limitkit/limitkit/internal/redisscript"
-	"github.com/limitkit/limitkit/internal/redisscript/scripttest"
-	"github.com/limitkit/limitkit/internal/redistest"
+	"github.com/limitkit/limitkit/internal/testing/scripttest"
+	"github.com/limitkit/limitkit/internal/testing/redistest"
 )
 
 func newClient(t testing.TB, opt *redis.Options) *redis.Client {

@@ -20,8 +20,8 @@ import (
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/internal/redisscript"
-	"github.com/limitkit/limitkit/internal/redisscript/scripttest"
-	"github.com/limitkit/limitkit/internal/redistest"
+	"github.com/limitkit/limitkit/internal/testing/scripttest"
+	"github.com/limitkit/limitkit/internal/testing/redistest"
 )
 
 // stepper runs one algorithm's script in each mode.
