@@ -1,7 +1,8 @@
 -- limitkit compact sliding window log: the same decisions as sliding_log
--- (its Go twin is slidingLogTake/slidingLogPeek, slidinglog.go), stored as
--- one string instead of a sorted set. Keep the two in step: the
--- conformance suite compares them decision by decision.
+-- (its Go twin is slidingLogTake/slidingLogPeek, sliding_log.go; its
+-- descriptor is compact_log.go), stored as one string instead of a sorted
+-- set. Keep the two in step: the conformance suite compares them decision
+-- by decision.
 --
 -- KEYS[1]  a compact log (see loglib.lua), absent when the key is new.
 -- The body of step(key, now, w, limit, cost, take, refund, at); see
@@ -31,5 +32,5 @@ if not take then
 end
 -- The key is kept while a late request could still need its entries; a
 -- denial refreshes the expiry too.
-local allowed, remaining, retry, reset = log_take(L, now, w, limit, cost, w + EXPIRY_MARGIN_MS)
+local allowed, remaining, retry, reset = log_take(L, now, w, limit, cost, key_ttl(0, w))
 return {allowed, remaining, retry, reset, now}

@@ -7,9 +7,10 @@
 // limitkit.
 //
 // Memory is bounded. The store holds at most MaxKeys keys (DefaultMaxKeys
-// unless set), split across shards. A key expires one window after it is
-// back to its full allowance (the extra window serves requests that arrive
-// late); its memory is then reclaimed when a new key needs room.
+// unless set), split across shards. A key expires one window and a second
+// (algorithms.Rule.KeyTTL, as on Redis) after it is back to its full
+// allowance (the extra window serves requests that arrive late); its memory
+// is then reclaimed when a new key needs room.
 // When a shard is full, a new key first takes the place of expired keys
 // found among eight sampled keys or, failing that, by a sweep of the whole
 // shard (at most once per capacity/8 new keys, so a flood of new keys costs
@@ -132,21 +133,11 @@ func New(opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// algorithmSalt keeps the states of different algorithms for one key apart.
+// algorithmSalt keeps the states of different algorithms for one key apart:
+// the descriptor's Salt.
 func algorithmSalt(alg algorithms.Name) uint64 {
-	switch alg {
-	case algorithms.SlidingLog:
-		return 0x9e3779b97f4a7c15
-	case algorithms.SlidingCounter:
-		return 0xc2b2ae3d27d4eb4f
-	case algorithms.FixedWindow:
-		return 0x165667b19e3779f9
-	case algorithms.CompactLog:
-		return 0x27d4eb2f165667c5
-	case algorithms.TwoLevel:
-		return 0x85ebca77c2b2ae63
-	case algorithms.GCRA:
-		return 0xd6e8feb86659fd93
+	if a := algorithms.Lookup(alg); a != nil {
+		return a.Salt
 	}
 	// Any other algorithm (Validate rejects them): FNV-1a of its name.
 	h := uint64(0xcbf29ce484222325)
@@ -209,9 +200,9 @@ func (s *Store) takeLocked(sh *shard, h1, h2 uint64, req *backend.Request, now i
 		e = s.insert(sh, h1, h2, now)
 	}
 	out := req.Rule.Take(&e.state, now, req.Cost)
-	// Keep the state a window past its reset, for requests that arrive
-	// late (stamped before others already decided).
-	e.expires = now + out.ResetAfter + req.Rule.Window.Milliseconds()
+	// Kept as long as the scripts keep a Redis key (Rule.KeyTTL): a window
+	// past its reset, for requests that arrive late.
+	e.expires = now + req.Rule.KeyTTL(out.ResetAfter)
 	return out
 }
 

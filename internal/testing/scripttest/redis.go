@@ -21,6 +21,15 @@ import (
 	"github.com/limitkit/limitkit/internal/testing/redistest"
 )
 
+// Args returns the ARGV of one call of rule's script (redisscript.Args),
+// failing t on a bad mode.
+func Args(t testing.TB, rule algorithms.Rule, now, cost int64, mode redisscript.Mode) []string {
+	t.Helper()
+	args, err := redisscript.Args(rule, now, cost, mode)
+	require.NoError(t, err)
+	return args
+}
+
 // SHA1 returns the digest EVALSHA takes for alg's script.
 func SHA1(t testing.TB, alg algorithms.Name) string {
 	sum := sha1.Sum([]byte(Source(t, alg)))
@@ -29,7 +38,7 @@ func SHA1(t testing.TB, alg algorithms.Name) string {
 
 // Source returns alg's script.
 func Source(t testing.TB, alg algorithms.Name) string {
-	src, err := algorithms.LuaScript(alg)
+	src, err := redisscript.Script(alg)
 	require.NoError(t, err)
 	return src
 }

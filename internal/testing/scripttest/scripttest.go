@@ -13,6 +13,7 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/internal/redisscript"
 )
 
 // Reporter receives failures; *testing.T is one.
@@ -36,7 +37,7 @@ func Differential(ctx context.Context, r Reporter, store backend.Store, seed uin
 	logLimits := []int64{1, 2, 5, 128, 2000, algorithms.MaxSlidingLogLimit}
 	starts := []int64{
 		0, 1, 1_767_225_600_000, 1_767_225_600_000 + 123_457,
-		algorithms.MaxLuaTime - 2*algorithms.MaxWindow.Milliseconds(),
+		redisscript.MaxTime - 2*algorithms.MaxWindow.Milliseconds(),
 	}
 	ids := []string{"a", "b{", "}c"}
 	pick := func(rule *algorithms.Rule) {
@@ -119,5 +120,5 @@ func WalkTime(rng *rand.Rand, now, w, drift int64) int64 {
 	default:
 		now += rng.Int64N(3*w + 1)
 	}
-	return min(max(now, 0), algorithms.MaxLuaTime)
+	return min(max(now, 0), redisscript.MaxTime)
 }
