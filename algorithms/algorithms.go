@@ -8,6 +8,20 @@
 // the two engines return identical decisions for identical inputs. The
 // conformance suite in backend/storetest holds them together.
 //
+// The algorithms, each described once by an Algorithm in its own file
+// (gcra.go beside gcra.lua) and listed by Algorithms:
+//
+//   - sliding_log: exact, a timestamp per admitted unit.
+//   - sliding_counter: two weighted fixed windows; constant memory,
+//     approximate (never under-counts).
+//   - fixed_window: one counter per window; cheapest, up to twice the limit
+//     across a window boundary.
+//   - compact_log: the decisions of sliding_log, stored on Redis in one
+//     string of 7-byte timestamps.
+//   - two_level: a counter until a key uses half its limit in a window,
+//     then an exact log.
+//   - gcra: a token bucket (the generic cell rate algorithm).
+//
 // The semantics every engine meets:
 //
 //   - A request of cost n is admitted all-or-nothing; a denied request
