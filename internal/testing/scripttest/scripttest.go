@@ -27,6 +27,12 @@ type Reporter interface {
 // key prefix.
 func Differential(ctx context.Context, r Reporter, store backend.Store, seed uint64, steps int) {
 	r.Helper()
+	DifferentialOf(ctx, r, store, seed, steps, algorithms.Names())
+}
+
+// DifferentialOf is Differential over the named algorithms only.
+func DifferentialOf(ctx context.Context, r Reporter, store backend.Store, seed uint64, steps int, names []algorithms.Name) {
+	r.Helper()
 	rng := rand.New(rand.NewPCG(seed, 7))
 	run := fmt.Sprintf("scripttest:%d:%d:", seed, time.Now().UnixNano())
 	windows := []time.Duration{
@@ -54,7 +60,7 @@ func Differential(ctx context.Context, r Reporter, store backend.Store, seed uin
 	// window changing under the same keys.
 	for round, step := 0, 0; step < steps; round++ {
 		prefix := fmt.Sprintf("%s%d:", run, round)
-		rule := algorithms.Rule{Algorithm: algorithms.Names()[rng.IntN(len(algorithms.Names()))]}
+		rule := algorithms.Rule{Algorithm: names[rng.IntN(len(names))]}
 		pick(&rule)
 		states := map[string]*algorithms.State{}
 		now := starts[rng.IntN(len(starts))] + rng.Int64N(3*rule.Window.Milliseconds()+1)
