@@ -128,6 +128,10 @@ type Result struct {
 	// than the store was told to wait for (see the Redis stores'
 	// WithReplicaAck): a failover now could lose it.
 	Unconfirmed bool
+	// Cached reports a denial answered by a deny cache (package
+	// backend/denycache) from an earlier denial of the same key, without
+	// a store call. It is the Result the store would have given.
+	Cached bool
 	// Rule is, for a decision over several requests (Store.TakeAll), the
 	// index of the request the other fields describe: when denied, the
 	// denying request that must wait longest; when admitted, the one with

@@ -4,11 +4,15 @@
 //	go run ./examples/httpserver
 //	go run ./examples/httpserver -redis redis://127.0.0.1:6379/0 [-client rueidis]
 //	go run ./examples/httpserver -trusted-proxies 10.0.0.0/8,192.0.2.7
+//	go run ./examples/httpserver -exempt 192.0.2.0/24 -deny 198.51.100.66
 //
 // It listens on -addr (default 127.0.0.1:8080). Every response to / carries
 // the RateLimit-Policy and RateLimit headers (and the X-RateLimit-* trio);
 // the 101st request within a minute gets 429 Too Many Requests with
-// Retry-After. /metrics serves Prometheus metrics and is not limited.
+// Retry-After, and a problem+json body when the client accepts JSON. The
+// page reads the decision from the request's context. Clients in -exempt
+// are never limited, those in -deny always refused (403). /metrics serves
+// Prometheus metrics and is not limited.
 //
 // By default the counts are in memory. With -redis they are in Redis, shared
 // by every instance, behind a fallback store: if Redis goes down, each
@@ -57,10 +61,12 @@ func main() {
 	redisURL := flag.String("redis", "", "Redis URL (redis://host:port/db); empty keeps the counts in memory")
 	client := flag.String("client", "go-redis", "Redis client library: "+stores.Clients)
 	trusted := flag.String("trusted-proxies", "", "comma-separated addresses or CIDR networks of reverse proxies whose X-Forwarded-For is believed; empty trusts none")
+	exempt := flag.String("exempt", "", "comma-separated client addresses or CIDR networks that are never limited")
+	deny := flag.String("deny", "", "comma-separated client addresses or CIDR networks that are always refused")
 	flag.Parse()
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	handler, closeApp, err := newApp(config{RedisURL: *redisURL, Client: *client, TrustedProxies: *trusted, Logger: logger})
+	handler, closeApp, err := newApp(config{RedisURL: *redisURL, Client: *client, TrustedProxies: *trusted, Exempt: *exempt, Deny: *deny, Logger: logger})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "httpserver:", err)
 		os.Exit(1)
@@ -92,6 +98,9 @@ type config struct {
 	// TrustedProxies is a comma-separated list of proxy addresses or
 	// networks whose X-Forwarded-For is believed.
 	TrustedProxies string
+	// Exempt and Deny are comma-separated client addresses or networks
+	// never limited and always refused.
+	Exempt, Deny string
 	// Clock is the limiter's clock (default: the system clock); tests pass
 	// a fake one.
 	Clock clock.Clock
@@ -132,6 +141,8 @@ func newApp(cfg config) (http.Handler, func(), error) {
 			return nil, nil, fmt.Errorf("-trusted-proxies: %w", err)
 		}
 	}
+	// The address lists match the client address, behind proxies too.
+	clientAddr := key
 	// An IPv6 subscriber usually holds a whole /64: limit the network, or
 	// the client could cycle through its addresses.
 	key, err = httplimit.IPv6Prefix(64, key)
@@ -139,11 +150,20 @@ func newApp(cfg config) (http.Handler, func(), error) {
 		closeStore()
 		return nil, nil, err
 	}
-	mw, err := httplimit.New(lim,
+	mwOpts := []httplimit.Option{
 		httplimit.WithKey(key),
 		httplimit.WithPolicyName("crawl"),
-		httplimit.WithHeaders(httplimit.DraftHeaders|httplimit.XRateLimitHeaders),
-		httplimit.WithLogger(cfg.Logger))
+		httplimit.WithHeaders(httplimit.DraftHeaders | httplimit.XRateLimitHeaders),
+		httplimit.WithLogger(cfg.Logger),
+		httplimit.WithClientAddr(clientAddr),
+	}
+	if cfg.Exempt != "" {
+		mwOpts = append(mwOpts, httplimit.WithExemptAddrs(strings.Split(cfg.Exempt, ",")...))
+	}
+	if cfg.Deny != "" {
+		mwOpts = append(mwOpts, httplimit.WithDenyAddrs(strings.Split(cfg.Deny, ",")...))
+	}
+	mw, err := httplimit.New(lim, mwOpts...)
 	if err != nil {
 		closeStore()
 		return nil, nil, err
@@ -187,16 +207,17 @@ func openStore(cfg config, metrics *promobserve.Metrics) (backend.Store, func(),
 	return guard, closeRedis, nil
 }
 
-// page is what the crawler is after.
-func page(w http.ResponseWriter, _ *http.Request) {
+// page is what the crawler is after. It reads the limiter's decision from
+// the request's context, where the middleware put it.
+func page(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	_, _ = io.WriteString(w, "Hello, crawler. "+remaining(w)+"\n")
+	_, _ = io.WriteString(w, "Hello, crawler. "+remaining(r)+"\n")
 }
 
-func remaining(w http.ResponseWriter) string {
-	v := w.Header().Get("X-RateLimit-Remaining")
-	if _, err := strconv.Atoi(v); err != nil {
-		return "The limit could not be checked; you were let through."
+func remaining(r *http.Request) string {
+	d, ok := httplimit.DecisionFrom(r.Context())
+	if !ok {
+		return "You are not limited here (exempt, or the limit could not be checked)."
 	}
-	return v + " requests left in this window."
+	return strconv.FormatInt(d.Remaining, 10) + " requests left in this window."
 }

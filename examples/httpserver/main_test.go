@@ -52,7 +52,9 @@ func get(t *testing.T, srv *httptest.Server, path, xff string) (*http.Response, 
 // crawl sends 150 requests from one client, 100 ms of (fake) time apart,
 // and checks that exactly the first 100 are admitted and each of the other
 // 50 gets 429 with the Retry-After of the sliding log: the first request
-// (t=0) slides out at t=60 s.
+// (t=0) slides out at t=60 s. RateLimit's t, the seconds until more quota is
+// available, is that Retry-After; an admission under the sliding log
+// carries no t (the decision does not say when the oldest entry leaves).
 func crawl(t *testing.T, srv *httptest.Server, fake *clock.Fake) {
 	t.Helper()
 	admitted, denied := 0, 0
@@ -66,7 +68,7 @@ func crawl(t *testing.T, srv *httptest.Server, fake *clock.Fake) {
 		case http.StatusOK:
 			admitted++
 			left := strconv.Itoa(limit - admitted)
-			assert.Equal(t, `"crawl";r=`+left+`;t=60`, resp.Header.Get("RateLimit"), "request %d", i+1)
+			assert.Equal(t, `"crawl";r=`+left, resp.Header.Get("RateLimit"), "request %d", i+1)
 			assert.Equal(t, left, resp.Header.Get("X-RateLimit-Remaining"))
 			assert.Contains(t, body, left+" requests left")
 		case http.StatusTooManyRequests:
@@ -136,7 +138,7 @@ func TestSpoofedForwardedFor(t *testing.T) {
 	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
 	resp, _ = get(t, srv, "/", "198.51.100.2")
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
-	assert.Equal(t, `"crawl";r=99;t=60`, resp.Header.Get("RateLimit"))
+	assert.Equal(t, `"crawl";r=99`, resp.Header.Get("RateLimit"))
 }
 
 func TestBadTrustedProxies(t *testing.T) {
@@ -161,8 +163,79 @@ func TestCrawlerLimitOnRedis(t *testing.T) {
 	}
 }
 
-func TestRemainingText(t *testing.T) {
+// TestPageReadsTheDecision: the page's count comes from the decision in the
+// request's context, not from response headers: without a decision it says
+// so even when an X-RateLimit-Remaining header is set.
+func TestPageReadsTheDecision(t *testing.T) {
 	w := httptest.NewRecorder()
+	w.Header().Set("X-RateLimit-Remaining", "7")
 	page(w, httptest.NewRequest(http.MethodGet, "/", nil))
-	assert.True(t, strings.Contains(w.Body.String(), "could not be checked"), w.Body.String())
+	assert.True(t, strings.Contains(w.Body.String(), "not limited here"), w.Body.String())
+
+	// Through the middleware on a loopback server the page counts down.
+	srv, _ := serve(t, config{})
+	for i := range 3 {
+		_, body := get(t, srv, "/", "")
+		assert.Contains(t, body, strconv.Itoa(limit-1-i)+" requests left", body)
+	}
+}
+
+// TestProblemJSON: a client that accepts JSON gets the draft's
+// quota-exceeded problem; curl's "*/*" keeps the text body.
+func TestProblemJSON(t *testing.T) {
+	srv, _ := serve(t, config{})
+	for range limit {
+		resp, _ := get(t, srv, "/", "")
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+	req, err := http.NewRequest(http.MethodGet, srv.URL+"/", nil)
+	require.NoError(t, err)
+	req.Header.Set("Accept", "application/json")
+	resp, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	assert.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"))
+	assert.JSONEq(t, `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Quota Exceeded",
+		"status":429,"detail":"retry after 60 s","violated-policies":["crawl"]}`, string(body))
+
+	req.Header.Set("Accept", "*/*")
+	resp, err = srv.Client().Do(req)
+	require.NoError(t, err)
+	body, err = io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	assert.Equal(t, "text/plain; charset=utf-8", resp.Header.Get("Content-Type"))
+	assert.Equal(t, "429 too many requests: retry after 60 s\n", string(body))
+}
+
+// TestExemptAndDeny: the loopback client, once exempt, is never limited and
+// the page says so; once denied, always refused; a bad entry is an error.
+func TestExemptAndDeny(t *testing.T) {
+	srv, _ := serve(t, config{Exempt: "127.0.0.0/8,::1"})
+	for i := range limit + 20 {
+		resp, body := get(t, srv, "/", "")
+		require.Equal(t, http.StatusOK, resp.StatusCode, "request %d", i+1)
+		require.Empty(t, resp.Header.Get("RateLimit"))
+		require.Contains(t, body, "not limited here")
+	}
+	_, body := get(t, srv, "/metrics", "")
+	assert.NotContains(t, body, `limitkit_decisions_total{`, "an exempt request never reaches the store")
+
+	// Behind a trusted proxy the list matches the forwarded client.
+	srv, _ = serve(t, config{TrustedProxies: "127.0.0.1", Exempt: "198.51.100.0/24", Deny: "203.0.113.66"})
+	for range limit + 5 {
+		resp, _ := get(t, srv, "/", "198.51.100.7")
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+	resp, _ := get(t, srv, "/", "203.0.113.66")
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode)
+	resp, _ = get(t, srv, "/", "203.0.113.67")
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, `"crawl";r=99`, resp.Header.Get("RateLimit"))
+
+	_, _, err := newApp(config{Exempt: "10.0.0.0/33", Logger: slog.New(slog.DiscardHandler)})
+	assert.ErrorContains(t, err, `exempt address "10.0.0.0/33"`)
 }

@@ -37,8 +37,8 @@ func Example() {
 		fake.Advance(15 * time.Second)
 	}
 	// Output:
-	// 200 "default";q=2;w=60 "default";r=1;t=60
-	// 200 "default";q=2;w=60 "default";r=0;t=60
+	// 200 "default";q=2;w=60 "default";r=1
+	// 200 "default";q=2;w=60 "default";r=0
 	// 429 "default";q=2;w=60 "default";r=0;t=30
 	// Retry-After: 30
 }
@@ -71,4 +71,52 @@ func ExampleJoin() {
 	fmt.Println(key(r))
 	// Output:
 	// 192.0.2.1|GET /items/{id}
+}
+
+func ExampleDecisionFrom() {
+	store, _ := memorystore.New()
+	lim, _ := limiter.New(store, limiter.Config{Limit: 3, Window: time.Minute, Prefix: "api:"})
+	mw, _ := httplimit.New(lim)
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The handler after the middleware reads the decision, not the
+		// response headers.
+		if d, ok := httplimit.DecisionFrom(r.Context()); ok {
+			fmt.Fprintf(w, "%d of %d left", d.Remaining, d.Limit)
+		}
+	}))
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = "192.0.2.1:51234"
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	fmt.Println(w.Body.String())
+	// Output:
+	// 2 of 3 left
+}
+
+func ExampleWithExemptAddrs() {
+	store, _ := memorystore.New()
+	lim, _ := limiter.New(store, limiter.Config{Limit: 1, Window: time.Minute, Prefix: "api:"})
+	mw, err := httplimit.New(lim,
+		httplimit.WithExemptAddrs("10.0.0.0/8"),     // the monitoring network
+		httplimit.WithDenyAddrs("198.51.100.66/32")) // an abuser
+	if err != nil {
+		panic(err)
+	}
+	h := mw.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for _, peer := range []string{"10.1.2.3", "10.1.2.3", "192.0.2.1", "192.0.2.1", "198.51.100.66"} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = peer + ":40000"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Println(peer, w.Code)
+	}
+	_, err = httplimit.New(lim, httplimit.WithExemptAddrs("10.0.0.0/33"))
+	fmt.Println(err)
+	// Output:
+	// 10.1.2.3 200
+	// 10.1.2.3 200
+	// 192.0.2.1 200
+	// 192.0.2.1 429
+	// 198.51.100.66 403
+	// httplimit: exempt address "10.0.0.0/33": not a CIDR prefix such as 10.0.0.0/8: netip.ParsePrefix("10.0.0.0/33"): prefix length out of range
 }

@@ -9,30 +9,45 @@
 // Each request is keyed by a KeyFunc (ClientIP, ProxiedClientIP,
 // IPv6Prefix, Header, FromContext, Route, combined with Join or FirstOf) and
 // takes one unit of the limiter's allowance for that key. An admitted
-// request goes on to the next handler; a denied one gets 429 Too Many
-// Requests with Retry-After in whole seconds, rounded up and at least 1.
+// request goes on to the next handler, which finds the decision with
+// DecisionFrom; a denied one gets 429 Too Many Requests with Retry-After in
+// whole seconds, rounded up and at least 1, and a body that is
+// application/problem+json (the draft's quota-exceeded problem type) when
+// the client's Accept header asks for JSON, plain text otherwise.
 //
 // Every decided response carries the RateLimit-Policy and RateLimit fields
-// of the IETF httpapi draft (draft-ietf-httpapi-ratelimit-headers-11):
+// of the IETF httpapi draft, revision draft-ietf-httpapi-ratelimit-headers-11
+// (23 May 2026), both structured-field Lists of Items whose value is the
+// policy name as a String:
 //
 //	RateLimit-Policy: "default";q=100;w=60
 //	RateLimit: "default";r=0;t=37
 //
+// In RateLimit-Policy, q is the limit and w the window in seconds (rounded
+// up). In RateLimit, r is the quota available now and t the draft's
+// "effective window": the seconds within which the client can use no more
+// than r. The middleware sends the longest true one, the time until more
+// quota becomes available, rounded up, and sends it only when the decision
+// tells it exactly: on every denial (then it equals Retry-After) and on
+// admissions under the fixed_window and gcra algorithms. An admission under
+// a log or sliding_counter algorithm gets no t (the parameter is optional):
+// its quota comes back entry by entry, and the decision does not say when
+// the next one leaves.
+//
 // Middleware for several limits can be stacked (per client, per route):
 // each adds its own policy, named by WithPolicyName, to the same fields, as
 // the draft's lists allow. The X-RateLimit-* fields hold one limit; the
-// innermost middleware's wins.
-//
-// q is the limit and w the window in seconds (rounded up); r is the
-// remaining allowance and t the seconds until it grows again: the
-// Retry-After when denied, the time until the key's full allowance is back
-// when admitted. WithHeaders adds (or selects) the older
-// X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset (delta
-// seconds, as t).
+// innermost middleware's wins. WithHeaders adds (or selects) the older
+// X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset (seconds
+// until the key's full allowance is back, or Retry-After when denied).
 //
 // A limiter with a guard (limiter.Config.Guard) lists both policies, the
 // guard's named after the main one with "-guard"; RateLimit describes the
 // one the decision names (the denying one, or the one with least left).
+//
+// Exemptions (WithExemptKeys, WithExemptAddrs) are never limited and cost no
+// store call; deny lists (WithDenyKeys, WithDenyAddrs) are always refused,
+// 403 Forbidden by default.
 //
 // Failures never become 500s by default: when the store cannot decide (Redis
 // down and no fallback store), the error is logged with log/slog and the
@@ -49,12 +64,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/limiter"
 )
 
@@ -139,8 +156,10 @@ func WithErrorHandler(h ErrorHandler) Option {
 }
 
 // WithDeniedHandler sets the handler that answers denied requests. The
-// rate-limit headers and Retry-After are set before it runs; it must write
-// the status itself (default: 429 with a short text body).
+// rate-limit headers and Retry-After are set, and the decision is in the
+// request's context (DecisionFrom), before it runs; it must write the status
+// itself (default: 429 with a problem+json body for clients that accept
+// JSON, a short text body for others).
 func WithDeniedHandler(h http.Handler) Option {
 	return func(m *Middleware) error {
 		if h == nil {
@@ -187,13 +206,22 @@ type Middleware struct {
 	denied     http.Handler
 	missingKey http.Handler
 	logger     *slog.Logger
+	lists      lists
 
 	// Precomputed from the limiter's configuration.
 	policy      string // RateLimit-Policy value
 	limit       string // X-RateLimit-Limit value
 	quotedName  string
-	guardName   string // the guard's policy name, quoted; "" without a guard
-	policyLabel string // the limiter's key prefix, for logs
+	guardName   string    // the guard's policy name, quoted; "" without a guard
+	policyLabel string    // the limiter's key prefix, for logs
+	main, guard rule      // the rules the policies describe
+	problem     [2]string // problem+json bodies up to "detail", for the main rule and the guard
+}
+
+// rule is what the headers need to know of one of the limiter's rules.
+type rule struct {
+	algorithm algorithms.Name
+	window    time.Duration
 }
 
 // New returns middleware enforcing lim. It returns an error for a nil
@@ -207,10 +235,11 @@ func New(lim *limiter.Limiter, opts ...Option) (*Middleware, error) {
 		key:        ClientIP(),
 		policyName: DefaultPolicyName,
 		headers:    DraftHeaders,
-		denied:     http.HandlerFunc(tooManyRequests),
 		missingKey: http.HandlerFunc(missingKey),
 		logger:     slog.Default(),
+		lists:      lists{deny: http.HandlerFunc(forbidden)},
 	}
+	m.denied = http.HandlerFunc(m.tooManyRequests)
 	for _, opt := range opts {
 		if err := opt(m); err != nil {
 			return nil, err
@@ -229,44 +258,138 @@ func New(lim *limiter.Limiter, opts ...Option) (*Middleware, error) {
 	}
 	m.limit = strconv.FormatInt(cfg.Limit, 10)
 	m.policyLabel = cfg.Prefix
+	m.main = rule{cfg.Algorithm, cfg.Window}
+	m.problem[0] = problemHead(m.policyName)
+	if g := cfg.Guard; g != nil {
+		m.guard = rule{g.Algorithm, g.Window}
+		m.problem[1] = problemHead(m.policyName + "-guard")
+	}
 	return m, nil
 }
 
 // Handler returns next wrapped by the limit.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if m.serve(w, r) {
+		if r, ok := m.serve(w, r); ok {
 			next.ServeHTTP(w, r)
 		}
 	})
 }
 
+// decisionKey is the context key of the decision; a type of its own so no
+// other package's key can collide with it.
+type decisionKey struct{}
+
+// DecisionFrom returns the decision the middleware made for the request
+// whose context is ctx, for the handlers after it (and a WithDeniedHandler).
+// ok is false when no decision was made: an exempt request, or one let
+// through because the store failed. With stacked middleware the innermost
+// one's decision is found.
+func DecisionFrom(ctx context.Context) (d limiter.Decision, ok bool) {
+	if c, ok := ctx.Value(decisionKey{}).(*decisionCtx); ok {
+		return c.d, true
+	}
+	return limiter.Decision{}, false
+}
+
+// decisionCtx carries the decision: one allocation, where
+// context.WithValue would take two (its node and the boxed Decision).
+type decisionCtx struct {
+	context.Context
+	d limiter.Decision
+}
+
+// Value answers decisionKey with the context itself and passes every other
+// key to the parent.
+func (c *decisionCtx) Value(key any) any {
+	if _, ok := key.(decisionKey); ok {
+		return c
+	}
+	return c.Context.Value(key)
+}
+
 // serve decides r, sets the headers and answers it unless it should go on
-// to the next handler.
-func (m *Middleware) serve(w http.ResponseWriter, r *http.Request) bool {
-	key := m.key(r)
+// to the next handler, with the request to pass on.
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request) (*http.Request, bool) {
+	key, verdict := m.lists.check(r, m.key)
+	switch verdict {
+	case exempt:
+		return r, true
+	case deny:
+		m.lists.deny.ServeHTTP(w, r)
+		return nil, false
+	}
 	if key == "" {
 		m.missingKey.ServeHTTP(w, r)
-		return false
+		return nil, false
 	}
 	d, err := m.lim.AllowN(r.Context(), key, 1)
 	if err != nil {
 		if errors.Is(err, limiter.ErrInvalidRequest) {
 			m.missingKey.ServeHTTP(w, r)
-			return false
+			return nil, false
 		}
 		if m.headers&DraftHeaders != 0 {
 			w.Header().Add("RateLimit-Policy", m.policy)
 		}
-		return m.onError(w, r, err)
+		return r, m.onError(w, r, err)
 	}
 	m.setHeaders(w.Header(), d)
+	r = r.WithContext(&decisionCtx{r.Context(), d})
 	if !d.Allowed {
 		w.Header().Set("Retry-After", strconv.FormatInt(RetryAfter(d.RetryAfter), 10))
 		m.denied.ServeHTTP(w, r)
-		return false
+		return nil, false
 	}
-	return true
+	return r, true
+}
+
+// effectiveWindow returns the draft's t for d: the whole seconds, rounded
+// up, until the decided policy has more quota available, and whether d
+// tells that exactly.
+func (m *Middleware) effectiveWindow(d limiter.Decision) (int64, bool) {
+	if !d.Allowed {
+		// The denied request costs 1: it would be admitted the moment one
+		// more unit is available. Equal to Retry-After, as the draft wants
+		// Retry-After no earlier than the end of the effective window.
+		return RetryAfter(d.RetryAfter), true
+	}
+	ru := m.main
+	if d.Rule == limiter.GuardRule && m.guardName != "" {
+		ru = m.guard
+	}
+	switch ru.algorithm {
+	case algorithms.FixedWindow:
+		// The window's whole count goes at its end, and nothing before.
+		if d.ResetAfter > 0 {
+			return seconds(d.ResetAfter), true
+		}
+	case algorithms.GCRA:
+		return gcraNext(d, ru.window)
+	}
+	return 0, false
+}
+
+// gcraNext returns the seconds, rounded up, until a GCRA bucket's level
+// drops far enough for one more unit. The bucket drains one unit every
+// window/limit; ResetAfter is when it is empty, so the next unit is free
+// (limit-remaining-1) units' drain before that. ResetAfter is rounded up to
+// the millisecond, so t can be 1 s long when the unit comes less than 1 ms
+// before a whole second; never short.
+func gcraNext(d limiter.Decision, window time.Duration) (int64, bool) {
+	l, r := d.Limit, d.Remaining
+	w, reset := window.Milliseconds(), d.ResetAfter.Milliseconds()
+	if l <= 0 || r < 0 || r >= l || reset <= 0 || w <= 0 {
+		return 0, false
+	}
+	// In ms*limit units, all below 2^63: limit*window stays below 2^53
+	// (algorithms.Rule.LimitBound), and 1000*limit below 2^63 for limit
+	// up to 2^53.
+	num := reset*l - w*(l-r-1)
+	if num <= 0 {
+		return 0, false
+	}
+	return (num + 1000*l - 1) / (1000 * l), true
 }
 
 // setHeaders writes the rate-limit fields of d.
@@ -286,12 +409,11 @@ func (m *Middleware) setHeaders(h http.Header, d limiter.Decision) {
 		return
 	}
 	remaining := strconv.FormatInt(max(d.Remaining, 0), 10)
-	// t: when admitted, until the key's full allowance is back; when
-	// denied, the Retry-After (the draft wants Retry-After no earlier than
-	// the end of the effective window).
-	t := strconv.FormatInt(seconds(d.ResetAfter), 10)
+	// X-RateLimit-Reset keeps its own meaning: when admitted, until the
+	// key's full allowance is back; when denied, the Retry-After.
+	reset := strconv.FormatInt(seconds(d.ResetAfter), 10)
 	if !d.Allowed {
-		t = strconv.FormatInt(RetryAfter(d.RetryAfter), 10)
+		reset = strconv.FormatInt(RetryAfter(d.RetryAfter), 10)
 	}
 	// The decision describes the closer limit: the guard's, when it is.
 	name, limit := m.quotedName, m.limit
@@ -300,12 +422,16 @@ func (m *Middleware) setHeaders(h http.Header, d limiter.Decision) {
 	}
 	if m.headers&DraftHeaders != 0 {
 		h.Add("RateLimit-Policy", m.policy)
-		h.Add("RateLimit", name+";r="+remaining+";t="+t)
+		if t, ok := m.effectiveWindow(d); ok {
+			h.Add("RateLimit", name+";r="+remaining+";t="+strconv.FormatInt(t, 10))
+		} else {
+			h.Add("RateLimit", name+";r="+remaining)
+		}
 	}
 	if m.headers&XRateLimitHeaders != 0 {
 		h.Set("X-RateLimit-Limit", limit)
 		h.Set("X-RateLimit-Remaining", remaining)
-		h.Set("X-RateLimit-Reset", t)
+		h.Set("X-RateLimit-Reset", reset)
 	}
 }
 
@@ -359,8 +485,29 @@ func quote(s string) string {
 	return b.String()
 }
 
-func tooManyRequests(w http.ResponseWriter, _ *http.Request) {
-	http.Error(w, "429 too many requests: retry after "+w.Header().Get("Retry-After")+" s", http.StatusTooManyRequests)
+// tooManyRequests is the default denied handler.
+func (m *Middleware) tooManyRequests(w http.ResponseWriter, r *http.Request) {
+	// The body depends on Accept: caches must not serve one for the other.
+	w.Header().Add("Vary", "Accept")
+	retry := w.Header().Get("Retry-After")
+	if !acceptsJSON(r.Header.Values("Accept")) {
+		http.Error(w, "429 too many requests: retry after "+retry+" s", http.StatusTooManyRequests)
+		return
+	}
+	body := m.problem[0]
+	if d, ok := DecisionFrom(r.Context()); ok && d.Rule == limiter.GuardRule && m.problem[1] != "" {
+		body = m.problem[1]
+	}
+	h := w.Header()
+	h.Del("Content-Length")
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusTooManyRequests)
+	_, _ = io.WriteString(w, body+`"retry after `+retry+` s"}`+"\n")
+}
+
+func forbidden(w http.ResponseWriter, _ *http.Request) {
+	http.Error(w, "403 forbidden: this client may not use this service", http.StatusForbidden)
 }
 
 func missingKey(w http.ResponseWriter, _ *http.Request) {

@@ -140,6 +140,11 @@ func (p *proxies) clientIP(r *http.Request) string {
 
 // peerAddr returns the direct peer's address, from RemoteAddr.
 func peerAddr(r *http.Request) (netip.Addr, bool) {
+	// RemoteAddr is "ip:port" from net/http: parse that form first, which
+	// costs no allocation (a failed ParseAddr allocates its error).
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		return ap.Addr().Unmap().WithZone(""), true
+	}
 	return parseHop(r.RemoteAddr)
 }
 
