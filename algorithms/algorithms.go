@@ -64,7 +64,7 @@ const (
 	CompactLog Name = "compact_log"
 	// TwoLevel screens each key with a fixed-window counter and keeps an
 	// exact log only for keys that use more than half the limit in one
-	// aligned window; see twolevel.go for the precise semantics. Light keys
+	// aligned window; see two_level.go for the precise semantics. Light keys
 	// cost a counter, heavy ones a compact log.
 	TwoLevel Name = "two_level"
 	// GCRA is a token bucket (the generic cell rate algorithm of

@@ -93,14 +93,30 @@ func Names() []Name {
 
 // Lookup returns the registered algorithm of that name, or nil.
 func Lookup(name Name) *Algorithm {
-	// A scan of a handful of entries; comparing a name to the constant it
-	// was set from is a pointer comparison.
-	for _, a := range registry {
-		if a.Name == name {
-			return a
+	// Every decision looks its algorithm up: a scan of a handful of names
+	// held in one array, no hashing, no pointer to follow until the match.
+	for i := range index {
+		if index[i].name == name {
+			return index[i].a
 		}
 	}
 	return nil
+}
+
+// index mirrors registry for Lookup.
+var index = indexOf(registry)
+
+type entry struct {
+	name Name
+	a    *Algorithm
+}
+
+func indexOf(reg []*Algorithm) []entry {
+	idx := make([]entry, len(reg))
+	for i, a := range reg {
+		idx[i] = entry{a.Name, a}
+	}
+	return idx
 }
 
 // Register adds an algorithm to the registry, after the built-in ones. It
@@ -127,6 +143,7 @@ func Register(a *Algorithm) error {
 		return err
 	}
 	registry = append(registry, a)
+	index = indexOf(registry)
 	return nil
 }
 

@@ -179,7 +179,7 @@ func HostileIDsSpread(t *testing.T, store backend.Store, c *redistest.Cluster) {
 //	redis-benchmark -p PORT -c 64 -P 16 -n 200000 -r 10000 -q \
 //	  EVALSHA $sha 1 'bench:{__rand_int__}:sl' $(date +%s%3N) 60000 100 1 1
 //
-// (the same ARGV as Rule.LuaArgs: now, window, limit, cost, take; suffix
+// (the same ARGV as redisscript.Args: now, window, limit, cost, take; suffix
 // :sc or :fw with the other scripts; FLUSHALL between runs so each starts
 // from empty keys, as each benchmark here uses a new prefix).
 func BenchmarkTake(b *testing.B, store backend.Store) {
