@@ -134,7 +134,7 @@ func (r Rule) Validate() error {
 		return fmt.Errorf("%w: limit %d is above the maximum %d (2^53)", ErrInvalidRule, r.Limit, MaxLimit)
 	}
 	// A bound that holds for every window is reported before the window.
-	if bound := a.LimitBound(0); r.Limit > bound {
+	if bound := a.anyWindowBound; r.Limit > bound {
 		return a.limitError(r.Limit, bound)
 	}
 	if r.Window < MinWindow {
