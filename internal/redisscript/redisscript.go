@@ -1,7 +1,8 @@
 // Package redisscript is the one script runner behind both Redis stores
 // (backend/goredisstore and backend/rueidisstore). A store only adapts its
-// client library to Conn; validation, key names, ARGV, the EVALSHA/EVAL
-// policy and reply decoding all live here, once.
+// client library to Conn; validation, key names, the EVALSHA/EVAL policy
+// and the Redis wire format (the scripts as sent, their ARGV and their
+// replies: wire.go) all live here, once.
 //
 // The policy:
 //
