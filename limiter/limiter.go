@@ -99,10 +99,14 @@ type Config struct {
 }
 
 // Guard is a limiter's secondary limit, kept apart from the main one (its
-// keys are the limiter's prefix + "guard:" with the same ids, so on Redis
-// both share a hash slot and are decided by one script). On financial
+// keys are the limiter's prefix + "guard:" with the same ids). On financial
 // endpoints it bounds what a Redis failover that lost the main limit's
 // latest writes can let through.
+//
+// By default the guard lives in the limiter's store, and on Redis in the
+// same hash slot as its main key, decided by one script: losing that
+// node's data loses both. Store puts the guard on a store of its own (a
+// second Redis) that survives the loss of the main store's data.
 type Guard struct {
 	// Algorithm is "fixed_window" (default), "sliding_counter" or
 	// "sliding_log".
@@ -115,6 +119,15 @@ type Guard struct {
 	// Config.OnFailure); a payment guard can fail closed while the main
 	// limit goes local. Default: the fallback store's own policy.
 	OnFailure backend.FailurePolicy
+	// Store, when set, keeps the guard's counts there instead of in the
+	// limiter's store, such as a second Redis. A request then costs three
+	// calls instead of one: the guard is peeked, the main limit taken, and
+	// then the guard taken. A denial by either still consumes nothing
+	// from the other, except when the guard denies between its peek and
+	// its take (another caller took its last units): the main limit keeps
+	// that unit until its window ends; never more than either limit is
+	// admitted. Not written in JSON. Default nil: the limiter's store.
+	Store backend.Store
 }
 
 // GuardRule is the Decision.Rule of a denial by a limiter's guard (0 is the
@@ -240,7 +253,8 @@ func (c Config) parts(key int) []part {
 	ps := []part{{key: key, prefix: c.Prefix, rule: c.rule(), onFailure: c.OnFailure}}
 	if g := c.Guard; g != nil {
 		ps = append(ps, part{key: key, prefix: c.Prefix + guardPrefix,
-			rule: algorithms.Rule{Algorithm: g.Algorithm, Limit: g.Limit, Window: g.Window}, onFailure: g.OnFailure})
+			rule: algorithms.Rule{Algorithm: g.Algorithm, Limit: g.Limit, Window: g.Window}, onFailure: g.OnFailure,
+			store: g.Store})
 	}
 	return ps
 }
@@ -251,6 +265,17 @@ type part struct {
 	prefix    string
 	rule      algorithms.Rule
 	onFailure backend.FailurePolicy
+	// store is the part's own store (a guard's Guard.Store); nil for the
+	// store of the call.
+	store backend.Store
+}
+
+// storeOf returns the store p's state lives in.
+func (p *part) storeOf(store backend.Store) backend.Store {
+	if p.store != nil {
+		return p.store
+	}
+	return store
 }
 
 // Option configures a Limiter.
@@ -388,14 +413,50 @@ func allow(ctx context.Context, store backend.Store, clk clock.Clock, parts []pa
 	}
 	var buf [backend.MaxRequests]backend.Request
 	reqs := buf[:len(parts)]
+	split := false
 	for i := range parts {
 		p := &parts[i]
 		if err := p.check(keys, n); err != nil {
 			return Decision{}, err
 		}
 		reqs[i] = p.request(keys, n, now)
+		split = split || p.store != nil
+	}
+	if split {
+		return allowSplit(ctx, store, parts, reqs)
 	}
 	return store.TakeAll(ctx, reqs)
+}
+
+// allowSplit decides a main rule (reqs[0], on store) and a guard on a
+// store of its own (reqs[1]), all or nothing without a script spanning
+// both: peek the guard, take the main rule, take the guard. A main denial
+// touches the guard not at all; the guard's counts outlive the main
+// store's.
+func allowSplit(ctx context.Context, store backend.Store, parts []part, reqs []backend.Request) (Decision, error) {
+	guard := parts[1].storeOf(store)
+	var results [2]Decision
+	var err error
+	if results[1], err = guard.Peek(ctx, reqs[1]); err != nil {
+		return Decision{}, err
+	}
+	if !results[1].Allowed {
+		// Report whichever rule makes the caller wait longest.
+		if results[0], err = store.Peek(ctx, reqs[0]); err != nil {
+			return Decision{}, err
+		}
+		return backend.Combine(results[:]), nil
+	}
+	if results[0], err = store.Take(ctx, reqs[0]); err != nil {
+		return Decision{}, err
+	}
+	if !results[0].Allowed {
+		return backend.Combine(results[:]), nil
+	}
+	if results[1], err = guard.Take(ctx, reqs[1]); err != nil {
+		return Decision{}, err
+	}
+	return backend.Combine(results[:]), nil
 }
 
 // peek reports what allow would decide for one unit, without consuming.
@@ -409,7 +470,7 @@ func peek(ctx context.Context, store backend.Store, clk clock.Clock, parts []par
 			return Decision{}, err
 		}
 		var err error
-		if results[i], err = store.Peek(ctx, p.request(keys, 1, now)); err != nil {
+		if results[i], err = p.storeOf(store).Peek(ctx, p.request(keys, 1, now)); err != nil {
 			return Decision{}, err
 		}
 	}
@@ -423,7 +484,7 @@ func reset(ctx context.Context, store backend.Store, parts []part, keys []string
 		if keys[p.key] == "" {
 			return fmt.Errorf("%w: key is empty", ErrInvalidRequest)
 		}
-		if err := store.Reset(ctx, backend.Key{Prefix: p.prefix, ID: keys[p.key]}, p.rule); err != nil {
+		if err := p.storeOf(store).Reset(ctx, backend.Key{Prefix: p.prefix, ID: keys[p.key]}, p.rule); err != nil {
 			return err
 		}
 	}

@@ -6,6 +6,7 @@
 //	go run ./examples/accuracy                 # accuracy and the memory store only
 //	go run ./examples/accuracy -redis auto     # also Redis: starts a private redis-server
 //	go run ./examples/accuracy -redis redis://127.0.0.1:6379/15   # an existing server (FLUSHDB!)
+//	go run ./examples/accuracy -redis auto -arrival 64 -windows 3  # the logs under out-of-order arrival
 //
 // The trace is seeded and replayed on a fake clock, so the accuracy columns
 // are the same on every run; memory and speed are measured.
@@ -47,6 +48,10 @@ type config struct {
 	memKeys  int
 	light    int
 	duration time.Duration
+	// arrival, when positive, replaces the table by the arrival-order
+	// measurement with that many callers.
+	arrival int
+	speedup float64
 }
 
 func main() {
@@ -59,6 +64,9 @@ func main() {
 	flag.IntVar(&cfg.memKeys, "mem-keys", 100_000, "keys in the memory measurement: 1% heavy hitters (100 units), the rest light")
 	flag.IntVar(&cfg.light, "light-units", 20, "units each light key holds in the memory measurement")
 	flag.DurationVar(&cfg.duration, "duration", 3*time.Second, "how long each speed measurement runs")
+	flag.IntVar(&cfg.arrival, "arrival", 0, "with -redis: instead of the table, replay the trace on Redis in real time from this many "+
+		"callers stamping requests with their own clock, and judge the logs' decisions by timestamp")
+	flag.Float64Var(&cfg.speedup, "speedup", 1, "with -arrival: replay the trace this many times faster than real time")
 	flag.Parse()
 	if err := run(os.Stdout, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "accuracy:", err)
@@ -77,6 +85,17 @@ type row struct {
 
 func run(out io.Writer, cfg config) error {
 	ctx := context.Background()
+	if cfg.arrival > 0 {
+		if cfg.redis == "" || cfg.speedup <= 0 {
+			return errors.New("-arrival needs -redis and a positive -speedup")
+		}
+		addr, stop, err := redisAddr(cfg.redis)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		return measureArrival(ctx, out, addr, cfg, cfg.arrival, cfg.speedup)
+	}
 	names := algorithms.Names()
 	rows := make([]row, len(names))
 

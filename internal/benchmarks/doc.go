@@ -11,20 +11,26 @@
 //
 //   - A Workload says how many keys are hit and whether the limit is one
 //     that never denies (pure overhead) or one that denies nearly every
-//     request (after a warm-up pass has used up every key's allowance).
+//     request (after the warm-up has used up every key's allowance).
+//     Workloads lists the in-memory ones, RedisWorkloads the Redis ones
+//     (10,000 keys never-deny; 100 keys at 5 per minute deny-heavy).
 //   - A Contender is one limiter set up for a workload: limitkit's memory
 //     store (called directly and through limiter.Limiter) and Redis stores
-//     for every algorithm in algorithms.Names, and the peers
+//     for every algorithm in algorithms.Names, the peers
 //     (golang.org/x/time/rate, sethvargo/go-limiter, throttled/throttled,
-//     ulule/limiter, go-redis/redis_rate). MemoryContenders and
+//     ulule/limiter, go-redis/redis_rate), the seed article's script
+//     (SeedScript) on both clients, and floors. MemoryContenders and
 //     RedisContenders list them.
 //   - Serial, Parallel and Concurrent turn a contender into a benchmark
-//     function for testing.B; the benchmarks in this package's tests and
-//     the comparison program cmd/compare run the same functions.
+//     function for testing.B (the in-memory half); RunFor, Warm and
+//     MeasureRedis run a Redis cell for a fixed time at steady state and
+//     read what the client allocated and what the server spent (INFO
+//     commandstats, INFO cpu, /proc); OverAdmissions checks a deny-heavy
+//     cell never admitted more than its limit.
 //   - StartServer starts a private redis-server on a free loopback port;
-//     RedisBenchmark runs redis-benchmark against it for the floors, and
-//     CommandStats reads INFO commandstats for the server's cost per
-//     decision.
+//     Floors runs redis-benchmark against it with limitkit's scripts.
+//   - wire.go is the one file that reaches limitkit's Redis wire format
+//     (scripts, their ARGV, key suffixes), which is not public API.
 //
 // Run the whole comparison with one command (see README.md):
 //

@@ -3,7 +3,6 @@ package benchmarks
 import (
 	"context"
 	"fmt"
-	"reflect"
 
 	"github.com/limitkit/limitkit/algorithms"
 )
@@ -30,8 +29,9 @@ type Floor struct {
 	// for the key id when Workload.Keys > 1.
 	Args []string
 	// warmSuffix, when set, is the key suffix of a deny-heavy script
-	// whose keys must be spent first.
+	// whose keys must be spent first, by warmCalls calls each.
 	warmSuffix string
+	warmCalls  int64
 }
 
 // FloorResult is what a Floor measured.
@@ -43,36 +43,9 @@ type FloorResult struct {
 	ServerUsec float64
 }
 
-// luaTakeArgs returns Rule.LuaArgs for a take of cost 1 at now. It calls
-// the method by reflection so that it builds whether LuaArgs' third
-// parameter is a bool (take) or a mode, and picks the mode that yields the
-// take flag "1".
-func luaTakeArgs(rule algorithms.Rule, now int64) ([]string, error) {
-	m := reflect.ValueOf(rule).MethodByName("LuaArgs")
-	if !m.IsValid() || m.Type().NumIn() != 3 {
-		return nil, fmt.Errorf("algorithms.Rule.LuaArgs has an unexpected signature")
-	}
-	pt := m.Type().In(2)
-	var candidates []reflect.Value
-	if pt.Kind() == reflect.Bool {
-		candidates = []reflect.Value{reflect.ValueOf(true)}
-	} else {
-		for i := range 4 {
-			candidates = append(candidates, reflect.ValueOf(i).Convert(pt))
-		}
-	}
-	for _, c := range candidates {
-		out := m.Call([]reflect.Value{reflect.ValueOf(now), reflect.ValueOf(int64(1)), c})[0].Interface().([]string)
-		if len(out) > 0 && out[len(out)-1] == "1" {
-			return out, nil
-		}
-	}
-	return nil, fmt.Errorf("no LuaArgs mode gives a take")
-}
-
 // Floors returns the redis-benchmark runs for the server: for each
 // algorithm in algorithms.Names, its script (loaded with SCRIPT LOAD, ARGV
-// from Rule.LuaArgs at the fixed time now, ms) under each workload of
+// from takeArgs at the fixed time now, ms) under each workload of
 // workloads; then EVALSHA of TrivialScript and INCR over the same keys;
 // each with pipeline 1 and 16, from clients connections.
 func Floors(ctx context.Context, s *Server, now int64, clients int, workloads []Workload) ([]Floor, error) {
@@ -95,7 +68,7 @@ func Floors(ctx context.Context, s *Server, now int64, clients int, workloads []
 		return "000000000000"
 	}
 	for _, alg := range algorithms.Names() {
-		src, err := algorithms.LuaScript(alg)
+		src, err := scriptSource(alg)
 		if err != nil {
 			return nil, err
 		}
@@ -105,15 +78,15 @@ func Floors(ctx context.Context, s *Server, now int64, clients int, workloads []
 		}
 		for _, w := range workloads {
 			rule := w.Rule(alg)
-			argv, err := luaTakeArgs(rule, now)
+			argv, err := takeArgs(rule, now)
 			if err != nil {
 				return nil, err
 			}
-			key := floorPrefix + "{" + id(w) + "}" + rule.KeySuffix()
+			key := floorPrefix + "{" + id(w) + "}" + keySuffix(rule)
 			args := append([]string{"EVALSHA", fmt.Sprint(sha), "1", key}, argv...)
 			f := Floor{Name: string(alg), Algorithm: alg, Workload: w, Args: args}
 			if w.Deny {
-				f.warmSuffix = rule.KeySuffix()
+				f.warmSuffix, f.warmCalls = keySuffix(rule), rule.Limit
 			}
 			add(f)
 		}
@@ -133,8 +106,8 @@ func Floors(ctx context.Context, s *Server, now int64, clients int, workloads []
 }
 
 // Run runs the floor on an emptied server and reads the server's cost per
-// command. A deny-heavy script first gets one call per key (not counted),
-// so that the measured calls are denials.
+// command. A deny-heavy script first gets the limit's worth of calls per
+// key (not counted), so that the measured calls are denials.
 func (f Floor) Run(ctx context.Context, s *Server) (FloorResult, error) {
 	if err := s.FlushAll(ctx); err != nil {
 		return FloorResult{}, err
@@ -146,8 +119,10 @@ func (f Floor) Run(ctx context.Context, s *Server) (FloorResult, error) {
 		}
 		for i := range f.Workload.Keys {
 			args[3] = fmt.Sprintf("%s{%012d}%s", floorPrefix, i, f.warmSuffix)
-			if _, err := s.Do(ctx, args...); err != nil {
-				return FloorResult{}, fmt.Errorf("warming %s: %w", f.Name, err)
+			for range f.warmCalls {
+				if _, err := s.Do(ctx, args...); err != nil {
+					return FloorResult{}, fmt.Errorf("warming %s: %w", f.Name, err)
+				}
 			}
 		}
 	}

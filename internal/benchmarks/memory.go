@@ -141,7 +141,8 @@ func limitkitMemoryLimiter(w Workload, alg algorithms.Name) (Decider, func(), er
 // xrateLimit returns x/time/rate's limit and burst for the workload.
 func xrateLimit(w Workload) (rate.Limit, int) {
 	if w.Deny {
-		return rate.Every(DenyWindow), 1
+		l, win := w.DenyRule()
+		return rate.Every(win / time.Duration(l)), int(l)
 	}
 	return rate.Limit(NeverDenyRate), NeverDenyRate
 }
@@ -180,7 +181,8 @@ func xrateSyncMap(w Workload) (Decider, func(), error) {
 func goLimiterMemory(w Workload) (Decider, func(), error) {
 	cfg := &golimitermem.Config{Tokens: uint64(NeverDenyLimit), Interval: NeverDenyWindow}
 	if w.Deny {
-		cfg = &golimitermem.Config{Tokens: 1, Interval: DenyWindow}
+		l, win := w.DenyRule()
+		cfg = &golimitermem.Config{Tokens: uint64(l), Interval: win}
 	}
 	s, err := golimitermem.New(cfg)
 	if err != nil {
@@ -196,7 +198,9 @@ func goLimiterMemory(w Workload) (Decider, func(), error) {
 // throttledQuota returns throttled's GCRA quota for the workload.
 func throttledQuota(w Workload) throttled.RateQuota {
 	if w.Deny {
-		return throttled.RateQuota{MaxRate: throttled.PerHour(1), MaxBurst: 0}
+		// MaxBurst+1 requests pass at once: the limit's worth.
+		l, win := w.DenyRule()
+		return throttled.RateQuota{MaxRate: throttled.PerDuration(int(l), win), MaxBurst: int(l) - 1}
 	}
 	return throttled.RateQuota{MaxRate: throttled.PerSec(NeverDenyRate), MaxBurst: NeverDenyRate}
 }
@@ -223,7 +227,8 @@ func throttledDecider(l *throttled.GCRARateLimiterCtx) Decider {
 // ululeRate returns ulule/limiter's rate for the workload.
 func ululeRate(w Workload) ulule.Rate {
 	if w.Deny {
-		return ulule.Rate{Period: DenyWindow, Limit: 1}
+		l, win := w.DenyRule()
+		return ulule.Rate{Period: win, Limit: l}
 	}
 	return ulule.Rate{Period: NeverDenyWindow, Limit: NeverDenyLimit}
 }

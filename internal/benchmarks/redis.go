@@ -2,6 +2,7 @@ package benchmarks
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
@@ -14,9 +15,20 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/backend/denycache"
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/backend/rueidisstore"
 	"github.com/limitkit/limitkit/clock"
+)
+
+// Names of the contenders the comparison's ratios refer to.
+const (
+	RedisRate    = "go-redis/redis_rate"
+	UluleRedis   = "ulule/limiter redis"
+	SeedRueidis  = "seed script rueidis"
+	SeedGoRedis  = "seed script go-redis"
+	FloorRueidis = "floor rueidis EVALSHA " + TrivialScript
+	FloorGoRedis = "floor go-redis EVALSHA " + TrivialScript
 )
 
 // TrivialScript is the script of the EVALSHA floor: the cheapest script
@@ -30,6 +42,39 @@ func GoRedisOptions(addr string) *redis.Options {
 	return &redis.Options{Addr: addr}
 }
 
+// newGoRedis opens a go-redis client and dials its whole pool (PoolSize
+// connections, each holding one at a time so none is reused) before
+// returning it: a cell measures a client whose pool is full, as a service's
+// is at steady state, not one still dialling.
+func newGoRedis(o *redis.Options) (*redis.Client, error) {
+	c := redis.NewClient(o)
+	size := c.Options().PoolSize
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conns := make([]*redis.Conn, 0, size)
+	var err error
+	for range size {
+		cn := c.Conn()
+		conns = append(conns, cn)
+		if err = cn.Ping(ctx).Err(); err != nil {
+			break
+		}
+	}
+	for _, cn := range conns {
+		_ = cn.Close() // back to the pool
+	}
+	if err == nil {
+		if n := int(c.PoolStats().TotalConns); n < size {
+			err = fmt.Errorf("pool holds %d connections after dialling %d", n, size)
+		}
+	}
+	if err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("filling the go-redis pool: %w", err)
+	}
+	return c, nil
+}
+
 // RueidisOptions returns the rueidis client options of the rueidis based
 // contenders: the defaults (auto-pipelining on).
 func RueidisOptions(addr string) rueidis.ClientOption {
@@ -38,37 +83,50 @@ func RueidisOptions(addr string) rueidis.ClientOption {
 
 // RedisContenders lists the contenders that keep state in the Redis server
 // at addr: limitkit's go-redis and rueidis stores for each algorithm in
-// algorithms.Names, the peers with Redis stores, floors (INCR and the
-// trivial script through each client), and in Group "experiment" client
-// settings other than the defaults (see Experiments). Each New opens its
+// algorithms.Names, the peers with Redis stores, the seed article's script
+// (SeedScript) on each client, floors (INCR and the trivial script through
+// each client), and in Group "experiment" client settings other than the
+// defaults. Each New opens its
 // own client and its release closes it.
 func RedisContenders(addr string) []Contender {
 	var cs []Contender
 	for _, alg := range algorithms.Names() {
 		cs = append(cs,
-			Contender{Name: "limitkit rueidis " + string(alg), Group: "limitkit", Algorithm: alg,
+			Contender{Name: "limitkit rueidis " + string(alg), Group: "limitkit", Client: "rueidis", Algorithm: alg,
 				New: func(w Workload) (Decider, func(), error) { return limitkitRueidis(addr, w, alg) }},
-			Contender{Name: "limitkit go-redis " + string(alg), Group: "limitkit", Algorithm: alg,
+			Contender{Name: "limitkit go-redis " + string(alg), Group: "limitkit", Client: "go-redis", Algorithm: alg,
 				New: func(w Workload) (Decider, func(), error) { return limitkitGoRedis(addr, w, alg) }},
 		)
 	}
 	return append(cs,
-		Contender{Name: "go-redis/redis_rate", Group: "peer", New: func(w Workload) (Decider, func(), error) { return redisRate(addr, w) }},
-		Contender{Name: "ulule/limiter redis", Group: "peer", New: func(w Workload) (Decider, func(), error) { return ululeRedis(addr, w) }},
-		Contender{Name: "throttled goredisstore.v9", Group: "peer", New: func(w Workload) (Decider, func(), error) { return throttledRedis(addr, w) }},
-		Contender{Name: "floor rueidis INCR", Group: "floor", New: func(Workload) (Decider, func(), error) { return rueidisFloor(addr, false) }},
-		Contender{Name: "floor rueidis EVALSHA " + TrivialScript, Group: "floor", New: func(Workload) (Decider, func(), error) { return rueidisFloor(addr, true) }},
-		Contender{Name: "floor go-redis INCR", Group: "floor", New: func(Workload) (Decider, func(), error) { return goRedisFloor(addr, false) }},
-		Contender{Name: "floor go-redis EVALSHA " + TrivialScript, Group: "floor", New: func(Workload) (Decider, func(), error) { return goRedisFloor(addr, true) }},
-		Contender{Name: "limitkit rueidis sliding_log, unbatched", Group: "experiment", Algorithm: algorithms.SlidingLog,
+		Contender{Name: RedisRate, Group: "peer", Client: "go-redis", New: func(w Workload) (Decider, func(), error) { return redisRate(addr, w) }},
+		Contender{Name: UluleRedis, Group: "peer", Client: "go-redis", New: func(w Workload) (Decider, func(), error) { return ululeRedis(addr, w) }},
+		Contender{Name: "throttled goredisstore.v9", Group: "peer", Client: "go-redis", New: func(w Workload) (Decider, func(), error) { return throttledRedis(addr, w) }},
+		Contender{Name: SeedRueidis, Group: "seed", Client: "rueidis",
+			New: func(w Workload) (Decider, func(), error) { return seedRueidis(addr, w) }},
+		Contender{Name: SeedGoRedis, Group: "seed", Client: "go-redis",
+			New: func(w Workload) (Decider, func(), error) { return seedGoRedis(addr, w) }},
+		Contender{Name: "floor rueidis INCR", Group: "floor", Client: "rueidis", New: func(Workload) (Decider, func(), error) { return rueidisFloor(addr, false) }},
+		Contender{Name: FloorRueidis, Group: "floor", Client: "rueidis", New: func(Workload) (Decider, func(), error) { return rueidisFloor(addr, true) }},
+		Contender{Name: "floor go-redis INCR", Group: "floor", Client: "go-redis", New: func(Workload) (Decider, func(), error) { return goRedisFloor(addr, false) }},
+		Contender{Name: FloorGoRedis, Group: "floor", Client: "go-redis", New: func(Workload) (Decider, func(), error) { return goRedisFloor(addr, true) }},
+		Contender{Name: "limitkit rueidis sliding_log + denycache", Group: "limitkit", Client: "rueidis", Algorithm: algorithms.SlidingLog,
+			New: func(w Workload) (Decider, func(), error) {
+				return limitkitDenyCacheRueidis(addr, w, algorithms.SlidingLog)
+			}},
+		Contender{Name: "limitkit go-redis sliding_log + denycache", Group: "limitkit", Client: "go-redis", Algorithm: algorithms.SlidingLog,
+			New: func(w Workload) (Decider, func(), error) {
+				return limitkitDenyCacheGoRedis(addr, w, algorithms.SlidingLog)
+			}},
+		Contender{Name: "limitkit rueidis sliding_log, unbatched", Group: "experiment", Client: "rueidis", Algorithm: algorithms.SlidingLog,
 			New: func(w Workload) (Decider, func(), error) {
 				return limitkitRueidisWith(RueidisOptions(addr), w, algorithms.SlidingLog, rueidisstore.WithBatching(1))
 			}},
-		Contender{Name: "limitkit go-redis sliding_log, unbatched", Group: "experiment", Algorithm: algorithms.SlidingLog,
+		Contender{Name: "limitkit go-redis sliding_log, unbatched", Group: "experiment", Client: "go-redis", Algorithm: algorithms.SlidingLog,
 			New: func(w Workload) (Decider, func(), error) {
 				return limitkitGoRedisWith(GoRedisOptions(addr), w, algorithms.SlidingLog, goredisstore.WithBatching(1))
 			}},
-		Contender{Name: "go-redis/redis_rate, PoolSize 64", Group: "experiment",
+		Contender{Name: "go-redis/redis_rate, PoolSize 64", Group: "experiment", Client: "go-redis",
 			New: func(w Workload) (Decider, func(), error) {
 				o := GoRedisOptions(addr)
 				o.PoolSize = 64
@@ -109,7 +167,10 @@ func limitkitGoRedis(addr string, w Workload, alg algorithms.Name) (Decider, fun
 }
 
 func limitkitGoRedisWith(o *redis.Options, w Workload, alg algorithms.Name, opts ...goredisstore.Option) (Decider, func(), error) {
-	c := redis.NewClient(o)
+	c, err := newGoRedis(o)
+	if err != nil {
+		return nil, nil, err
+	}
 	s, err := goredisstore.New(c, opts...)
 	if err != nil {
 		_ = c.Close()
@@ -118,16 +179,66 @@ func limitkitGoRedisWith(o *redis.Options, w Workload, alg algorithms.Name, opts
 	return storeDecider(s, w, alg), func() { _ = c.Close() }, nil
 }
 
+// limitkitDenyCacheRueidis is the rueidis store behind a deny cache
+// (backend/denycache) invalidated over the same client's pub/sub.
+func limitkitDenyCacheRueidis(addr string, w Workload, alg algorithms.Name) (Decider, func(), error) {
+	c, err := rueidis.NewClient(RueidisOptions(addr))
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := rueidisstore.New(c)
+	if err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	return cachedDecider(s, rueidisstore.NewBus(c), w, alg, c.Close)
+}
+
+// limitkitDenyCacheGoRedis is limitkitDenyCacheRueidis on go-redis.
+func limitkitDenyCacheGoRedis(addr string, w Workload, alg algorithms.Name) (Decider, func(), error) {
+	c, err := newGoRedis(GoRedisOptions(addr))
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := goredisstore.New(c)
+	if err != nil {
+		_ = c.Close()
+		return nil, nil, err
+	}
+	return cachedDecider(s, goredisstore.NewBus(c), w, alg, func() { _ = c.Close() })
+}
+
+// cachedDecider puts a deny cache over s and waits until it answers.
+func cachedDecider(s backend.Store, bus denycache.Bus, w Workload, alg algorithms.Name, closeClient func()) (Decider, func(), error) {
+	cache, err := denycache.New(s, bus)
+	if err != nil {
+		closeClient()
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := cache.Ready(ctx); err != nil {
+		_ = cache.Close()
+		closeClient()
+		return nil, nil, err
+	}
+	return storeDecider(cache, w, alg), func() { _ = cache.Close(); closeClient() }, nil
+}
+
 func redisRate(addr string, w Workload) (Decider, func(), error) {
 	return redisRateWith(GoRedisOptions(addr), w)
 }
 
 func redisRateWith(o *redis.Options, w Workload) (Decider, func(), error) {
-	c := redis.NewClient(o)
+	c, err := newGoRedis(o)
+	if err != nil {
+		return nil, nil, err
+	}
 	l := redis_rate.NewLimiter(c)
 	limit := redis_rate.Limit{Rate: NeverDenyRate, Burst: NeverDenyRate, Period: time.Second}
 	if w.Deny {
-		limit = redis_rate.PerHour(1)
+		l, win := w.DenyRule()
+		limit = redis_rate.Limit{Rate: int(l), Burst: int(l), Period: win}
 	}
 	return func(ctx context.Context, id string) (bool, error) {
 		res, err := l.Allow(ctx, id, limit)
@@ -139,7 +250,10 @@ func redisRateWith(o *redis.Options, w Workload) (Decider, func(), error) {
 }
 
 func ululeRedis(addr string, w Workload) (Decider, func(), error) {
-	c := redis.NewClient(GoRedisOptions(addr))
+	c, err := newGoRedis(GoRedisOptions(addr))
+	if err != nil {
+		return nil, nil, err
+	}
 	s, err := uleredis.NewStoreWithOptions(c, ulule.StoreOptions{Prefix: "ulule"})
 	if err != nil {
 		_ = c.Close()
@@ -149,7 +263,10 @@ func ululeRedis(addr string, w Workload) (Decider, func(), error) {
 }
 
 func throttledRedis(addr string, w Workload) (Decider, func(), error) {
-	c := redis.NewClient(GoRedisOptions(addr))
+	c, err := newGoRedis(GoRedisOptions(addr))
+	if err != nil {
+		return nil, nil, err
+	}
 	st, err := throttledredis.NewCtx(c, "throttled:")
 	if err != nil {
 		_ = c.Close()
@@ -187,7 +304,10 @@ func rueidisFloor(addr string, script bool) (Decider, func(), error) {
 }
 
 func goRedisFloor(addr string, script bool) (Decider, func(), error) {
-	c := redis.NewClient(GoRedisOptions(addr))
+	c, err := newGoRedis(GoRedisOptions(addr))
+	if err != nil {
+		return nil, nil, err
+	}
 	if !script {
 		return func(ctx context.Context, id string) (bool, error) {
 			return true, c.Incr(ctx, floorKey(id)).Err()

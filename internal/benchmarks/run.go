@@ -2,9 +2,11 @@ package benchmarks
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Cell is one contender set up for one workload: its state is kept between
@@ -22,6 +24,12 @@ type Cell struct {
 
 	decisions, admitted, errors atomic.Int64
 	firstErr                    atomic.Pointer[error]
+
+	// For deny-heavy workloads: when each key's admissions were asked for
+	// (ms, read before the call), warm-up included, to count
+	// over-admissions.
+	admMu      sync.Mutex
+	admissions [][]int64
 }
 
 // Callers lists the numbers of concurrent callers the Redis benchmarks run
@@ -31,10 +39,12 @@ var Callers = []int{1, 8, 64}
 // WarmupCallers is how many goroutines make the warm-up pass.
 const WarmupCallers = 64
 
-// Prepare sets c up for w. For a deny-heavy workload it then makes one
-// request for every key, not counted, which spends every key's allowance;
-// a never-deny workload starts from empty keys (each is created by its
-// first measured request). Close the cell when done.
+// Prepare sets c up for w. For a deny-heavy workload it then makes the
+// limit's worth of requests for every key (not counted in Decisions, but
+// in the admissions OverAdmissions checks), which spends every key's
+// allowance; a never-deny workload starts from empty keys (each is created
+// by its first request; use Warm to bring them to their steady state).
+// Close the cell when done.
 func Prepare(ctx context.Context, c Contender, w Workload) (*Cell, error) {
 	decide, release, err := c.New(w)
 	if err != nil {
@@ -44,15 +54,24 @@ func Prepare(ctx context.Context, c Contender, w Workload) (*Cell, error) {
 	if !w.Deny {
 		return cell, nil
 	}
+	cell.admissions = make([][]int64, len(cell.ids))
+	limit, _ := w.DenyRule()
+	total := limit * int64(len(cell.ids))
 	var next atomic.Int64
 	var failed atomic.Pointer[error]
 	var wg sync.WaitGroup
 	for range min(WarmupCallers, w.Keys) {
 		wg.Go(func() {
-			for i := next.Add(1) - 1; i < int64(len(cell.ids)); i = next.Add(1) - 1 {
-				if _, err := decide(ctx, cell.ids[i]); err != nil {
+			for j := next.Add(1) - 1; j < total; j = next.Add(1) - 1 {
+				i := int(j % int64(len(cell.ids)))
+				t := time.Now().UnixMilli()
+				ok, err := decide(ctx, cell.ids[i])
+				if err != nil {
 					failed.CompareAndSwap(nil, &err)
 					return
+				}
+				if ok {
+					cell.admit(i, t)
 				}
 			}
 		})
@@ -106,7 +125,15 @@ func (c *Cell) worker() *worker {
 }
 
 func (w *worker) decide(ctx context.Context) {
-	ok, err := w.c.decide(ctx, w.c.ids[w.r.index(len(w.c.ids))])
+	i := w.r.index(len(w.c.ids))
+	var t int64
+	if w.c.admissions != nil {
+		t = time.Now().UnixMilli()
+	}
+	ok, err := w.c.decide(ctx, w.c.ids[i])
+	if ok && w.c.admissions != nil {
+		w.c.admit(i, t)
+	}
 	w.n++
 	switch {
 	case err != nil:
@@ -200,4 +227,105 @@ func (c *Cell) Concurrent(callers int) func(*testing.B) {
 		b.StopTimer()
 		report(b, n.Load(), admitted.Load(), failed.Load())
 	}
+}
+
+// admit records an admission of key i asked for at t (ms).
+func (c *Cell) admit(i int, t int64) {
+	c.admMu.Lock()
+	c.admissions[i] = append(c.admissions[i], t)
+	c.admMu.Unlock()
+}
+
+// OverAdmissions counts the admissions beyond the deny-heavy limit since
+// Prepare (warm-up included): for each key, in each aligned window
+// (aligned, as fixed_window counts) or in the busiest interval of the
+// window's length less a second's slack for the time a call takes
+// (otherwise), what exceeds the limit, summed over keys. It is 0 for a
+// never-deny workload, whose admissions are not recorded.
+func (c *Cell) OverAdmissions(aligned bool) int64 {
+	if c.admissions == nil {
+		return 0
+	}
+	limit, window := c.Workload.DenyRule()
+	w := window.Milliseconds()
+	c.admMu.Lock()
+	defer c.admMu.Unlock()
+	var over int64
+	for _, ts := range c.admissions {
+		ts = slices.Clone(ts)
+		slices.Sort(ts)
+		over += overLimit(ts, limit, w, aligned)
+	}
+	return over
+}
+
+// overLimit counts what the sorted admission times ts hold beyond limit
+// per window of w ms: per aligned window, or in the busiest sliding
+// interval of w less a slack of up to a second.
+func overLimit(ts []int64, limit, w int64, aligned bool) int64 {
+	var over int64
+	if aligned {
+		for i := 0; i < len(ts); {
+			j := i
+			for j < len(ts) && ts[j]/w == ts[i]/w {
+				j++
+			}
+			over += max(0, int64(j-i)-limit)
+			i = j
+		}
+		return over
+	}
+	span := w - min(1000, w/2)
+	busiest := 0
+	for i, j := 0, 0; i < len(ts); i++ {
+		for j < len(ts) && ts[j]-ts[i] < span {
+			j++
+		}
+		busiest = max(busiest, j-i)
+	}
+	return max(0, int64(busiest)-limit)
+}
+
+// RunResult is what RunFor measured.
+type RunResult struct {
+	// Decisions, Admitted and Errors count the requests decided.
+	Decisions, Admitted, Errors int64
+	// Elapsed is the time from the start to the last caller's return.
+	Elapsed time.Duration
+}
+
+// PerSecond returns the decisions per second.
+func (r RunResult) PerSecond() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Decisions) / r.Elapsed.Seconds()
+}
+
+// RunFor makes decisions from exactly callers goroutines for d (each
+// finishes the decision in flight when d is up), the shape of a server
+// with that many requests in flight, and counts them. It is bounded in
+// time whatever the speed, which is what a Redis cell needs; warming up is
+// RunFor with the result discarded.
+func (c *Cell) RunFor(ctx context.Context, callers int, d time.Duration) RunResult {
+	var stop atomic.Bool
+	var n, admitted, failed atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	t := time.AfterFunc(d, func() { stop.Store(true) })
+	defer t.Stop()
+	for range callers {
+		wg.Go(func() {
+			w := c.worker()
+			for !stop.Load() {
+				w.decide(ctx)
+			}
+			w.flush()
+			n.Add(w.n)
+			admitted.Add(w.admitted)
+			failed.Add(w.failed)
+		})
+	}
+	wg.Wait()
+	return RunResult{Decisions: n.Load(), Admitted: admitted.Load(), Errors: failed.Load(), Elapsed: time.Since(start)}
 }

@@ -206,6 +206,13 @@ func (s *Server) CPU(ctx context.Context) (time.Duration, error) {
 	return time.Duration(total * float64(time.Second)), nil
 }
 
+// ProcCPU returns the CPU time the redis-server process has used, read from
+// /proc/PID/stat (Linux; 10 ms resolution): what the kernel charged it,
+// independent of what Redis reports about itself.
+func (s *Server) ProcCPU() (time.Duration, error) {
+	return procCPU(s.cmd.Process.Pid)
+}
+
 // ResetStats runs CONFIG RESETSTAT.
 func (s *Server) ResetStats(ctx context.Context) error {
 	return s.ctl.ConfigResetStat(ctx).Err()

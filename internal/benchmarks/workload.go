@@ -12,17 +12,25 @@ import (
 // Workload is what every contender is asked to do: decide requests of cost 1
 // for keys drawn uniformly from Keys ids, under a limit that never denies
 // (Deny false: the measured cost is pure overhead) or one that denies nearly
-// everything (Deny true: one request per key per hour, and a warm-up pass
-// has already spent it).
+// everything (Deny true: Limit per Window, and the warm-up has already spent
+// every key's allowance).
 type Workload struct {
 	// Keys is the number of distinct ids requests are spread over.
 	Keys int
 	// Deny selects the deny-heavy limit instead of the never-deny one.
 	Deny bool
+	// Limit and Window are the deny-heavy limit; zero means 1 per hour.
+	Limit  int64
+	Window time.Duration
+	// LogWindow is the window of the never-deny limit of the logs, whose
+	// limit is at most algorithms.MaxSlidingLogLimit; zero means 1 ms. A
+	// log holds the requests of the last LogWindow, so a warm-up at least
+	// as long leaves it at its steady size for the workload's rate.
+	LogWindow time.Duration
 }
 
 // String names the workload in benchmark names and tables, e.g.
-// "keys=10000/never-deny".
+// "keys=10000/never-deny" or "keys=100/deny-heavy".
 func (w Workload) String() string {
 	return "keys=" + strconv.Itoa(w.Keys) + "/" + w.Config()
 }
@@ -35,10 +43,29 @@ func (w Workload) Config() string {
 	return "never-deny"
 }
 
-// Workloads lists the four workloads: 1 and 10,000 keys, each never-deny
-// and deny-heavy.
+// DenyRule returns the deny-heavy limit and window (1 per hour unless set).
+func (w Workload) DenyRule() (int64, time.Duration) {
+	if w.Limit > 0 && w.Window > 0 {
+		return w.Limit, w.Window
+	}
+	return 1, DenyWindow
+}
+
+// Workloads lists the four in-memory workloads: 1 and 10,000 keys, each
+// never-deny and deny-heavy (1 per hour).
 func Workloads() []Workload {
 	return []Workload{{Keys: 1}, {Keys: 1, Deny: true}, {Keys: 10_000}, {Keys: 10_000, Deny: true}}
+}
+
+// RedisWorkloads lists the Redis workloads: 10,000 keys never-deny, the
+// logs' window being logWindow (the warm-up's length, so that logs are at
+// their steady size when measured), and 100 keys deny-heavy at 5 per
+// minute.
+func RedisWorkloads(logWindow time.Duration) []Workload {
+	return []Workload{
+		{Keys: 10_000, LogWindow: logWindow},
+		{Keys: 100, Deny: true, Limit: 5, Window: time.Minute},
+	}
 }
 
 // The limits of the two configurations, in each library's own terms.
@@ -50,19 +77,25 @@ const (
 	// NeverDenyRate is the never-deny rate (and burst) of the token bucket
 	// and GCRA peers, per second: far above what one machine can ask.
 	NeverDenyRate = 1_000_000_000
-	// DenyWindow is the deny-heavy window: a limit of 1 per hour.
+	// DenyWindow is the default deny-heavy window: a limit of 1 per hour.
 	DenyWindow = time.Hour
 )
 
 // neverDenyRules are the never-deny limits tried for a limitkit
 // algorithm, most generous first; Rule takes the first the algorithm
-// accepts. The last, 10,000 per millisecond, is for the logs, whose limit
+// accepts. The last, 10,000 per LogWindow, is for the logs, whose limit
 // cannot exceed algorithms.MaxSlidingLogLimit: on one key a fast caller
 // can still be denied, and the tables report the share admitted.
-var neverDenyRules = []algorithms.Rule{
-	{Limit: NeverDenyLimit, Window: NeverDenyWindow},
-	{Limit: NeverDenyRate, Window: time.Second},
-	{Limit: algorithms.MaxSlidingLogLimit, Window: time.Millisecond},
+func (w Workload) neverDenyRules() []algorithms.Rule {
+	lw := w.LogWindow
+	if lw <= 0 {
+		lw = time.Millisecond
+	}
+	return []algorithms.Rule{
+		{Limit: NeverDenyLimit, Window: NeverDenyWindow},
+		{Limit: NeverDenyRate, Window: time.Second},
+		{Limit: algorithms.MaxSlidingLogLimit, Window: lw.Truncate(time.Millisecond)},
+	}
 }
 
 // Rule returns limitkit's rule for alg under the workload's limit. For the
@@ -71,16 +104,18 @@ var neverDenyRules = []algorithms.Rule{
 // are measured without changes here.
 func (w Workload) Rule(alg algorithms.Name) algorithms.Rule {
 	if w.Deny {
-		return algorithms.Rule{Algorithm: alg, Limit: 1, Window: DenyWindow}
+		l, win := w.DenyRule()
+		return algorithms.Rule{Algorithm: alg, Limit: l, Window: win}
 	}
-	for _, r := range neverDenyRules {
+	rules := w.neverDenyRules()
+	for _, r := range rules {
 		r.Algorithm = alg
 		if r.Validate() == nil {
 			return r
 		}
 	}
 	// None fits: return the last, whose error the first decision reports.
-	r := neverDenyRules[len(neverDenyRules)-1]
+	r := rules[len(rules)-1]
 	r.Algorithm = alg
 	return r
 }
@@ -103,10 +138,15 @@ type Contender struct {
 	// Name identifies it in tables, e.g. "limitkit store sliding_log" or
 	// "x/time/rate (map+mutex)".
 	Name string
-	// Group is "limitkit", "peer", "floor" or "experiment" (limitkit or a
-	// peer with a setting other than the default, measured to size an
-	// optimisation; never counted as a peer).
+	// Group is "limitkit", "peer", "seed" (the seed article's script),
+	// "floor" or "experiment" (limitkit or a peer with a setting other than
+	// the default, measured to size an optimisation; never counted as a
+	// peer).
 	Group string
+	// Client is the Redis client it runs on, "rueidis" or "go-redis"
+	// (empty in memory): ratios to the seed script and to the floors pair
+	// contenders on the same client.
+	Client string
 	// Algorithm is the limitkit algorithm, empty for peers and floors.
 	Algorithm algorithms.Name
 	// New sets the contender up for a workload and returns its decider and

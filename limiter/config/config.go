@@ -50,6 +50,13 @@
 //     go-redis: redis.ParseFailoverURL; rueidis: rueidis.ParseURL, with
 //     master_name passed as its master_set.
 //
+// Both clients refuse query options they do not know (rueidis' own parser
+// ignores them). The userinfo (user name and password) is checked before
+// any parser sees the URL and is never handed to one, so no error holds
+// any of it, however malformed the URL; RedactURL hides it for logs. A
+// rediss:// URL pointed at a server without TLS fails with an error that
+// says so.
+//
 // The go-redis clients get ContextTimeoutEnabled, so that a fallback's
 // deadline also ends the call inside the client. Build does not contact
 // Redis with go-redis (the first decision does); rueidis connects in
@@ -71,14 +78,20 @@
 //	limits.yaml:7: policies.login.window: "1 minute" is not a duration; write it like "1m", "90s" or "500ms"
 //
 // and wraps limiter.ErrInvalidConfig. Unknown fields are errors, so a typo
-// does not silently leave a default in force.
+// does not silently leave a default in force, and a name close to a valid
+// one gets a suggestion ("did you mean ..."). A file's problems are
+// reported at once: several come as an *Errors, one per line, up to
+// MaxErrors.
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -115,6 +128,9 @@ type Config struct {
 	// written in Go.
 	file  string
 	lines map[string]int
+	// typos are the fields an unknown field looked like, which are then
+	// not reported missing as well.
+	typos map[string]bool
 }
 
 // Policy is one named limit.
@@ -149,6 +165,22 @@ type Backend struct {
 	// limiting goes on while Redis is unavailable.
 	Fallback *Fallback
 }
+
+// String describes b for logs with the URL's userinfo redacted (see
+// RedactURL), so that printing a Config never prints a password.
+func (b Backend) String() string {
+	s := fmt.Sprintf("{URL:%s Client:%s ServerTime:%v Batch:%d", RedactURL(b.URL), b.client(), b.ServerTime, b.Batch)
+	if b.ReplicaAck != nil {
+		s += fmt.Sprintf(" ReplicaAck:%+v", *b.ReplicaAck)
+	}
+	if b.Fallback != nil {
+		s += fmt.Sprintf(" Fallback:%+v", *b.Fallback)
+	}
+	return s + "}"
+}
+
+// GoString is String, for %#v.
+func (b Backend) GoString() string { return "config.Backend" + b.String() }
 
 // ReplicaAck is the replica acknowledgement an admission waits for.
 type ReplicaAck struct {
@@ -253,21 +285,144 @@ func parse(data []byte, format Format, file string) (*Config, error) {
 	case JSON:
 		root, err = parseJSON(data)
 	default:
-		err = &Error{Err: fmt.Errorf("unknown format %q; use %q or %q", string(format), YAML, JSON)}
+		err = &Error{Err: fmt.Errorf("unknown format %q; use %q or %q", clip(string(format), 24), YAML, JSON)}
 	}
 	if err == nil {
-		cfg := &Config{file: file, lines: map[string]int{}}
-		if err = cfg.decode(root); err == nil {
-			if err = cfg.Validate(); err == nil {
-				return cfg, nil
-			}
+		cfg := &Config{file: file, lines: map[string]int{}, typos: map[string]bool{}}
+		l := &errorList{}
+		cfg.decode(root, l)
+		cfg.validate(l)
+		if err = l.err(); err == nil {
+			return cfg, nil
 		}
 	}
 	var e *Error
 	if errors.As(err, &e) && e.File == "" {
 		e.File = file
 	}
+	setFile(err, file)
 	return nil, err
+}
+
+// MaxErrors is how many problems Parse, Load and Validate report at most;
+// Errors.Omitted counts the rest.
+const MaxErrors = 20
+
+// Errors is every problem of a configuration, up to MaxErrors, in the
+// order of the file. Parse, Load and Validate return it when there is more
+// than one problem (a single one is returned as its *Error); errors.As
+// finds the first *Error, errors.Is limiter.ErrInvalidConfig.
+type Errors struct {
+	// Errs are the problems, by line.
+	Errs []*Error
+	// Omitted is how many more problems there were.
+	Omitted int
+}
+
+// Error lists the problems one per line.
+func (e *Errors) Error() string {
+	var b strings.Builder
+	for i, err := range e.Errs {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(err.Error())
+	}
+	if e.Omitted > 0 {
+		fmt.Fprintf(&b, "\n... and %d more problems", e.Omitted)
+	}
+	return b.String()
+}
+
+// Unwrap returns the problems.
+func (e *Errors) Unwrap() []error {
+	out := make([]error, len(e.Errs))
+	for i, err := range e.Errs {
+		out[i] = err
+	}
+	return out
+}
+
+// errorList collects the problems of a configuration. A field with a
+// problem is not checked again: a limit that is not a number is not also
+// reported as missing.
+type errorList struct {
+	errs []*Error
+	more int
+}
+
+// maxCollected bounds what a hostile file can make errorList hold.
+const maxCollected = 1000
+
+func (l *errorList) add(err error) {
+	var e *Error
+	if !errors.As(err, &e) {
+		e = &Error{Err: err}
+	}
+	if l.has(e.Field) && e.Field != "" {
+		return
+	}
+	if len(l.errs) >= maxCollected {
+		l.more++
+		return
+	}
+	l.errs = append(l.errs, e)
+}
+
+// has reports whether field, a field inside it or a field it is inside
+// has a problem already.
+func (l *errorList) has(field string) bool {
+	for _, e := range l.errs {
+		if related(e.Field, field) {
+			return true
+		}
+	}
+	return false
+}
+
+func related(a, b string) bool {
+	if len(a) > len(b) {
+		a, b = b, a
+	}
+	return a != "" && strings.HasPrefix(b, a) && (len(a) == len(b) || b[len(a)] == '.')
+}
+
+// err returns nil, the one problem, or an *Errors of all, by line (those
+// without a line last).
+func (l *errorList) err() error {
+	switch len(l.errs) {
+	case 0:
+		return nil
+	case 1:
+		return l.errs[0]
+	}
+	errs := slices.Clone(l.errs)
+	slices.SortStableFunc(errs, func(a, b *Error) int {
+		key := func(e *Error) int {
+			if e.Line == 0 {
+				return math.MaxInt
+			}
+			return e.Line
+		}
+		return cmp.Compare(key(a), key(b))
+	})
+	out := &Errors{Errs: errs, Omitted: l.more}
+	if len(errs) > MaxErrors {
+		out.Errs, out.Omitted = errs[:MaxErrors], l.more+len(errs)-MaxErrors
+	}
+	return out
+}
+
+// setFile names file in every problem of err that names none.
+func setFile(err error, file string) {
+	var es *Errors
+	if errors.As(err, &es) {
+		for _, e := range es.Errs {
+			if e.File == "" {
+				e.File = file
+			}
+		}
+	}
 }
 
 // Policy returns the policy named name.
@@ -285,11 +440,15 @@ func (c *Config) fieldError(field string, err error) *Error {
 	return &Error{File: c.file, Line: c.fieldLine(field), Field: field, Err: err}
 }
 
-// decoder walks a parsed file into a Config, recording each field's line.
-type decoder struct{ c *Config }
+// decoder walks a parsed file into a Config, recording each field's line
+// and collecting every problem in errs.
+type decoder struct {
+	c    *Config
+	errs *errorList
+}
 
-func (c *Config) decode(root *node) error {
-	d := decoder{c}
+func (c *Config) decode(root *node, l *errorList) {
+	d := decoder{c, l}
 	seen := false
 	err := d.each(root, "", func(f pair, p string) error {
 		switch f.key {
@@ -302,12 +461,12 @@ func (c *Config) decode(root *node) error {
 		return d.unknown(f, "", "backend, policies")
 	})
 	if err != nil {
-		return err
+		l.add(err)
+		return
 	}
 	if !seen {
-		return &Error{Field: "policies", Err: errors.New("missing; declare at least one policy")}
+		l.add(&Error{Field: "policies", Err: errors.New("missing; declare at least one policy")})
 	}
-	return nil
 }
 
 func join(path, key string) string {
@@ -318,11 +477,17 @@ func join(path, key string) string {
 }
 
 func (d decoder) unknown(f pair, path, known string) error {
-	return &Error{Line: f.keyLine, Field: join(path, f.key), Err: fmt.Errorf("unknown field; the fields here are %s", known)}
+	if n := nearest(f.key, strings.Split(known, ", ")); n != "" {
+		// The field is misspelt, not missing: say so once.
+		d.c.typos[join(path, n)] = true
+	}
+	return &Error{Line: f.keyLine, Field: join(path, f.key),
+		Err: fmt.Errorf("unknown field%s; the fields here are %s", didYouMean(f.key, strings.Split(known, ", ")), known)}
 }
 
-// mapping checks n is a mapping without duplicate keys and records its
-// line. A null value counts as an empty mapping.
+// mapping checks n is a mapping and records its line. A null value counts
+// as an empty mapping. A key given twice is reported, and its second
+// value left out.
 func (d decoder) mapping(n *node, path string) ([]pair, error) {
 	if path != "" {
 		d.c.lines[path] = n.line
@@ -333,18 +498,23 @@ func (d decoder) mapping(n *node, path string) ([]pair, error) {
 	if n.kind != mapNode {
 		return nil, &Error{Line: n.line, Field: path, Err: fmt.Errorf("%s is not a mapping of fields", describe(n))}
 	}
+	pairs := make([]pair, 0, len(n.pairs))
+next:
 	for i, p := range n.pairs {
 		for _, q := range n.pairs[:i] {
 			if q.key == p.key {
-				return nil, &Error{Line: p.keyLine, Field: join(path, p.key), Err: fmt.Errorf("given twice (also on line %d)", q.keyLine)}
+				d.errs.add(&Error{Line: p.keyLine, Field: join(path, p.key), Err: fmt.Errorf("given twice (also on line %d)", q.keyLine)})
+				continue next
 			}
 		}
+		pairs = append(pairs, p)
 	}
-	return n.pairs, nil
+	return pairs, nil
 }
 
 // each checks n is a mapping (see mapping) and calls fn for each field with
-// its path, stopping at the first error.
+// its path, collecting fn's errors and going on. It returns only the
+// error of n itself (not a mapping), for its caller to report.
 func (d decoder) each(n *node, path string, fn func(f pair, p string) error) error {
 	fields, err := d.mapping(n, path)
 	if err != nil {
@@ -352,7 +522,7 @@ func (d decoder) each(n *node, path string, fn func(f pair, p string) error) err
 	}
 	for _, f := range fields {
 		if err := fn(f, join(path, f.key)); err != nil {
-			return err
+			d.errs.add(err)
 		}
 	}
 	return nil
@@ -439,7 +609,8 @@ func (d decoder) failurePolicy(n *node, path string) (backend.FailurePolicy, err
 	}
 	p, err := backend.ParseFailurePolicy(s)
 	if err != nil {
-		return p, &Error{Line: n.line, Field: path, Err: err}
+		name, _, _ := strings.Cut(s, ":")
+		return p, &Error{Line: n.line, Field: path, Err: fmt.Errorf("%w%s", err, didYouMean(name, []string{"local", "fail_open", "fail_closed"}))}
 	}
 	return p, nil
 }

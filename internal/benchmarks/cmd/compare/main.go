@@ -3,16 +3,24 @@
 // markdown tables with ratios.
 //
 //	cd internal/benchmarks && go run ./cmd/compare [-count 3] [-o results.md]
+//	cd internal/benchmarks && go run ./cmd/compare -quick   # smoke run, under 2 minutes
 //
-// It runs, -count times, interleaved so that a noisy moment hits every
-// contender alike: every in-memory contender on every workload, serially
-// and in parallel; every Redis contender on every workload at 1, 8 and 64
-// concurrent callers against one private redis-server it starts on a free
-// loopback port; and redis-benchmark, with and without pipelining, running
-// limitkit's scripts, a trivial script and INCR against that same server.
-// Tables give medians. Every loop is bounded in time (-memtime, -redistime)
-// or in count (redis-benchmark -n), so a full run takes four to five
-// minutes on two cores.
+// It runs -count rounds. In each, every in-memory contender on every
+// workload, serially and in parallel; every Redis contender (limitkit's
+// stores, the peers, the seed article's script, the floors) on each Redis
+// workload against one private redis-server on a free loopback port; and
+// redis-benchmark running limitkit's scripts, a trivial script and INCR on
+// that server. Rounds interleave the contenders: round 1 runs them in
+// order, each later round starts further down the list (rotated), so that a
+// noisy moment does not always hit the same neighbours. Tables give
+// medians over rounds; ratios are medians of the per-round ratios (each
+// round's pair ran minutes apart at most), with their range.
+//
+// A Redis cell is measured at steady state: a new client (a go-redis pool
+// dialled in full), then -warmup of the cell's own workload (at least as
+// long as the logs' window, so logs hold their steady contents; deny-heavy
+// keys spent), then -redistime measured. Every loop is bounded in time or
+// count; the program prints its estimate first.
 //
 // Read the figures as ratios measured side by side: absolute numbers move
 // with the machine (on a shared two-core VM, ±20% between runs).
@@ -39,25 +47,28 @@ import (
 	"github.com/limitkit/limitkit/internal/benchmarks"
 )
 
+// config is the command line.
+type config struct {
+	count                      int
+	memTime, redisTime, warmup time.Duration
+	callers                    []int
+	floorRequests              int
+	memory, redis, runFloors   bool
+	filter                     *regexp.Regexp
+	out                        string
+}
+
 func main() {
 	testing.Init()
-	count := flag.Int("count", 3, "repetitions; tables show medians")
-	memTime := flag.Duration("memtime", 30*time.Millisecond, "target duration of each in-memory benchmark")
-	redisTime := flag.Duration("redistime", 80*time.Millisecond, "target duration of each Redis benchmark")
-	memory := flag.Bool("memory", true, "run the in-memory benchmarks")
-	redis := flag.Bool("redis", true, "run the Redis benchmarks and floors (needs redis-server and redis-benchmark)")
-	run := flag.String("run", "", "only contenders whose name matches this regular expression")
-	out := flag.String("o", "", "also write the tables to this file")
-	flag.Parse()
-	filter, err := regexp.Compile(*run)
+	cfg, err := parseFlags(flag.CommandLine, os.Args[1:])
 	if err == nil {
-		c := &comparison{count: *count, memTime: *memTime, redisTime: *redisTime, filter: filter, progress: os.Stderr}
-		err = c.run(*memory, *redis)
+		c := &comparison{config: cfg, progress: os.Stderr}
+		err = c.run()
 		if err == nil {
 			var w io.Writer = os.Stdout
 			var f *os.File
-			if *out != "" {
-				if f, err = os.Create(*out); err == nil {
+			if cfg.out != "" {
+				if f, err = os.Create(cfg.out); err == nil {
 					w = io.MultiWriter(os.Stdout, f)
 				}
 			}
@@ -75,14 +86,74 @@ func main() {
 	}
 }
 
+// parseFlags reads the command line. -quick changes the defaults of the
+// flags not given to those of a smoke run.
+func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
+	count := fs.Int("count", 3, "rounds; tables show medians (at least 3 for published figures)")
+	memTime := fs.Duration("memtime", 30*time.Millisecond, "target duration of each in-memory benchmark")
+	redisTime := fs.Duration("redistime", 2*time.Second, "measured duration of each Redis cell, after its warm-up")
+	warmup := fs.Duration("warmup", time.Second, "warm-up of each Redis cell, and the window of the never-deny logs")
+	callers := fs.String("callers", "64", "concurrent callers of the Redis cells, comma-separated (e.g. 1,8,64); ratios use the last")
+	floorRequests := fs.Int("floorrequests", 60_000, "redis-benchmark requests per pipelined run (a quarter unpipelined)")
+	quick := fs.Bool("quick", false, "smoke run (under 2 minutes): 1 round, 5ms in memory, 150ms warm-up and 150ms per Redis cell, short floors")
+	memory := fs.Bool("memory", true, "run the in-memory benchmarks")
+	redis := fs.Bool("redis", true, "run the Redis benchmarks (needs redis-server)")
+	floors := fs.Bool("floors", true, "run the redis-benchmark floors (needs redis-benchmark)")
+	run := fs.String("run", "", "only contenders whose name matches this regular expression")
+	out := fs.String("o", "", "also write the tables to this file")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if *quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for name, v := range map[string]string{"count": "1", "memtime": "5ms", "redistime": "150ms", "warmup": "150ms", "floorrequests": "4000"} {
+			if !set[name] {
+				if err := fs.Set(name, v); err != nil {
+					return config{}, err
+				}
+			}
+		}
+	}
+	filter, err := regexp.Compile(*run)
+	if err != nil {
+		return config{}, fmt.Errorf("-run: %w", err)
+	}
+	cfg := config{count: *count, memTime: *memTime, redisTime: *redisTime, warmup: *warmup, floorRequests: *floorRequests,
+		memory: *memory, redis: *redis, runFloors: *floors, filter: filter, out: *out}
+	switch {
+	case cfg.count < 1:
+		return config{}, fmt.Errorf("-count %d: need at least 1 round", cfg.count)
+	case cfg.redisTime <= 0 || cfg.warmup <= 0 || cfg.memTime <= 0:
+		return config{}, fmt.Errorf("-memtime, -redistime and -warmup must be positive")
+	case cfg.warmup < time.Millisecond:
+		return config{}, fmt.Errorf("-warmup %v: at least 1ms (it is also the logs' window)", cfg.warmup)
+	case cfg.floorRequests < 4:
+		return config{}, fmt.Errorf("-floorrequests %d: at least 4", cfg.floorRequests)
+	}
+	for f := range strings.SplitSeq(*callers, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 4096 {
+			return config{}, fmt.Errorf("-callers %q: want numbers from 1 to 4096, comma-separated", *callers)
+		}
+		cfg.callers = append(cfg.callers, n)
+	}
+	return cfg, nil
+}
+
 // sample is one measurement of one contender on one workload and mode.
 type sample struct {
+	round             int
 	ns, allocs, bytes float64
 	admitted, errors  float64
-	// Redis only, per decision: the server's CPU time (µs), the time its
-	// EVALSHA calls took (commandstats usec; 0 without scripts), and the
-	// commands it ran (those inside scripts included).
-	serverUsec, scriptUsec, calls float64
+	// Redis only, per decision: the server's CPU time by /proc and by
+	// INFO cpu (µs), the time its script calls took (commandstats usec),
+	// the script calls and all commands it ran (those inside scripts
+	// included); script calls per denied decision; over-admissions in the
+	// cell (deny-heavy).
+	procUsec, infoUsec, scriptUsec, scriptCalls, calls float64
+	callsPerDenied                                     float64
+	over                                               float64
 }
 
 type cellKey struct {
@@ -95,41 +166,51 @@ type floorKey struct {
 }
 
 type comparison struct {
-	count              int
-	memTime, redisTime time.Duration
-	filter             *regexp.Regexp
-	progress           io.Writer
+	config
+	progress io.Writer
 
-	started       time.Time
-	elapsed       time.Duration
-	redisVersion  string
-	samples       map[cellKey][]sample
-	order         map[string][]benchmarks.Contender // contenders by section, in run order
-	floors        map[floorKey][]benchmarks.FloorResult
-	floorOrder    []floorKey
-	skippedRedis  string
-	memWorkloads  []benchmarks.Workload
-	redisCallers  []int
-	floorWorkload []benchmarks.Workload
+	started        time.Time
+	elapsed        time.Duration
+	estimate       time.Duration
+	redisVersion   string
+	samples        map[cellKey][]sample
+	order          map[string][]benchmarks.Contender // contenders by section, in list order
+	floors         map[floorKey][]benchmarks.FloorResult
+	floorOrder     []floorKey
+	skipped        []string
+	memWorkloads   []benchmarks.Workload
+	redisWorkloads []benchmarks.Workload
 }
 
 func (c *comparison) logf(format string, args ...any) {
 	fmt.Fprintf(c.progress, "[%5.1fs] "+format+"\n", append([]any{time.Since(c.started).Seconds()}, args...)...)
 }
 
-func (c *comparison) run(memory, redis bool) error {
+// rotate returns xs rotated left by round's share of its length, so that
+// every round starts at another place of the list.
+func rotate[T any](xs []T, round, rounds int) []T {
+	if len(xs) == 0 {
+		return xs
+	}
+	k := round * len(xs) / max(rounds, 1) % len(xs)
+	if k == 0 && round > 0 {
+		k = round % len(xs)
+	}
+	return append(slices.Clone(xs[k:]), xs[:k]...)
+}
+
+func (c *comparison) run() error {
 	c.started = time.Now()
 	c.samples = map[cellKey][]sample{}
 	c.order = map[string][]benchmarks.Contender{}
 	c.floors = map[floorKey][]benchmarks.FloorResult{}
 	c.memWorkloads = benchmarks.Workloads()
-	c.redisCallers = benchmarks.Callers
-	c.floorWorkload = []benchmarks.Workload{{Keys: 10_000}, {Keys: 10_000, Deny: true}}
+	c.redisWorkloads = benchmarks.RedisWorkloads(c.warmup)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
 	var memCells []*benchmarks.Cell
-	if memory {
+	if c.memory {
 		for _, ct := range benchmarks.MemoryContenders() {
 			if !c.filter.MatchString(ct.Name) {
 				continue
@@ -146,13 +227,12 @@ func (c *comparison) run(memory, redis bool) error {
 		}
 	}
 	var srv *benchmarks.Server
-	if redis {
+	var floors []benchmarks.Floor
+	var redisCells []redisCell
+	if c.redis {
 		var err error
 		if srv, err = benchmarks.StartServer(); err != nil {
-			c.skippedRedis = err.Error()
-		} else if _, err := exec.LookPath("redis-benchmark"); err != nil {
-			c.skippedRedis = "redis-benchmark not found on PATH (apt-get install redis-tools)"
-			_ = srv.Close()
+			c.skipped = append(c.skipped, "Redis benchmarks skipped: "+err.Error())
 			srv = nil
 		}
 		if srv != nil {
@@ -163,16 +243,27 @@ func (c *comparison) run(memory, redis bool) error {
 					c.order["redis"] = append(c.order["redis"], ct)
 				}
 			}
+			redisCells = c.redisCells()
+			if c.runFloors && (c.filter.String() == "" || c.filter.MatchString("redis-benchmark")) {
+				if _, err := exec.LookPath("redis-benchmark"); err != nil {
+					c.skipped = append(c.skipped, "redis-benchmark floors skipped: redis-benchmark not found on PATH (apt-get install redis-tools)")
+				} else if floors, err = benchmarks.Floors(ctx, srv, time.Now().UnixMilli(), 64, c.redisWorkloads); err != nil {
+					return err
+				}
+			}
 		}
 	}
+	c.estimate = c.estimateRun(len(memCells), len(redisCells), len(floors))
+	c.logf("estimated run time: %s (%d rounds: %d in-memory cells, %d Redis cells of %v warm-up + %v × %d caller counts, %d redis-benchmark runs)",
+		c.estimate.Round(time.Second), c.count, len(memCells), len(redisCells), c.warmup, c.redisTime, len(c.callers), len(floors))
 
 	for rep := range c.count {
-		if memory {
+		if c.memory {
 			if err := flag.Set("test.benchtime", c.memTime.String()); err != nil {
 				return err
 			}
 			c.logf("round %d/%d: in memory, %d cells", rep+1, c.count, len(memCells))
-			for _, cell := range memCells {
+			for _, cell := range rotate(memCells, rep, c.count) {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
@@ -181,16 +272,20 @@ func (c *comparison) run(memory, redis bool) error {
 					if mode == "parallel" {
 						bench = cell.Parallel()
 					}
-					s, err := measure(cell, bench, nil, nil)
+					s, err := measure(cell, bench)
 					if err != nil {
 						return err
 					}
+					s.round = rep
 					c.add(cellKey{"memory", cell.Contender.Name, cell.Workload.String(), mode}, s)
 				}
 			}
 		}
 		if srv != nil {
-			if err := c.redisRound(ctx, srv, rep); err != nil {
+			if err := c.redisRound(ctx, srv, redisCells, rep); err != nil {
+				return err
+			}
+			if err := c.floorRound(ctx, srv, floors, rep); err != nil {
 				return err
 			}
 		}
@@ -199,108 +294,33 @@ func (c *comparison) run(memory, redis bool) error {
 	return nil
 }
 
-// measure runs one benchmark function and turns its result into a sample.
-// With srv, the server's statistics are reset before and read after.
-func measure(cell *benchmarks.Cell, bench func(*testing.B), ctx context.Context, srv *benchmarks.Server) (sample, error) {
-	var cpu0 time.Duration
-	if srv != nil {
-		if err := srv.ResetStats(ctx); err != nil {
-			return sample{}, err
-		}
-		var err error
-		if cpu0, err = srv.CPU(ctx); err != nil {
-			return sample{}, err
-		}
-	}
+// estimateRun guesses the run's length from its cells: an in-memory
+// benchmark about 1.5 times its target plus 0.4 s (testing.Benchmark ramps
+// up and collects garbage between runs), a Redis cell its warm-up and measured time plus 0.6 s to set up, and
+// a redis-benchmark run about a second at -floorrequests 60,000.
+func (c *comparison) estimateRun(memCells, redisCells, floors int) time.Duration {
+	per := time.Duration(memCells) * 2 * (c.memTime*3/2 + 400*time.Millisecond)
+	per += time.Duration(redisCells) * (c.warmup + time.Duration(len(c.callers))*c.redisTime + 600*time.Millisecond)
+	per += time.Duration(floors) * (200*time.Millisecond + time.Duration(c.floorRequests)*time.Second/60_000)
+	return per * time.Duration(c.count)
+}
+
+// measure runs one in-memory benchmark function and turns its result into
+// a sample.
+func measure(cell *benchmarks.Cell, bench func(*testing.B)) (sample, error) {
 	d0, a0, e0 := cell.Decisions(), cell.Admitted(), cell.Errors()
 	r := testing.Benchmark(bench)
 	if r.N == 0 {
 		return sample{}, fmt.Errorf("%s %s: the benchmark failed", cell.Contender.Name, cell.Workload)
 	}
 	n := float64(cell.Decisions() - d0)
-	s := sample{
+	return sample{
 		ns:       float64(r.T.Nanoseconds()) / float64(r.N),
 		allocs:   float64(r.AllocsPerOp()),
 		bytes:    float64(r.AllocedBytesPerOp()),
 		admitted: float64(cell.Admitted()-a0) / n,
 		errors:   float64(cell.Errors()-e0) / n,
-	}
-	if srv != nil {
-		cpu1, err := srv.CPU(ctx)
-		if err != nil {
-			return sample{}, err
-		}
-		stats, err := srv.CommandStats(ctx)
-		if err != nil {
-			return sample{}, err
-		}
-		var calls int64
-		for name, st := range stats {
-			switch name {
-			case "info", "config|resetstat", "config", "ping", "hello", "client|setinfo", "client", "script|load", "script", "select":
-				continue
-			}
-			calls += st.Calls
-		}
-		// Per decision, not per call: a batch call decides many.
-		s.scriptUsec = float64(stats["evalsha"].Usec) / n
-		s.serverUsec = float64((cpu1 - cpu0).Microseconds()) / n
-		s.calls = float64(calls) / n
-	}
-	return s, nil
-}
-
-func (c *comparison) redisRound(ctx context.Context, srv *benchmarks.Server, rep int) error {
-	if err := flag.Set("test.benchtime", c.redisTime.String()); err != nil {
-		return err
-	}
-	c.logf("round %d/%d: Redis, %d contenders", rep+1, c.count, len(c.order["redis"]))
-	for _, ct := range c.order["redis"] {
-		for _, w := range c.memWorkloads {
-			if ct.Group == "floor" && w.Deny {
-				continue // a floor does not depend on the limit
-			}
-			if ct.Group == "experiment" && w.Keys == 1 {
-				continue // keep the run short: experiments on 10,000 keys only
-			}
-			if err := srv.FlushAll(ctx); err != nil {
-				return err
-			}
-			cell, err := benchmarks.Prepare(ctx, ct, w)
-			if err != nil {
-				return err
-			}
-			for _, callers := range c.redisCallers {
-				s, err := measure(cell, cell.Concurrent(callers), ctx, srv)
-				if err != nil {
-					cell.Close()
-					return err
-				}
-				c.add(cellKey{"redis", ct.Name, w.String(), "c=" + strconv.Itoa(callers)}, s)
-			}
-			cell.Close()
-		}
-	}
-	if c.filter.String() != "" && !c.filter.MatchString("redis-benchmark") {
-		return nil
-	}
-	floors, err := benchmarks.Floors(ctx, srv, time.Now().UnixMilli(), 64, c.floorWorkload)
-	if err != nil {
-		return err
-	}
-	c.logf("round %d/%d: redis-benchmark, %d runs", rep+1, c.count, len(floors))
-	for _, f := range floors {
-		res, err := f.Run(ctx, srv)
-		if err != nil {
-			return err
-		}
-		k := floorKey{f.Name, f.Workload.String(), f.Pipeline}
-		if _, ok := c.floors[k]; !ok {
-			c.floorOrder = append(c.floorOrder, k)
-		}
-		c.floors[k] = append(c.floors[k], res)
-	}
-	return srv.FlushAll(ctx)
+	}, nil
 }
 
 func (c *comparison) add(k cellKey, s sample) {
@@ -335,7 +355,6 @@ func allocs(s sample) float64    { return s.allocs }
 func bytesOp(s sample) float64   { return s.bytes }
 func admitted(s sample) float64  { return s.admitted }
 func errs(s sample) float64      { return s.errors }
-func serverUs(s sample) float64  { return s.serverUsec }
 func scriptUs(s sample) float64  { return s.scriptUsec }
 func calls(s sample) float64     { return s.calls }
 func perSecond(s sample) float64 { return 1e9 / s.ns }
@@ -375,12 +394,13 @@ func (c *comparison) print(w io.Writer) {
 	if c.redisVersion != "" {
 		fmt.Fprintf(w, ", redis-server %s", c.redisVersion)
 	}
-	fmt.Fprintf(w, ". Medians of %d rounds; run took %s.\n\n", c.count, c.elapsed.Round(time.Second))
+	fmt.Fprintf(w, ". Medians of %d rounds; Redis cells: %v warm-up, %v measured, callers %v; run took %s (estimated %s).\n\n",
+		c.count, c.warmup, c.redisTime, c.callers, c.elapsed.Round(time.Second), c.estimate.Round(time.Second))
 	if c.order["memory"] != nil {
 		c.printMemory(w)
 	}
-	if c.skippedRedis != "" {
-		fmt.Fprintf(w, "Redis benchmarks skipped: %s\n\n", c.skippedRedis)
+	for _, msg := range c.skipped {
+		fmt.Fprintf(w, "%s\n\n", msg)
 	}
 	if c.order["redis"] != nil {
 		c.printRedis(w)
@@ -500,101 +520,6 @@ func keysTitle(keys int) string {
 	return humanInt(keys) + " keys"
 }
 
-func (c *comparison) printRedis(w io.Writer) {
-	fmt.Fprintf(w, "## Redis\n\n")
-	fmt.Fprintf(w, "Decisions per second at 1, 8 and 64 concurrent callers (goroutines sharing one client), one redis-server on 127.0.0.1 (FLUSHALL before each contender and workload). At 64 callers also: client allocations and bytes per decision (whole process), the server's CPU time per decision (INFO cpu, used_cpu_sys + used_cpu_user: script, parsing and network I/O), the server's time in EVALSHA per decision (INFO commandstats usec over decisions: the scripts alone; limitkit's stores send up to 16 concurrent decisions in one batch call) and the commands the server ran per decision (those inside scripts included). Both clients run with their defaults (go-redis: a pool of 10 per GOMAXPROCS; rueidis: auto-pipelining), as do limitkit's stores (batching on), except in the rows naming a setting, which are experiments (10,000 keys only). Floors: INCR and `EVALSHA %s` through the same clients.\n\n", benchmarks.TrivialScript)
-	for _, wl := range c.memWorkloads {
-		fmt.Fprintf(w, "### %s, %s\n\n", keysTitle(wl.Keys), wl.Config())
-		header := []string{"contender"}
-		for _, n := range c.redisCallers {
-			header = append(header, fmt.Sprintf("c=%d /s", n))
-		}
-		header = append(header, "allocs (B) /decision", "server CPU µs /decision", "EVALSHA µs /decision", "cmds /decision")
-		var rows [][]string
-		last := "c=" + strconv.Itoa(c.redisCallers[len(c.redisCallers)-1])
-		for _, ct := range c.order["redis"] {
-			wk := wl
-			if ct.Group == "floor" {
-				wk.Deny = false
-			}
-			if _, ok := c.median(cellKey{"redis", ct.Name, wk.String(), last}, ns); !ok {
-				continue // not run on this workload
-			}
-			row := []string{ct.Name}
-			for _, n := range c.redisCallers {
-				k := cellKey{"redis", ct.Name, wk.String(), "c=" + strconv.Itoa(n)}
-				v, ok := c.median(k, perSecond)
-				if !ok {
-					row = append(row, "")
-					continue
-				}
-				row = append(row, humanInt(int(math.Round(v)))+c.admittedNote(k, wk))
-			}
-			k := cellKey{"redis", ct.Name, wk.String(), last}
-			a, _ := c.median(k, allocs)
-			b, _ := c.median(k, bytesOp)
-			us, _ := c.median(k, serverUs)
-			sus, _ := c.median(k, scriptUs)
-			cl, _ := c.median(k, calls)
-			script := "-"
-			if sus > 0 {
-				script = fmt.Sprintf("%.2f", sus)
-			}
-			row = append(row, fmt.Sprintf("%s (%.0f)", fmtAllocs(a), b), fmt.Sprintf("%.1f", us), script, fmt.Sprintf("%.2f", cl))
-			rows = append(rows, row)
-		}
-		table(w, header, rows)
-	}
-	c.printRedisRatios(w)
-}
-
-// printRedisRatios compares, at 64 callers, each limitkit Redis contender
-// with the peers and the redis-benchmark floor of its own script.
-func (c *comparison) printRedisRatios(w io.Writer) {
-	last := "c=" + strconv.Itoa(c.redisCallers[len(c.redisCallers)-1])
-	var peers []benchmarks.Contender
-	for _, ct := range c.order["redis"] {
-		if ct.Group == "peer" {
-			peers = append(peers, ct)
-		}
-	}
-	fmt.Fprintf(w, "### Ratios at %s\n\n", strings.ReplaceAll(last, "c=", "")+" callers")
-	fmt.Fprintf(w, "limitkit's decisions/s over each peer's, and over redis-benchmark's (-c 64) running the same script with the same ARGV at a fixed time (-P 1 and -P 16, see Floors).\n\n")
-	for _, wl := range c.memWorkloads {
-		header := []string{fmt.Sprintf("%s, %s", keysTitle(wl.Keys), wl.Config())}
-		for _, p := range peers {
-			header = append(header, "vs "+p.Name)
-		}
-		hasFloor := slices.Contains(c.floorWorkload, wl) && len(c.floorOrder) > 0
-		if hasFloor {
-			header = append(header, "vs redis-benchmark -P 1", "vs redis-benchmark -P 16")
-		}
-		var rows [][]string
-		for _, ct := range c.order["redis"] {
-			if ct.Algorithm == "" {
-				continue // a peer or a floor
-			}
-			v, ok := c.median(cellKey{"redis", ct.Name, wl.String(), last}, perSecond)
-			if !ok {
-				continue
-			}
-			row := []string{ct.Name}
-			for _, p := range peers {
-				pv, ok := c.median(cellKey{"redis", p.Name, wl.String(), last}, perSecond)
-				row = append(row, ratio(v, pv, ok))
-			}
-			if hasFloor {
-				for _, pl := range []int{1, 16} {
-					fv, ok := c.floorMedian(floorKey{string(ct.Algorithm), wl.String(), pl}, floorRPS)
-					row = append(row, ratio(v, fv, ok))
-				}
-			}
-			rows = append(rows, row)
-		}
-		table(w, header, rows)
-	}
-}
-
 func ratio(v, base float64, ok bool) string {
 	if !ok || base == 0 {
 		return ""
@@ -604,7 +529,7 @@ func ratio(v, base float64, ok bool) string {
 
 func (c *comparison) printFloors(w io.Writer) {
 	fmt.Fprintf(w, "## Floors: redis-benchmark on the same server\n\n")
-	fmt.Fprintf(w, "`redis-benchmark -c 64 -r 10000` (keys `rb:{__rand_int__}` + the algorithm's suffix), requests per second; limitkit's scripts get the ARGV of Rule.LuaArgs at a fixed time (deny-heavy: every key spent first). Server µs per call is INFO commandstats' usec/calls of that command during the -P 16 run.\n\n")
+	fmt.Fprintf(w, "`redis-benchmark -c 64 -r KEYS` (keys `rb:{__rand_int__}` + the algorithm's suffix, KEYS the workload's), requests per second; limitkit's scripts get the ARGV of a take at a fixed time (deny-heavy: every key spent first). Server µs per call is INFO commandstats' usec/calls of that command during the -P 16 run.\n\n")
 	header := []string{"command", "workload", "-P 1 /s", "-P 16 /s", "server µs /call"}
 	var rows [][]string
 	for _, k := range c.floorOrder {
