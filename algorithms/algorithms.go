@@ -135,7 +135,7 @@ func (r Rule) Validate() error {
 	}
 	// A bound that holds for every window is reported before the window.
 	if bound := a.anyWindowBound; r.Limit > bound {
-		return a.limitError(r.Limit, bound)
+		return fmt.Errorf("%w: limit %d is above the %s maximum %d%s", ErrInvalidRule, r.Limit, a.Name, bound, a.LimitNote)
 	}
 	if r.Window < MinWindow {
 		return fmt.Errorf("%w: window is %v; it must be at least %v", ErrInvalidRule, r.Window, MinWindow)
@@ -147,15 +147,10 @@ func (r Rule) Validate() error {
 		return fmt.Errorf("%w: window %v is not a whole number of milliseconds", ErrInvalidRule, r.Window)
 	}
 	if bound := a.LimitBound(r.Window.Milliseconds()); r.Limit > bound {
-		return a.limitError(r.Limit, bound)
+		return fmt.Errorf("%w: limit %d with a window of %v is above the %s maximum %d%s",
+			ErrInvalidRule, r.Limit, r.Window, a.Name, bound, a.LimitNote)
 	}
 	return nil
-}
-
-// limitError reports a limit above the algorithm's bound, with its note on
-// what to change.
-func (a *Algorithm) limitError(limit, bound int64) error {
-	return fmt.Errorf("%w: limit %d is above the %s maximum %d%s", ErrInvalidRule, limit, a.Name, bound, a.LimitNote)
 }
 
 // LimitBound returns the largest Limit that Validate accepts for r's

@@ -16,7 +16,7 @@ var gcra = Algorithm{
 	Refund:     gcraRefund,
 	ChargedAt:  func(s *State, _ int64) int64 { return s.gcra().last },
 	LimitBound: gcraLimitBound,
-	LimitNote:  " for this window (limit × window in ms must be at most 2^53); lengthen the limit's unit or shorten the window",
+	LimitNote:  " (limit × window in ms must be at most 2^53); lengthen the limit's unit or shorten the window",
 	Lua:        gcraLua,
 	Examples: Examples{Limit: 3, Window: 10 * time.Second, Steps: []Example{
 		// A unit every 10 s/3 = 3333.3 ms; a full bucket holds 3.
