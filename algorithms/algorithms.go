@@ -273,6 +273,21 @@ func (r Rule) Peek(s *State, now, cost int64) Outcome {
 	return r.algorithm().Peek(s, now, r.Window.Milliseconds(), r.Limit, cost)
 }
 
+// MoreAfter returns, for an admission that left remaining units and
+// reported resetAfter, how long until the key has more allowance than
+// remaining if nothing else is taken, and whether the algorithm can tell
+// that from the outcome (fixed_window and gcra can; the others report
+// false). It is never early, and at most 1 ms late (gcra's ResetAfter is
+// rounded up to the ms).
+func (r Rule) MoreAfter(remaining int64, resetAfter time.Duration) (time.Duration, bool) {
+	f := r.algorithm().MoreAfter
+	if f == nil {
+		return 0, false
+	}
+	ms, ok := f(r.Window.Milliseconds(), r.Limit, remaining, resetAfter.Milliseconds())
+	return time.Duration(ms) * time.Millisecond, ok
+}
+
 // windowStart returns the start of the window of length w that holds now,
 // given the start of the window recorded last. While now is inside the
 // recorded window, that is the answer without a division; the Lua twins take

@@ -15,7 +15,9 @@ var fixedWindow = Algorithm{
 	Refund:     fixedWindowRefund,
 	ChargedAt:  countersChargedAt,
 	LimitBound: func(int64) int64 { return MaxLimit },
-	Lua:        fixedWindowLua,
+	// The window's whole count goes at its end, and nothing before.
+	MoreAfter: func(_, _, _, resetAfter int64) (int64, bool) { return resetAfter, resetAfter > 0 },
+	Lua:       fixedWindowLua,
 	Examples: Examples{Limit: 3, Window: 10 * time.Second, Steps: []Example{
 		take(0, 1, true, 2, 0, 10*sec),
 		take(0, 1, true, 1, 0, 10*sec),

@@ -16,6 +16,7 @@ var gcra = Algorithm{
 	Refund:     gcraRefund,
 	ChargedAt:  func(s *State, _ int64) int64 { return s.gcra().last },
 	LimitBound: gcraLimitBound,
+	MoreAfter:  gcraMoreAfter,
 	LimitNote:  " (limit × window in ms must be at most 2^53); lengthen the limit's unit or shorten the window",
 	Lua:        gcraLua,
 	Examples: Examples{Limit: 3, Window: 10 * time.Second, Steps: []Example{
@@ -145,4 +146,19 @@ func gcraRefund(s *State, at, w, limit, cost int64) {
 	if g := s.gcra(); g.last == at && g.counted == limit && g.debt > 0 {
 		g.debt = max(g.debt-cost*w, 0)
 	}
+}
+
+// gcraMoreAfter: the bucket drains one unit every w/limit ms and is empty
+// at resetAfter, so one more unit is free (limit-remaining-1) units' drain
+// before that, rounded up to the ms. In ms*limit units every value stays
+// below 2^63: limit*w is at most 2^53 (LimitBound).
+func gcraMoreAfter(w, limit, remaining, resetAfter int64) (int64, bool) {
+	if limit <= 0 || remaining < 0 || remaining >= limit || resetAfter <= 0 || w <= 0 {
+		return 0, false
+	}
+	num := resetAfter*limit - w*(limit-remaining-1)
+	if num <= 0 {
+		return 0, false
+	}
+	return (num + limit - 1) / limit, true
 }

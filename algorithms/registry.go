@@ -29,6 +29,12 @@ type Algorithm struct {
 	Peek      func(s *State, now, w, limit, cost int64) Outcome
 	Refund    func(s *State, at, w, limit, cost int64)
 	ChargedAt func(s *State, now int64) int64
+	// MoreAfter, when set, tells from an admission's outcome how many ms
+	// until the key has more allowance than Remaining (the RateLimit
+	// header draft's effective window), and whether the outcome tells it
+	// exactly; nil when it cannot (the logs, whose outcome does not say
+	// when their oldest entry slides out). See Rule.MoreAfter.
+	MoreAfter func(w, limit, remaining, resetAfter int64) (int64, bool)
 	// LimitBound is the largest limit the algorithm accepts with a window
 	// of w ms (see Rule.LimitBound).
 	LimitBound func(w int64) int64
