@@ -11,6 +11,14 @@
 //     approximate (never under-counts).
 //   - "fixed_window": one counter per window; cheapest, but admits up to
 //     twice the limit across a window boundary.
+//   - "compact_log": the decisions of "sliding_log", stored on Redis in one
+//     string of 7-byte timestamps (840 B for a full key at limit 100).
+//   - "two_level": a counter until a key uses half its limit in a window,
+//     then an exact log; never over the limit.
+//   - "gcra": a token bucket: Limit per Window as a rate, bursts of up to
+//     Limit.
+//
+// algorithms.Names lists them; the README compares them.
 //
 // Typical use:
 //
@@ -39,17 +47,15 @@
 package limiter
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/clock"
+	"github.com/limitkit/limitkit/internal/boundid"
 )
 
 // Errors reported for bad input; test with errors.Is.
@@ -70,8 +76,8 @@ const DefaultPrefix = "limitkit:"
 //	 "on_failure": "fail_closed",
 //	 "guard": {"limit": 1000, "window": "24h", "on_failure": "fail_closed"}}
 type Config struct {
-	// Algorithm is "sliding_log" (default), "sliding_counter" or
-	// "fixed_window".
+	// Algorithm is "sliding_log" (default), "compact_log", "two_level",
+	// "sliding_counter", "gcra" or "fixed_window" (see the package doc).
 	Algorithm algorithms.Name
 	// Limit is the number of units admitted per Window. Required, 1 to
 	// 2^53 (10,000 for sliding_log).
@@ -142,6 +148,7 @@ const GuardRule = 1
 const guardPrefix = "guard:"
 
 // ruleJSON is the part of Config and Guard written the same way in JSON.
+// It serves MarshalJSON; reading goes through decodeConfig (decode.go).
 type ruleJSON struct {
 	Algorithm algorithms.Name       `json:"algorithm,omitempty"`
 	Limit     int64                 `json:"limit"`
@@ -159,49 +166,8 @@ type configJSON struct {
 
 type guardJSON struct{ ruleJSON }
 
-func (j ruleJSON) window(field string) (time.Duration, error) {
-	if j.Window == "" {
-		return 0, nil
-	}
-	w, err := time.ParseDuration(j.Window)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %s %q: write it as a duration such as \"1m\" or \"500ms\": %w", ErrInvalidConfig, field, j.Window, err)
-	}
-	return w, nil
-}
-
 func toRuleJSON(alg algorithms.Name, limit int64, window time.Duration, onFailure backend.FailurePolicy, mode Mode) ruleJSON {
 	return ruleJSON{Algorithm: alg, Limit: limit, Window: window.String(), OnFailure: onFailure, Mode: mode}
-}
-
-// UnmarshalJSON reads a Config, with windows as duration strings such as
-// "1m" or "500ms". Unknown fields are errors, so that typos do not pass
-// silently.
-func (c *Config) UnmarshalJSON(data []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	var j configJSON
-	if err := dec.Decode(&j); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) && strings.HasSuffix(typeErr.Field, "window") {
-			return fmt.Errorf("%w: %s must be a duration string such as \"1m\" or \"500ms\": %w", ErrInvalidConfig, typeErr.Field, err)
-		}
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	w, err := j.window("window")
-	if err != nil {
-		return err
-	}
-	cfg := Config{Algorithm: j.Algorithm, Limit: j.Limit, Window: w, Prefix: j.Prefix, OnFailure: j.OnFailure, Mode: j.Mode}
-	if j.Guard != nil {
-		gw, err := j.Guard.window("guard.window")
-		if err != nil {
-			return err
-		}
-		cfg.Guard = &Guard{Algorithm: j.Guard.Algorithm, Limit: j.Guard.Limit, Window: gw, OnFailure: j.Guard.OnFailure, Mode: j.Guard.Mode}
-	}
-	*c = cfg
-	return nil
 }
 
 // MarshalJSON writes a Config with windows as duration strings.
@@ -410,11 +376,11 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 		}
 		wait := max(d.RetryAfter, minWait)
 		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
-			return d, fmt.Errorf("limiter: waiting %v for %q would pass the context deadline: %w", wait, key, context.DeadlineExceeded)
+			return d, fmt.Errorf("limiter: waiting %v for %s would pass the context deadline: %w", wait, boundid.Quote(key), context.DeadlineExceeded)
 		}
 		select {
 		case <-ctx.Done():
-			return d, fmt.Errorf("limiter: wait for %q: %w", key, ctx.Err())
+			return d, fmt.Errorf("limiter: wait for %s: %w", boundid.Quote(key), ctx.Err())
 		case <-clock.After(l.clock, wait):
 		}
 	}

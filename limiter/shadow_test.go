@@ -26,7 +26,7 @@ type outcomes struct {
 
 func (o *outcomes) observer() observe.Observer {
 	o.n = map[string]int{}
-	return observe.Observer{OnDecision: func(d observe.Decision) {
+	return observe.Observer{OnDecision: func(_ context.Context, d observe.Decision) {
 		o.mu.Lock()
 		o.n[d.Policy+" "+d.Outcome()]++
 		o.mu.Unlock()

@@ -23,6 +23,6 @@ func (s *store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 		policy = reqs[0].Key.Prefix
 	}
 	// The limiter sends its shadow rules in a call of their own.
-	s.report(TakeAll, policy, int64(len(reqs)), start, res, err, len(reqs) > 0 && reqs[0].Shadow)
+	s.report(ctx, TakeAll, policy, int64(len(reqs)), start, res, err, len(reqs) > 0 && reqs[0].Shadow)
 	return res, err
 }
