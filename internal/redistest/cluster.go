@@ -67,6 +67,7 @@ func StartCluster(t testing.TB, masters, replicasPerMaster int, opts ...Option) 
 		t.Fatalf("redistest: StartCluster(%d, %d): need at least 3 masters and no negative replica count", masters, replicasPerMaster)
 	}
 	o := applyOptions(opts)
+	refuseTLS(t, o, "StartCluster")
 	extra := append([]string{
 		"--cluster-enabled", "yes",
 		"--cluster-config-file", clusterConfigFile,

@@ -14,6 +14,7 @@ import (
 func StartReplica(t testing.TB, master *Server, opts ...Option) *Server {
 	t.Helper()
 	o := applyOptions(opts)
+	refuseTLS(t, o, "StartReplica")
 	replica := startServer(t, dataSpec("replica",
 		append([]string{"--replicaof", loopback, strconv.Itoa(master.Port())}, o.args...)))
 	WaitInSync(t, master, replica)

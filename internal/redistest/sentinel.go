@@ -67,6 +67,7 @@ func StartSentinel(t testing.TB, opts ...Option) *Sentinel {
 	t.Helper()
 	Require(t, redisServerBin)
 	o := applyOptions(opts)
+	refuseTLS(t, o, "StartSentinel")
 	master := startServer(t, dataSpec("master", o.args))
 	replica := StartReplica(t, master, opts...)
 	deadline := time.Now().Add(sentinelTimeout)
