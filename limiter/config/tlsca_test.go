@@ -10,11 +10,14 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"maps"
 	"math/big"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -137,23 +140,29 @@ func (p *pki) opts() []string {
 	return []string{"tls_ca", p.ca, "tls_cert", p.clientCert, "tls_key", p.clientKey}
 }
 
-// The ACL user of the tests, and the commands it is granted: the minimal
-// set both clients and stores need (TestACLMinimalCommands finds it), for
-// every algorithm, Peek, Reset, batching and server_time. README's config
-// section lists the same.
+// The ACL user of the tests and the commands it is granted: the minimal
+// set the stores and both clients need (TestACLMinimalCommands holds
+// it), for every algorithm, Peek, Reset, batching and server_time. The
+// README's config section lists the same.
 const (
 	aclUser     = "limiter"
 	aclPassword = "pw-Zq81-never-printed"
 )
 
-var aclCommands = []string{
+// aclClientCommands are what the stores and clients send themselves.
+var aclClientCommands = []string{
 	"evalsha", "eval", "evalsha_ro", "eval_ro", "del",
-	// rueidis turns client-side caching on at connect
-	"client|tracking",
-	// called by the scripts
-	"get", "set", "getrange", "setrange", "pexpire", "time",
-	"zadd", "zcard", "zcount", "zrange", "zrangebyscore", "zrem", "zremrangebyrank", "zremrangebyscore",
+	"client|tracking", // rueidis turns client-side caching on at connect
 }
+
+// aclScriptCommands are what the Lua scripts call: Redis checks a script's
+// commands against the user's ACL too.
+var aclScriptCommands = []string{
+	"get", "getrange", "pexpire", "set", "setrange", "time", "zadd", "zcard", "zcount", "zrange",
+	"zrangebyscore", "zrem", "zremrangebyrank", "zremrangebyscore",
+}
+
+var aclCommands = append(slices.Clone(aclClientCommands), aclScriptCommands...)
 
 // setACLUser (re)creates the ACL user with the key prefix "limitkit:*" and
 // cmds.
@@ -347,11 +356,32 @@ func TestTLSErrors(t *testing.T) {
 	}
 }
 
-// TestACLMinimalCommands: aclCommands is exactly what the stores need:
-// with it both clients decide (exercise passes), and without any one of
-// its commands at least one client fails with NOPERM. The scripts are
-// flushed before each try, so that the EVAL fallbacks run too.
+// TestACLMinimalCommands: aclCommands is exactly what the stores need.
+// With it both clients decide (exercise passes); without any one of
+// aclClientCommands at least one client is refused it; and
+// aclScriptCommands are the commands the Lua sources call, no more (a
+// small workload does not reach every branch of the scripts, so these
+// are read from the source). The scripts are flushed before each try, so
+// that the EVAL fallbacks run too.
 func TestACLMinimalCommands(t *testing.T) {
+	srcs, err := filepath.Glob("../../algorithms/*.lua")
+	require.NoError(t, err)
+	require.NotEmpty(t, srcs)
+	called := map[string]bool{}
+	re := regexp.MustCompile(`redis\.p?call\(\s*(.)`)
+	name := regexp.MustCompile(`redis\.p?call\(\s*'([A-Za-z_|]+)'`)
+	for _, src := range srcs {
+		b, err := os.ReadFile(src)
+		require.NoError(t, err)
+		for _, m := range re.FindAllSubmatch(b, -1) {
+			require.Equal(t, "'", string(m[1]), "%s: a redis.call whose command is not a literal: list it by hand", src)
+		}
+		for _, m := range name.FindAllSubmatch(b, -1) {
+			called[strings.ToLower(string(m[1]))] = true
+		}
+	}
+	require.ElementsMatch(t, aclScriptCommands, slices.Collect(maps.Keys(called)))
+
 	if testing.Short() {
 		t.Skip("tries each command's removal against a real server")
 	}
@@ -369,15 +399,51 @@ func TestACLMinimalCommands(t *testing.T) {
 	for _, client := range []string{GoRedis, Rueidis} {
 		require.NoError(t, try(aclCommands, client), client)
 	}
-	for i, cmd := range aclCommands {
-		without := append(append([]string{}, aclCommands[:i]...), aclCommands[i+1:]...)
+	for _, cmd := range aclClientCommands {
+		without := slices.DeleteFunc(slices.Clone(aclCommands), func(c string) bool { return c == cmd })
 		var errs []error
 		for _, client := range []string{GoRedis, Rueidis} {
 			if err := try(without, client); err != nil {
 				require.ErrorContains(t, err, "NOPERM", "without %s, %s", cmd, client)
 				errs = append(errs, err)
+				t.Logf("%s needs %s", client, cmd)
 			}
 		}
-		require.NotEmpty(t, errs, "neither client needs %s: drop it from aclCommands", cmd)
+		require.NotEmpty(t, errs, "neither client needs %s: drop it from aclClientCommands", cmd)
+	}
+}
+
+// TestTLSOptionsEveryForm: every rediss form with both clients carries the
+// tls_ options into the TLS configuration the client dials with (for
+// go-redis sentinels too; rueidis dials its sentinels without TLS, as it
+// did before), and none reaches a client parser (which would refuse it).
+// Control: the same URLs without the options have no CA and no
+// certificate.
+func TestTLSOptionsEveryForm(t *testing.T) {
+	p := newPKI(t)
+	q := "tls_ca=" + url.QueryEscape(p.ca) + "&tls_cert=" + url.QueryEscape(p.clientCert) + "&tls_key=" + url.QueryEscape(p.clientKey) +
+		"&tls_server_name=" + serverName
+	for _, u := range []string{
+		"rediss://u:pw@127.0.0.1:6379/0?",
+		"rediss+cluster://u:pw@127.0.0.1:7000?addr=127.0.0.1:7001&",
+		"rediss+sentinel://u:pw@127.0.0.1:26379?master_name=m&",
+	} {
+		for _, client := range []string{GoRedis, Rueidis} {
+			b := Backend{URL: u + q, Client: client}
+			tg, err := b.target()
+			require.NoError(t, err, u)
+			conf := tg.tlsConfig()
+			require.NotNil(t, conf, u)
+			require.NotNil(t, conf.RootCAs, u)
+			require.Len(t, conf.Certificates, 1, u)
+			require.Equal(t, serverName, conf.ServerName, u)
+
+			b.URL = strings.TrimSuffix(u, "&")
+			b.URL = strings.TrimSuffix(b.URL, "?")
+			tg, err = b.target()
+			require.NoError(t, err, u)
+			require.Nil(t, tg.tlsConfig().RootCAs, u)
+			require.Empty(t, tg.tlsConfig().Certificates, u)
+		}
 	}
 }
