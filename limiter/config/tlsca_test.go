@@ -347,6 +347,7 @@ func TestTLSErrors(t *testing.T) {
 			t.Run(client+"/"+c.name, func(t *testing.T) {
 				err := buildFrom(t, fmt.Sprintf(aclFile, c.url, client), exercise)
 				require.Error(t, err)
+				t.Log(err)
 				require.ErrorContains(t, err, c.want)
 				for _, secret := range []string{aclPassword, content, "PRIVATE KEY", keyLine[:16]} {
 					require.NotContains(t, err.Error(), secret)
@@ -398,6 +399,14 @@ func TestACLMinimalCommands(t *testing.T) {
 	}
 	for _, client := range []string{GoRedis, Rueidis} {
 		require.NoError(t, try(aclCommands, client), client)
+		// TIME only with server_time (the control: with it, removing
+		// "time" fails below).
+		noTime := slices.DeleteFunc(slices.Clone(aclCommands), func(c string) bool { return c == "time" })
+		setACLUser(t, srv, noTime)
+		u := tlsURL(srv, aclUser+":"+aclPassword, p.opts()...)
+		file := strings.Replace(fmt.Sprintf(aclFile, u, client), "server_time: true", "server_time: false", 1)
+		require.NoError(t, buildFrom(t, file, exercise), client)
+		require.ErrorContains(t, try(noTime, client), "can't run this command", client)
 	}
 	for _, cmd := range aclClientCommands {
 		without := slices.DeleteFunc(slices.Clone(aclCommands), func(c string) bool { return c == cmd })
