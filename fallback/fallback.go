@@ -72,17 +72,18 @@ const (
 // answer (Reset) when the primary could not be reached.
 var ErrUnavailable = errors.New("fallback: primary store unavailable")
 
-// State is the breaker's state.
-type State string
+// State is the breaker's state. It is backend.BreakerState, so that
+// observers (limiter/observe) name it without linking this package.
+type State = backend.BreakerState
 
 // The breaker's states.
 const (
 	// Closed: decisions come from the primary.
-	Closed State = "closed"
+	Closed = backend.BreakerClosed
 	// Open: the primary is skipped; decisions follow the policy.
-	Open State = "open"
+	Open = backend.BreakerOpen
 	// HalfOpen: a bounded number of probes go to the primary.
-	HalfOpen State = "half-open"
+	HalfOpen = backend.BreakerHalfOpen
 )
 
 func stateOf(s gobreaker.State) State {
@@ -96,12 +97,9 @@ func stateOf(s gobreaker.State) State {
 	}
 }
 
-// StateChange describes one transition of the breaker.
-type StateChange struct {
-	From, To State
-	// At is when the breaker changed state.
-	At time.Time
-}
+// StateChange describes one transition of the breaker; it is
+// backend.StateChange (see State).
+type StateChange = backend.StateChange
 
 // Policy decides requests the primary cannot. It is backend.FailurePolicy,
 // so a request can carry its own (backend.Request.OnFailure); requests that

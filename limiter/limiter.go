@@ -34,12 +34,9 @@
 package limiter
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
@@ -130,6 +127,7 @@ const GuardRule = 1
 const guardPrefix = "guard:"
 
 // ruleJSON is the part of Config and Guard written the same way in JSON.
+// It serves MarshalJSON; reading goes through decodeConfig (decode.go).
 type ruleJSON struct {
 	Algorithm algorithms.Name       `json:"algorithm,omitempty"`
 	Limit     int64                 `json:"limit"`
@@ -146,49 +144,8 @@ type configJSON struct {
 
 type guardJSON struct{ ruleJSON }
 
-func (j ruleJSON) window(field string) (time.Duration, error) {
-	if j.Window == "" {
-		return 0, nil
-	}
-	w, err := time.ParseDuration(j.Window)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %s %q: write it as a duration such as \"1m\" or \"500ms\": %w", ErrInvalidConfig, field, j.Window, err)
-	}
-	return w, nil
-}
-
 func toRuleJSON(alg algorithms.Name, limit int64, window time.Duration, onFailure backend.FailurePolicy) ruleJSON {
 	return ruleJSON{Algorithm: alg, Limit: limit, Window: window.String(), OnFailure: onFailure}
-}
-
-// UnmarshalJSON reads a Config, with windows as duration strings such as
-// "1m" or "500ms". Unknown fields are errors, so that typos do not pass
-// silently.
-func (c *Config) UnmarshalJSON(data []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	var j configJSON
-	if err := dec.Decode(&j); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) && strings.HasSuffix(typeErr.Field, "window") {
-			return fmt.Errorf("%w: %s must be a duration string such as \"1m\" or \"500ms\": %w", ErrInvalidConfig, typeErr.Field, err)
-		}
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	w, err := j.window("window")
-	if err != nil {
-		return err
-	}
-	cfg := Config{Algorithm: j.Algorithm, Limit: j.Limit, Window: w, Prefix: j.Prefix, OnFailure: j.OnFailure}
-	if j.Guard != nil {
-		gw, err := j.Guard.window("guard.window")
-		if err != nil {
-			return err
-		}
-		cfg.Guard = &Guard{Algorithm: j.Guard.Algorithm, Limit: j.Guard.Limit, Window: gw, OnFailure: j.Guard.OnFailure}
-	}
-	*c = cfg
-	return nil
 }
 
 // MarshalJSON writes a Config with windows as duration strings.

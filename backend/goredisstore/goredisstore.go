@@ -70,57 +70,9 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/internal/redisopt"
 	"github.com/limitkit/limitkit/internal/redisscript"
 )
-
-// Option configures a Store.
-type Option func(*config)
-
-type config struct {
-	opts redisscript.Options
-}
-
-// WithServerTime makes every decision at the Redis server's time (the
-// scripts call TIME) instead of the request's Now. Use it when the clocks of
-// the processes sharing a limit cannot be trusted. Requests' Now is then
-// ignored, so a fake clock has no effect.
-func WithServerTime() Option {
-	return func(c *config) { c.opts.ServerTime = true }
-}
-
-// WithReplicaAck makes every admission wait until at least replicas
-// replicas acknowledged its writes (WAIT replicas timeout, pipelined with
-// the script on the same connection), for limits that must survive a
-// failover. Admissions fewer replicas acknowledged within timeout are
-// decided by onShort (backend.DenyUnconfirmed or backend.AdmitUnconfirmed).
-// It needs a single-master client (redis.Client, including sentinel
-// failover clients); New refuses cluster clients. Each admission costs up
-// to timeout more when replicas lag.
-func WithReplicaAck(replicas int, timeout time.Duration, onShort backend.OnShortAck) Option {
-	return func(c *config) {
-		c.opts.Ack = redisscript.Ack{Replicas: replicas, Timeout: timeout, OnShort: onShort}
-	}
-}
-
-// DefaultBatch is how many concurrent Takes may travel together in one
-// script call unless WithBatching says otherwise.
-const DefaultBatch = redisscript.DefaultBatch
-
-// WithBatching sets how many concurrent Takes may travel together in one
-// script call (default DefaultBatch). Redis decides them one after the
-// other, exactly as separate calls; a key of the wrong type fails only its
-// own request. Under load this cuts the work per decision on the server and
-// in the client (one command parsed, sent and read for many decisions); a
-// lone caller is sent at once, with nothing to wait for. 1 sends every Take
-// alone; New refuses a max below 1. Batching applies to single-master
-// clients (standalone or sentinel) without WithReplicaAck; Peek, TakeAll
-// and Reset are always sent alone. A batch is sent with the context of the
-// Take that sends it (its values and deadline, not its cancellation); a
-// Take that stops waiting (its context ended) is withdrawn if still
-// queued, or else abandoned in flight, and may then still be counted.
-func WithBatching(max int) Option {
-	return func(c *config) { c.opts.Batch = max }
-}
 
 // Store is a backend.Store in Redis. It is safe for concurrent use.
 type Store struct {
@@ -135,14 +87,11 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("goredisstore: the client is nil")
 	}
-	c := config{opts: redisscript.Options{Batch: DefaultBatch}}
-	for _, opt := range opts {
-		opt(&c)
+	ropts, err := redisopt.Resolve("goredisstore", opts)
+	if err != nil {
+		return nil, err
 	}
-	if c.opts.Batch < 1 {
-		return nil, fmt.Errorf("goredisstore: batch size %d is below 1", c.opts.Batch)
-	}
-	r, err := redisscript.New(conn{client}, "goredisstore", c.opts)
+	r, err := redisscript.New(conn{client}, "goredisstore", ropts)
 	if err != nil {
 		return nil, err
 	}

@@ -298,3 +298,49 @@ func TestValidateInGo(t *testing.T) {
 	_, err = cfg.Build(context.Background())
 	require.ErrorIs(t, err, limiter.ErrInvalidConfig)
 }
+
+// TestOneDecodingPath: a policy in a file and a limiter.Config in JSON are
+// read by the same code: the same input gives the same Config, or the same
+// error naming the same field. A check added to one path only fails here.
+func TestOneDecodingPath(t *testing.T) {
+	for _, policy := range []string{
+		`{"limit": 5, "window": "1m", "algorithm": "gcra", "prefix": "p:", "on_failure": "local:2"}`,
+		`{"limit": 5, "window": "1m", "guard": {"limit": 50, "window": "1h", "on_failure": "fail_closed"}}`,
+		`{"limit": 5, "window": 60}`,
+		`{"limit": 5, "window": "1 minute"}`,
+		`{"limit": "5", "window": "1m"}`,
+		`{"limit": 5.5, "window": "1m"}`,
+		`{"limit": 5, "window": "1m", "lmt": 1}`,
+		`{"limit": 5, "window": "1m", "limit": 6}`,
+		`{"limit": 5, "window": "1m", "prefix": 7}`,
+		`{"limit": 5, "window": "1m", "prefix": null}`,
+		`{"limit": 5, "window": "1m", "on_failure": "sometimes"}`,
+		`{"limit": 5, "window": "1m", "guard": {"limit": 5, "windw": "1h"}}`,
+		`{"limit": 5, "window": "1m", "guard": 3}`,
+		`[5]`,
+	} {
+		var fromJSON limiter.Config
+		jsonErr := json.Unmarshal([]byte(policy), &fromJSON)
+		// Parse validates too; compare with a file whose only problem is
+		// the one the decoder finds.
+		cfg, fileErr := Parse([]byte(`{"backend": {"url": "memory://"}, "policies": {"p": `+policy+`}}`), JSON)
+		if jsonErr == nil {
+			require.NoError(t, fileErr, policy)
+			fromJSON.Prefix = policyPrefix("p", fromJSON)
+			require.Equal(t, fromJSON, cfg.Policies[0].Config, policy)
+			continue
+		}
+		var e *Error
+		require.ErrorAs(t, fileErr, &e, policy)
+		require.ErrorIs(t, jsonErr, limiter.ErrInvalidConfig, policy)
+		// limiter: "limitkit: invalid rule: window: msg"; the file: field
+		// "policies.p.window", message msg.
+		field, _ := strings.CutPrefix(e.Field, "policies.p")
+		field = strings.TrimPrefix(field, ".")
+		want := e.Err.Error()
+		if field != "" {
+			want = field + ": " + want
+		}
+		require.Equal(t, limiter.ErrInvalidConfig.Error()+": "+want, jsonErr.Error(), policy)
+	}
+}

@@ -259,7 +259,7 @@ func countingStore(t *testing.T) (backend.Store, *atomic.Int64) {
 	mem, err := memorystore.New()
 	require.NoError(t, err)
 	var n atomic.Int64
-	return observe.Wrap(mem, observe.Observer{OnDecision: func(observe.Decision) { n.Add(1) }}), &n
+	return observe.Wrap(mem, observe.Observer{OnDecision: func(context.Context, observe.Decision) { n.Add(1) }}), &n
 }
 
 func TestMethodPatterns(t *testing.T) {

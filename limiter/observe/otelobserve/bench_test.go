@@ -1,6 +1,7 @@
 package otelobserve_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -19,9 +20,10 @@ func BenchmarkDecision(b *testing.B) {
 		b.Fatal(err)
 	}
 	on := m.Observer().OnDecision
+	ctx := context.Background()
 	d := observe.Decision{Op: observe.Take, Policy: "api:", Allowed: true, Cost: 1, Latency: 300 * time.Microsecond}
 	b.ReportAllocs()
 	for b.Loop() {
-		on(d)
+		on(ctx, d)
 	}
 }

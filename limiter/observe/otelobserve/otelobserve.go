@@ -13,6 +13,7 @@
 // dashboard reads both):
 //
 //	limitkit.decisions                    counter {decision}  policy, outcome (allowed, denied, error), degraded (bool)
+//	limitkit.cached_denials               counter {decision}  policy: denials a deny cache answered without a store call
 //	limitkit.decision.duration            histogram s         policy: the store call's latency, errors included
 //	limitkit.breaker.state                gauge               breaker, state: 1 for the current state, 0 for the others
 //	limitkit.breaker.transitions          counter             breaker, to
@@ -101,6 +102,7 @@ func WithBuckets(b []float64) Option {
 // is safe for concurrent use.
 type Metrics struct {
 	decisions   metric.Int64Counter
+	cached      metric.Int64Counter
 	latency     metric.Float64Histogram
 	transitions metric.Int64Counter
 	policies    policies
@@ -135,6 +137,9 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 	var err error
 	m.decisions, err = meter.Int64Counter("limitkit.decisions", metric.WithUnit("{decision}"),
 		metric.WithDescription("Rate limit decisions, by policy (key prefix), outcome (allowed, denied, error) and whether a fallback policy made them (degraded)."))
+	add(err)
+	m.cached, err = meter.Int64Counter("limitkit.cached_denials", metric.WithUnit("{decision}"),
+		metric.WithDescription("Denials a deny cache (backend/denycache) answered without a store call, by policy."))
 	add(err)
 	m.latency, err = meter.Float64Histogram("limitkit.decision.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time the store took to decide, errors included, by policy."),
@@ -208,7 +213,9 @@ func outcomeIndex(d observe.Decision) int {
 	}
 }
 
-func (m *Metrics) decision(d observe.Decision) {
+// decision records d with the call's context, so that the SDK can take
+// exemplars (trace ids) from it.
+func (m *Metrics) decision(ctx context.Context, d observe.Decision) {
 	if d.Op != observe.Take && d.Op != observe.TakeAll {
 		return
 	}
@@ -217,9 +224,11 @@ func (m *Metrics) decision(d observe.Decision) {
 	if d.Degraded {
 		degraded = 1
 	}
-	ctx := context.Background()
 	// Passed as ready-made slices: a variadic call would allocate one.
 	m.decisions.Add(ctx, 1, p.decisions[outcomeIndex(d)][degraded]...)
+	if d.Cached {
+		m.cached.Add(ctx, 1, p.policy...)
+	}
 	m.latency.Record(ctx, d.Latency.Seconds(), p.latency...)
 }
 
@@ -276,11 +285,13 @@ type policies struct {
 // decision allocates nothing for them.
 type policyAttrs struct {
 	decisions [len(outcomes)][2][]metric.AddOption // by outcome, degraded
+	policy    []metric.AddOption
 	latency   []metric.RecordOption
 }
 
 func newPolicyAttrs(name string) *policyAttrs {
-	p := &policyAttrs{latency: []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("policy", name)))}}
+	set := attribute.NewSet(attribute.String("policy", name))
+	p := &policyAttrs{latency: []metric.RecordOption{metric.WithAttributeSet(set)}, policy: []metric.AddOption{metric.WithAttributeSet(set)}}
 	for i, o := range outcomes {
 		for deg := range 2 {
 			p.decisions[i][deg] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(

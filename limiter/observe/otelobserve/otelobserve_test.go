@@ -241,7 +241,7 @@ func TestPolicyCapUnderConcurrency(t *testing.T) {
 				defer done.Done()
 				ready.Done()
 				<-release
-				obs.OnDecision(observe.Decision{Op: observe.Take, Policy: fmt.Sprintf("p%d:", g), Allowed: true})
+				obs.OnDecision(context.Background(), observe.Decision{Op: observe.Take, Policy: fmt.Sprintf("p%d:", g), Allowed: true})
 			}()
 		}
 		ready.Wait()
