@@ -363,7 +363,8 @@ func TestTLSErrors(t *testing.T) {
 // aclScriptCommands are the commands the Lua sources call, no more (a
 // small workload does not reach every branch of the scripts, so these
 // are read from the source). The scripts are flushed before each try, so
-// that the EVAL fallbacks run too.
+// that the EVAL fallbacks run too. TIME is needed only with server_time,
+// WAIT only with replica_ack.
 func TestACLMinimalCommands(t *testing.T) {
 	srcs, err := filepath.Glob("../../algorithms/*.lua")
 	require.NoError(t, err)
@@ -407,6 +408,21 @@ func TestACLMinimalCommands(t *testing.T) {
 		file := strings.Replace(fmt.Sprintf(aclFile, u, client), "server_time: true", "server_time: false", 1)
 		require.NoError(t, buildFrom(t, file, exercise), client)
 		require.ErrorContains(t, try(noTime, client), "can't run this command", client)
+
+		// replica_ack needs WAIT (no replica here: admitted unconfirmed).
+		ack := strings.Replace(fmt.Sprintf(aclFile, u, client), "server_time: true",
+			"server_time: true\n  replica_ack: {replicas: 1, timeout: 10ms, on_short: admit}", 1)
+		allowOnce := func(ctx context.Context, set *Set) error {
+			d, err := set.Limiter("fixed").Allow(ctx, "ack")
+			if err == nil && !d.Unconfirmed {
+				return fmt.Errorf("not waited for: %+v", d)
+			}
+			return err
+		}
+		setACLUser(t, srv, append(slices.Clone(aclCommands), "wait"))
+		require.NoError(t, buildFrom(t, ack, allowOnce), client)
+		setACLUser(t, srv, aclCommands)
+		require.ErrorContains(t, buildFrom(t, ack, allowOnce), "NOPERM", client)
 	}
 	for _, cmd := range aclClientCommands {
 		without := slices.DeleteFunc(slices.Clone(aclCommands), func(c string) bool { return c == cmd })
