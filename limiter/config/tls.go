@@ -272,7 +272,8 @@ func explainTLS(err error, asked, sentCert bool) string {
 func confirm(c *tls.Conn, addr string, deadline time.Time, sentCert bool) error {
 	_ = c.SetDeadline(deadline)
 	defer c.SetDeadline(time.Time{})
-	_, err := c.Write([]byte("PING\r\n"))
+	// A RESP array, not an inline command: proxies may take only arrays.
+	_, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n"))
 	var line [256]byte
 	n := 0
 	for err == nil && (n == 0 || line[n-1] != '\n') && n < len(line) {
