@@ -472,3 +472,43 @@ func TestTLSOptionsEveryForm(t *testing.T) {
 		}
 	}
 }
+
+// TestTLSSentinel: rediss+sentinel:// reaches a TLS-only master that
+// requires client certificates, with the private CA and an ACL user:
+// rueidis through sentinels in plain RESP (it dials sentinels without
+// TLS), go-redis through sentinels with a TLS port (it dials them with
+// TLS; control: their plain port fails). The user needs ROLE too (rueidis checks the
+// master's role; the control: without it, NOPERM). Control: without
+// tls_cert the master refuses the connection, and the error says so.
+func TestTLSSentinel(t *testing.T) {
+	p := newPKI(t)
+	sn := redistest.StartSentinel(t, redistest.WithTLS(p.serverCert, p.serverKey, p.ca, p.client),
+		redistest.WithArgs("--tls-auth-clients", "yes"))
+	// rueidis asks the master for its ROLE: a sentinel URL's user needs it.
+	setACLUser(t, sn.Master, aclCommands)
+	base := "rediss+sentinel://" + aclUser + ":" + aclPassword + "@" + sn.SentinelAddrs()[0] + "?master_name=" + sn.MasterName
+	u := base + "&tls_ca=" + url.QueryEscape(p.ca) + "&tls_cert=" + url.QueryEscape(p.clientCert) + "&tls_key=" + url.QueryEscape(p.clientKey)
+	require.ErrorContains(t, buildFrom(t, fmt.Sprintf(aclFile, u, Rueidis), exercise), "NOPERM this user has no permissions to run the 'role' command")
+	setACLUser(t, sn.Master, append(slices.Clone(aclCommands), "role"))
+	require.NoError(t, buildFrom(t, fmt.Sprintf(aclFile, u, Rueidis), exercise))
+
+	u = base + "&tls_ca=" + url.QueryEscape(p.ca)
+	err := buildFrom(t, fmt.Sprintf(aclFile, u, Rueidis), exercise)
+	require.ErrorContains(t, err, "(tls-auth-clients yes); set tls_cert and tls_key")
+	require.NotContains(t, err.Error(), aclPassword)
+
+	// go-redis dials the sentinels with TLS too: sentinels with a TLS
+	// port, which they announce.
+	sn = redistest.StartSentinel(t, redistest.WithTLS(p.serverCert, p.serverKey, p.ca, p.client), redistest.WithTLSSentinels(),
+		redistest.WithArgs("--tls-auth-clients", "yes"))
+	setACLUser(t, sn.Master, aclCommands)
+	// (go-redis reads a sentinel URL's userinfo as the sentinels' user,
+	// and username and password options as the master's.)
+	u = "rediss+sentinel://" + sn.SentinelTLSAddrs()[0] + "?master_name=" + sn.MasterName + "&username=" + aclUser + "&password=" + aclPassword +
+		"&tls_ca=" + url.QueryEscape(p.ca) + "&tls_cert=" + url.QueryEscape(p.clientCert) + "&tls_key=" + url.QueryEscape(p.clientKey)
+	require.NoError(t, buildFrom(t, fmt.Sprintf(aclFile, u, GoRedis), exercise))
+	u = strings.Replace(u, sn.SentinelTLSAddrs()[0], sn.SentinelAddrs()[0], 1) + "&dial_timeout=300ms" // control: the plain port
+	err = buildFrom(t, fmt.Sprintf(aclFile, u, GoRedis), exercise)
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), aclPassword)
+}
