@@ -24,4 +24,7 @@ type StateChange struct {
 	From, To BreakerState
 	// At is when the breaker changed state.
 	At time.Time
+	// Cause is, when To is Open, the primary's error that opened it (the
+	// last of the failures that tripped it, or the failed probe's).
+	Cause error
 }

@@ -30,6 +30,13 @@
 // runs in the goroutine of the request that observed the change, so keep it
 // quick.
 //
+// The deadline is a context deadline when the primary honours its context
+// (ContextHonourer: rueidis always, go-redis with ContextTimeoutEnabled, as
+// limiter/config builds clients); then the call runs in the caller's
+// goroutine. Otherwise each call runs in a goroutine the caller stops
+// waiting for at the deadline; once 256 abandoned calls still run, calls
+// fail at once, as primary failures, until some return.
+//
 // Limits of the design: a call that missed its deadline is abandoned, not
 // stopped. The client keeps it (and a connection) until its own timeout, so
 // give go-redis clients ContextTimeoutEnabled or a short ReadTimeout; and a
@@ -51,6 +58,7 @@ import (
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/internal/boundid"
 	"github.com/sony/gobreaker/v2"
 )
 
@@ -256,6 +264,13 @@ type shared struct {
 
 	degraded atomic.Uint64
 	failures atomic.Uint64
+
+	// direct: the primary honours contexts, so calls need no goroutine.
+	direct bool
+	// abandoned counts calls still running after their caller left.
+	abandoned atomic.Int32
+	// lastErr is the primary's last failure, the cause of an opening.
+	lastErr atomic.Pointer[error]
 }
 
 var _ backend.Store = (*Store)(nil)
@@ -286,7 +301,7 @@ func New(primary backend.Store, opts ...Option) (*Store, error) {
 		}
 		c.local = m
 	}
-	sh := &shared{primary: primary, local: c.local, cfg: c}
+	sh := &shared{primary: primary, local: c.local, cfg: c, direct: honoursContext(primary)}
 	sh.cb = gobreaker.NewCircuitBreaker[backend.Result](gobreaker.Settings{
 		Name:        c.name,
 		MaxRequests: c.probes,
@@ -326,11 +341,19 @@ type Stats struct {
 	PrimaryFailures uint64
 	// Degraded counts decisions made by a policy instead of the primary.
 	Degraded uint64
+	// FailedRefunds counts the primary's compensating refunds that failed
+	// (units left taken until they expire), when the primary counts them
+	// (both Redis stores do: their FailedRefunds method).
+	FailedRefunds uint64
 }
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
-	return Stats{State: s.State(), PrimaryFailures: s.failures.Load(), Degraded: s.degraded.Load()}
+	st := Stats{State: s.State(), PrimaryFailures: s.failures.Load(), Degraded: s.degraded.Load()}
+	if r, ok := s.primary.(interface{ FailedRefunds() uint64 }); ok {
+		st.FailedRefunds = r.FailedRefunds()
+	}
+	return st
 }
 
 // Take implements backend.Store.
@@ -383,7 +406,7 @@ func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule
 	if ce, ok := errors.AsType[callerError](err); ok {
 		return ce.err
 	}
-	return fmt.Errorf("%w: reset %q: %w", ErrUnavailable, key.ID, err)
+	return fmt.Errorf("%w: reset %s: %w", ErrUnavailable, boundid.Quote(key.ID), err)
 }
 
 // callerError marks an error caused by the caller (its context ended, or its
@@ -399,6 +422,7 @@ func (s *shared) execute(ctx context.Context, fn func(context.Context) (backend.
 		res, err := s.withDeadline(ctx, fn)
 		if err != nil && !errors.As(err, new(callerError)) {
 			s.failures.Add(1)
+			s.lastErr.Store(&err)
 		}
 		return res, err
 	})
@@ -406,37 +430,105 @@ func (s *shared) execute(ctx context.Context, fn func(context.Context) (backend.
 	return res, err
 }
 
-// withDeadline runs fn and stops waiting for it after the timeout, whether
-// or not the client library honours the context.
+// withDeadline runs fn within the timeout. When the primary honours its
+// context (see ContextHonourer) fn runs in the caller's goroutine on a
+// context with the timeout: no goroutine, channel or timer of its own.
+// Otherwise fn runs in a goroutine the caller stops waiting for after the
+// timeout; once maxAbandoned such calls are still running past their
+// deadline, calls fail at once (as primary failures) until some return, so
+// a hung client cannot pile goroutines up (at most maxAbandoned, plus one
+// per caller that started as the last slot went).
 func (s *shared) withDeadline(ctx context.Context, fn func(context.Context) (backend.Result, error)) (backend.Result, error) {
 	callCtx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
 	defer cancel()
+	var res backend.Result
+	var err error
+	if s.direct {
+		res, err = fn(callCtx)
+	} else {
+		res, err = s.bounded(callCtx, fn)
+	}
+	switch {
+	case err == nil:
+		return res, nil
+	case ctx.Err() != nil:
+		return res, callerError{ctx.Err()}
+	case errors.Is(err, algorithms.ErrInvalidRequest), errors.Is(err, algorithms.ErrInvalidRule):
+		return res, callerError{err}
+	case callCtx.Err() != nil:
+		return backend.Result{}, fmt.Errorf("fallback: primary did not answer within %v: %w", s.cfg.timeout, err)
+	}
+	return res, err
+}
+
+// maxAbandoned bounds the calls to a primary that does not honour its
+// context still running after their caller stopped waiting.
+const maxAbandoned = 256
+
+// errTooManyAbandoned fails calls while maxAbandoned calls still run.
+var errTooManyAbandoned = fmt.Errorf("fallback: %d primary calls are still running past their deadline; "+
+	"give the client a timeout it enforces (go-redis: ContextTimeoutEnabled)", maxAbandoned)
+
+// The states of a call run by bounded.
+const (
+	callRunning int32 = iota
+	callDone
+	callAbandoned
+)
+
+// bounded runs fn in a goroutine and waits for it until ctx ends.
+func (s *shared) bounded(ctx context.Context, fn func(context.Context) (backend.Result, error)) (backend.Result, error) {
+	if s.abandoned.Load() >= maxAbandoned {
+		return backend.Result{}, errTooManyAbandoned
+	}
 	type outcome struct {
 		res backend.Result
 		err error
 	}
 	done := make(chan outcome, 1)
+	state := new(atomic.Int32)
 	go func() {
-		res, err := fn(callCtx)
+		res, err := fn(ctx)
 		done <- outcome{res, err}
+		if !state.CompareAndSwap(callRunning, callDone) {
+			s.abandoned.Add(-1) // its caller left: no longer running
+		}
 	}()
 	select {
 	case o := <-done:
-		switch {
-		case o.err == nil:
-			return o.res, nil
-		case ctx.Err() != nil:
-			return o.res, callerError{ctx.Err()}
-		case errors.Is(o.err, algorithms.ErrInvalidRequest), errors.Is(o.err, algorithms.ErrInvalidRule):
-			return o.res, callerError{o.err}
-		}
 		return o.res, o.err
-	case <-callCtx.Done():
-		if ctx.Err() != nil {
-			return backend.Result{}, callerError{ctx.Err()}
+	case <-ctx.Done():
+		if state.CompareAndSwap(callRunning, callAbandoned) {
+			s.abandoned.Add(1)
+			return backend.Result{}, ctx.Err()
 		}
-		return backend.Result{}, fmt.Errorf("fallback: primary did not answer within %v: %w", s.cfg.timeout, context.DeadlineExceeded)
+		o := <-done // it finished meanwhile
+		return o.res, o.err
 	}
+}
+
+// ContextHonourer is implemented by stores that can report whether their
+// calls return soon after their context ends. Both Redis stores do: rueidis
+// always, go-redis when the client has ContextTimeoutEnabled (as
+// limiter/config builds it). fallback then calls them directly, with a
+// deadline on the context, instead of from a goroutine per call.
+type ContextHonourer interface {
+	HonoursContext() bool
+}
+
+// honoursContext reports whether s, or a store it wraps, honours contexts.
+func honoursContext(s backend.Store) bool {
+	for range 8 {
+		if h, ok := s.(ContextHonourer); ok {
+			return h.HonoursContext()
+		}
+		u, ok := s.(interface{ Unwrap() backend.Store })
+		if !ok {
+			return false
+		}
+		s = u.Unwrap()
+	}
+	return false
 }
 
 // policyOf returns the policy that decides req: its own, else the store's.
@@ -544,11 +636,15 @@ func (s *shared) untilProbe() time.Duration {
 // only appends; deliver runs the hook and the log later, lock-free.
 func (s *shared) queue(_ string, from, to gobreaker.State) {
 	now := time.Now()
+	var cause error
 	if to == gobreaker.StateOpen {
 		s.openedAt.Store(now.UnixNano())
+		if p := s.lastErr.Load(); p != nil {
+			cause = *p
+		}
 	}
 	s.eventsMu.Lock()
-	s.events = append(s.events, StateChange{From: stateOf(from), To: stateOf(to), At: now})
+	s.events = append(s.events, StateChange{From: stateOf(from), To: stateOf(to), At: now, Cause: cause})
 	s.eventsMu.Unlock()
 	s.pending.Add(1)
 }
@@ -570,8 +666,11 @@ func (s *shared) deliver() {
 			if e.To == Open {
 				level = slog.LevelWarn
 			}
-			s.cfg.logger.Log(context.Background(), level, "limitkit: circuit breaker state changed",
-				"breaker", s.cfg.name, "from", string(e.From), "to", string(e.To))
+			attrs := []any{"breaker", s.cfg.name, "from", string(e.From), "to", string(e.To)}
+			if e.Cause != nil {
+				attrs = append(attrs, "cause", e.Cause.Error())
+			}
+			s.cfg.logger.Log(context.Background(), level, "limitkit: circuit breaker state changed", attrs...)
 			if s.cfg.hook != nil {
 				s.cfg.hook(e)
 			}

@@ -77,6 +77,7 @@ import (
 // Store is a backend.Store in Redis. It is safe for concurrent use.
 type Store struct {
 	runner *redisscript.Runner
+	client redis.UniversalClient
 }
 
 var _ backend.Store = (*Store)(nil)
@@ -95,7 +96,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{runner: r}, nil
+	return &Store{runner: r, client: client}, nil
 }
 
 // Take implements backend.Store.
@@ -113,11 +114,34 @@ func (s *Store) Peek(ctx context.Context, req backend.Request) (backend.Result, 
 // single-master client) are decided by one atomic script. Keys of a cluster
 // in different slots are checked, then taken in the order given, and the
 // earlier ones refunded if a later one is denied after all: never over a
-// limit, but while a refund is pending other callers can be denied, and a
-// refund that fails leaves its units taken until they expire.
+// limit, but while a refund is pending other callers can be denied.
+// Refunds run even when ctx has ended; one that fails leaves its units
+// taken until they expire (see FailedRefunds).
 func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
 	return s.runner.TakeAll(ctx, reqs)
 }
+
+// HonoursContext reports whether calls return once their context's
+// deadline passes: when the client has ContextTimeoutEnabled (otherwise
+// go-redis reads until its ReadTimeout). fallback.New calls such a store
+// directly, without a goroutine per call.
+func (s *Store) HonoursContext() bool {
+	switch c := s.client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// FailedRefunds counts the compensating refunds that failed: of a TakeAll
+// over keys in different cluster slots when a later key denied, or of an
+// admission too few replicas acknowledged (WithReplicaAck with
+// backend.DenyUnconfirmed). Refunds run even after the caller's context has
+// ended, within a second of their own; one that fails leaves its units
+// taken until they expire. fallback.Store.Stats reports it too.
+func (s *Store) FailedRefunds() uint64 { return s.runner.FailedRefunds() }
 
 // Reset implements backend.Store.
 func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule) error {
@@ -190,7 +214,7 @@ func (a conn) EvalBatch(ctx context.Context, cmd redisscript.Command, script str
 	c, send := evalCmd(ctx, cmd, script, keys, args)
 	if err := a.c.Process(ctx, send); err != nil {
 		if errors.Is(err, redis.Nil) {
-			return nil, nil, fmt.Errorf("%w: nil", redisscript.ErrBadReply)
+			return nil, nil, nilError(err)
 		}
 		a.failed(ctx, err)
 		return nil, nil, err
@@ -240,7 +264,7 @@ func (a conn) EvalWait(ctx context.Context, cmd redisscript.Command, script stri
 // reply converts a script's reply, reporting errors to failed.
 func (a conn) reply(ctx context.Context, c *redis.Cmd, err error) ([]int64, error) {
 	if errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("%w: nil", redisscript.ErrBadReply)
+		return nil, nilError(err)
 	}
 	if err != nil {
 		a.failed(ctx, err)
@@ -260,10 +284,25 @@ func (a conn) Cluster() bool {
 
 func (a conn) Del(ctx context.Context, key string) error {
 	err := a.c.Del(ctx, key).Err()
+	if errors.Is(err, redis.Nil) {
+		return nilError(err)
+	}
 	if err != nil {
 		a.failed(ctx, err)
 	}
 	return err
+}
+
+// nilError explains go-redis' redis.Nil. As the reply itself it is a
+// malformed script reply (the scripts never return nil). Wrapped, it comes
+// from dialling: a failover client's sentinels answered nil to
+// GET-MASTER-ADDR-BY-NAME, for they monitor no master by that name.
+func nilError(err error) error {
+	if err == redis.Nil { //nolint:errorlint // the reply itself, not a wrapped dial error
+		return fmt.Errorf("%w: nil", redisscript.ErrBadReply)
+	}
+	return fmt.Errorf("the sentinels know no master by that name; check master_name "+
+		"(redis.FailoverOptions.MasterName) against the name the sentinels monitor: %w", err)
 }
 
 func (conn) IsNoScript(err error) bool {

@@ -44,8 +44,10 @@ const DefaultBatch = redisopt.DefaultBatch
 // lone caller is sent at once, with nothing to wait for. 1 sends every Take
 // alone; New refuses a max below 1. Batching applies to single-master
 // clients (standalone or sentinel) without WithReplicaAck; Peek, TakeAll
-// and Reset are always sent alone. A batch is sent with the context of the
-// Take that sends it (its values and deadline, not its cancellation); a
-// Take that stops waiting (its context ended) is withdrawn if still
-// queued, or else abandoned in flight, and may then still be counted.
+// and Reset are always sent alone. A batch is sent with the values of the
+// Take with the latest deadline and that deadline (at least 50ms), never a
+// Take's cancellation, so a Take's error depends only on its own context
+// and the server: one with a tight deadline does not fail those batched
+// with it. A Take that stops waiting (its context ended) is withdrawn if
+// still queued, or else abandoned in flight, and may then still be counted.
 func WithBatching(max int) Option { return redisopt.Batching(max) }

@@ -102,11 +102,24 @@ func (s *Store) Peek(ctx context.Context, req backend.Request) (backend.Result, 
 // single-master client) are decided by one atomic script. Keys of a cluster
 // in different slots are checked, then taken in the order given, and the
 // earlier ones refunded if a later one is denied after all: never over a
-// limit, but while a refund is pending other callers can be denied, and a
-// refund that fails leaves its units taken until they expire.
+// limit, but while a refund is pending other callers can be denied.
+// Refunds run even when ctx has ended; one that fails leaves its units
+// taken until they expire (see FailedRefunds).
 func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
 	return s.runner.TakeAll(ctx, reqs)
 }
+
+// HonoursContext reports true: rueidis returns once a call's context ends.
+// fallback.New calls such a store directly, without a goroutine per call.
+func (s *Store) HonoursContext() bool { return true }
+
+// FailedRefunds counts the compensating refunds that failed: of a TakeAll
+// over keys in different cluster slots when a later key denied, or of an
+// admission too few replicas acknowledged (WithReplicaAck with
+// backend.DenyUnconfirmed). Refunds run even after the caller's context has
+// ended, within a second of their own; one that fails leaves its units
+// taken until they expire. fallback.Store.Stats reports it too.
+func (s *Store) FailedRefunds() uint64 { return s.runner.FailedRefunds() }
 
 // Reset implements backend.Store.
 func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule) error {

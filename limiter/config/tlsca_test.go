@@ -25,7 +25,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/limitkit/limitkit/internal/redistest"
+	"github.com/limitkit/limitkit/internal/testing/redistest"
 )
 
 // pki is a private CA and the certificates the TLS tests use, made at run
