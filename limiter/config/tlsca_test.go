@@ -164,6 +164,9 @@ var aclScriptCommands = []string{
 
 var aclCommands = append(slices.Clone(aclClientCommands), aclScriptCommands...)
 
+// aclClusterCommands add what the clients ask a cluster's nodes.
+var aclClusterCommands = append(slices.Clone(aclCommands), "cluster|slots")
+
 // setACLUser (re)creates the ACL user with the key prefix "limitkit:*" and
 // cmds.
 func setACLUser(t *testing.T, srv *redistest.Server, cmds []string) {
@@ -511,4 +514,39 @@ func TestTLSSentinel(t *testing.T) {
 	err = buildFrom(t, fmt.Sprintf(aclFile, u, GoRedis), exercise)
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), aclPassword)
+}
+
+// TestTLSCluster: rediss+cluster:// reaches a TLS-only cluster (its nodes
+// gossip over TLS too) that requires client certificates, with the
+// private CA and an ACL user on every node, with both clients; the user
+// needs CLUSTER SLOTS too (control: without it, NOPERM). Control: without
+// tls_cert it is refused, and the error says so.
+func TestTLSCluster(t *testing.T) {
+	p := newPKI(t)
+	c := redistest.StartCluster(t, 3, 0, redistest.WithTLS(p.serverCert, p.serverKey, p.ca, p.client),
+		redistest.WithArgs("--tls-auth-clients", "yes"))
+	for _, n := range c.Nodes() {
+		setACLUser(t, n, aclClusterCommands)
+	}
+	addrs := c.Addrs()
+	base := "rediss+cluster://" + aclUser + ":" + aclPassword + "@" + addrs[0] + "?addr=" + addrs[1] + "&addr=" + addrs[2] +
+		"&tls_ca=" + url.QueryEscape(p.ca)
+	for _, client := range []string{GoRedis, Rueidis} {
+		t.Run(client, func(t *testing.T) {
+			u := base + "&tls_cert=" + url.QueryEscape(p.clientCert) + "&tls_key=" + url.QueryEscape(p.clientKey)
+			// Control: the clients ask each node for CLUSTER SLOTS.
+			for _, n := range c.Nodes() {
+				setACLUser(t, n, aclCommands)
+			}
+			err := buildFrom(t, fmt.Sprintf(aclFile, u, client), exercise)
+			require.ErrorContains(t, err, "NOPERM this user has no permissions to run the 'cluster|slots' command")
+			for _, n := range c.Nodes() {
+				setACLUser(t, n, aclClusterCommands)
+			}
+			require.NoError(t, buildFrom(t, fmt.Sprintf(aclFile, u, client), exercise))
+			err = buildFrom(t, fmt.Sprintf(aclFile, base, client), exercise)
+			require.ErrorContains(t, err, "(tls-auth-clients yes); set tls_cert and tls_key")
+			require.NotContains(t, err.Error(), aclPassword)
+		})
+	}
 }

@@ -3,7 +3,6 @@ package redistest
 import (
 	"crypto/tls"
 	"strconv"
-	"testing"
 )
 
 // tlsOptions are WithTLS's files and the client side of Do.
@@ -23,7 +22,9 @@ type tlsOptions struct {
 // over TLS, presenting the server's certificate (so it needs the
 // client-auth usage). With StartSentinel the sentinels listen in plain
 // RESP (and with TLS too after WithTLSSentinels) and reach the master and
-// replica over TLS. StartCluster refuses it.
+// replica over TLS. StartCluster's nodes also gossip over TLS
+// (--tls-cluster yes), and redis-cli creates the cluster with TLS,
+// presenting the server's certificate.
 func WithTLS(certFile, keyFile, caFile string, client *tls.Config) Option {
 	return func(o *options) {
 		sentinels := o.tls != nil && o.tls.sentinels
@@ -49,7 +50,8 @@ func (t *tlsOptions) spec(s serverSpec) serverSpec {
 	args := s.args
 	s.args = func(srv *Server, port int) []string {
 		return append(args(srv, port), "--port", "0", "--tls-port", strconv.Itoa(port),
-			"--tls-cert-file", t.cert, "--tls-key-file", t.key, "--tls-ca-cert-file", t.ca, "--tls-replication", "yes")
+			"--tls-cert-file", t.cert, "--tls-key-file", t.key, "--tls-ca-cert-file", t.ca, "--tls-replication", "yes",
+			"--tls-cluster", "yes")
 	}
 	s.client = t.client
 	return s
@@ -61,12 +63,4 @@ func (o options) tlsSpec(s serverSpec) serverSpec {
 		return s
 	}
 	return o.tls.spec(s)
-}
-
-// refuseTLS fails the test when opts ask for TLS where only Start has it.
-func refuseTLS(t testing.TB, o options, what string) {
-	t.Helper()
-	if o.tls != nil {
-		t.Fatalf("redistest: %s does not support WithTLS (only Start does)", what)
-	}
 }
