@@ -143,6 +143,14 @@ type Result struct {
 	// enforced, and admitted anyway (Allowed says what the enforced limits
 	// decided). Set by the limiter, never by a store.
 	ShadowDenied bool
+	// Exempt reports an admission of a key on the limit's exemptions
+	// (limiter.Config.Exempt), made without a store call: nothing was
+	// counted, and Remaining is the full Limit. Set by the limiter.
+	Exempt bool
+	// DenyListed reports a denial of a key on the limit's deny list
+	// (limiter.Config.Deny), made without a store call. It has no
+	// RetryAfter: retrying will not help. Set by the limiter.
+	DenyListed bool
 	// Rule is, for a decision over several requests (Store.TakeAll), the
 	// index of the request the other fields describe: when denied, the
 	// denying request that must wait longest; when admitted, the one with

@@ -75,6 +75,9 @@ func compileComposite(configs []Config) (*compiled, error) {
 		if cfg.Guard != nil {
 			return nil, fmt.Errorf("%w: limit %d has a guard; in a composite, add the guard as a limit of its own", ErrInvalidConfig, i)
 		}
+		if len(cfg.Exempt)+len(cfg.Deny) > 0 {
+			return nil, fmt.Errorf("%w: limit %d has exempt or deny entries; a composite has none (use them on a Limiter)", ErrInvalidConfig, i)
+		}
 		for j, prev := range cc.configs {
 			if prev.Prefix == cfg.Prefix {
 				return nil, fmt.Errorf("%w: limits %d and %d share the prefix %q; give each its own", ErrInvalidConfig, j, i, cfg.Prefix)

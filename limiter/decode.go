@@ -14,7 +14,7 @@ import (
 // settings so that limiter/config decodes its policies through it too.
 const (
 	ruleFields   = "algorithm, limit, window, on_failure, mode"
-	configFields = "algorithm, limit, window, prefix, on_failure, mode, guard"
+	configFields = "algorithm, limit, window, prefix, on_failure, mode, guard, exempt, deny"
 )
 
 func init() {
@@ -58,6 +58,10 @@ func decodeConfig(d settings.Decoder, n *settings.Node, path string) (Config, er
 					return err
 				})
 				c.Guard = g
+			case "exempt":
+				c.Exempt, err = d.Strings(f.Val, p)
+			case "deny":
+				c.Deny, err = d.Strings(f.Val, p)
 			default:
 				err = d.Unknown(f, path, configFields)
 			}

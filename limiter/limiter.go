@@ -50,6 +50,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
@@ -104,6 +105,19 @@ type Config struct {
 	// only when both admit; a denial by either consumes nothing from the
 	// other. Default: none.
 	Guard *Guard
+	// Exempt lists keys that are never limited: Allow admits them with
+	// Decision.Exempt set and no store call. Each entry is an exact key
+	// or, for keys that are IP addresses, an address ("192.0.2.7") or a
+	// CIDR prefix ("10.0.0.0/8", "2001:db8::/32"); IPv4-mapped IPv6 keys
+	// match IPv4 entries. An entry written as a prefix must be a valid one
+	// with no host bits set. Default: none.
+	Exempt []string
+	// Deny lists keys that are always denied, without a store call:
+	// Decision.DenyListed is set and RetryAfter is 0, and Wait returns
+	// ErrDenyListed at once. A deny entry wins over an exemption. In
+	// Shadow mode a deny-listed key is admitted with ShadowDenied set.
+	// Entries are written as Exempt's. Default: none.
+	Deny []string
 }
 
 // Guard is a limiter's secondary limit, kept apart from the main one (its
@@ -162,6 +176,8 @@ type configJSON struct {
 	ruleJSON
 	Prefix string     `json:"prefix,omitempty"`
 	Guard  *guardJSON `json:"guard,omitempty"`
+	Exempt []string   `json:"exempt,omitempty"`
+	Deny   []string   `json:"deny,omitempty"`
 }
 
 type guardJSON struct{ ruleJSON }
@@ -172,7 +188,8 @@ func toRuleJSON(alg algorithms.Name, limit int64, window time.Duration, onFailur
 
 // MarshalJSON writes a Config with windows as duration strings.
 func (c Config) MarshalJSON() ([]byte, error) {
-	j := configJSON{ruleJSON: toRuleJSON(c.Algorithm, c.Limit, c.Window, c.OnFailure, c.Mode), Prefix: c.Prefix}
+	j := configJSON{ruleJSON: toRuleJSON(c.Algorithm, c.Limit, c.Window, c.OnFailure, c.Mode), Prefix: c.Prefix,
+		Exempt: c.Exempt, Deny: c.Deny}
 	if g := c.Guard; g != nil {
 		j.Guard = &guardJSON{toRuleJSON(g.Algorithm, g.Limit, g.Window, g.OnFailure, g.Mode)}
 	}
@@ -216,6 +233,9 @@ func (c Config) Validate() error {
 		if err := g.Mode.validate("guard.mode"); err != nil {
 			return err
 		}
+	}
+	if _, err := parseLists(c.Exempt, c.Deny); err != nil {
+		return err
 	}
 	return nil
 }
@@ -315,6 +335,7 @@ func (l *Limiter) Config() Config {
 		g := *c.Guard
 		c.Guard = &g
 	}
+	c.Exempt, c.Deny = slices.Clone(c.Exempt), slices.Clone(c.Deny)
 	return c
 }
 
@@ -323,6 +344,11 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 	// Without a guard, call the store from here: each call level copies
 	// the Decision (56 bytes) once more. A cost of 1 is always valid.
 	c := l.current()
+	if c.lists != nil {
+		if d, ok := c.listed(key); ok {
+			return d, nil
+		}
+	}
 	if c.simple && key != "" {
 		keys := [1]string{key}
 		return l.store.Take(ctx, c.all[0].request(keys[:], 1, l.clock.Now()))
@@ -334,15 +360,27 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 // AllowN decides a request of n units for key: all n are admitted and
 // counted, or none. n must be between 1 and the limit.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
+	c := l.current()
+	if c.lists != nil {
+		if d, ok := c.listed(key); ok {
+			return d, nil
+		}
+	}
 	keys := [1]string{key}
-	return decide(ctx, l.store, l.clock, l.current(), keys[:], n)
+	return decide(ctx, l.store, l.clock, c, keys[:], n)
 }
 
 // Peek reports what Allow would decide for key now, without counting
 // anything. Its Remaining is the allowance before the request.
 func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
+	c := l.current()
+	if c.lists != nil {
+		if d, ok := c.listed(key); ok {
+			return d, nil
+		}
+	}
 	keys := [1]string{key}
-	return peekAll(ctx, l.store, l.clock, l.current(), keys[:])
+	return peekAll(ctx, l.store, l.clock, c, keys[:])
 }
 
 // Reset forgets what was counted for key, giving it its full allowance.
@@ -373,6 +411,9 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 		d, err := l.AllowN(ctx, key, n)
 		if err != nil || d.Allowed {
 			return d, err
+		}
+		if d.DenyListed {
+			return d, denyListedError(key)
 		}
 		wait := max(d.RetryAfter, minWait)
 		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {

@@ -47,13 +47,17 @@ type compiled struct {
 	shadow  []part   // the rules in Shadow mode, in order
 	// simple is one enforced rule: Allow takes its shortest path.
 	simple bool
-	gen    uint64
+	// lists is a Limiter's exemptions and deny list; nil when it has none.
+	lists *lists
+	gen   uint64
 }
 
 // compile prepares cfg (defaults set, validated) for a Limiter.
 func compile(cfg Config) *compiled {
+	cfg.Exempt, cfg.Deny = slices.Clone(cfg.Exempt), slices.Clone(cfg.Deny)
 	c := &compiled{config: cfg}
 	c.setParts(cfg.parts(0))
+	c.lists, _ = parseLists(cfg.Exempt, cfg.Deny) // validated by the caller
 	return c
 }
 

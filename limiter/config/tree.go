@@ -121,9 +121,11 @@ func fromYAML(y *yaml.Node, b *settings.Budget, depth int) (*settings.Node, erro
 	case yaml.SequenceNode:
 		n := &settings.Node{Kind: settings.SeqNode, Line: y.Line}
 		for _, c := range y.Content {
-			if _, err := fromYAML(c, b, depth+1); err != nil {
+			v, err := fromYAML(c, b, depth+1)
+			if err != nil {
 				return nil, err
 			}
+			n.Items = append(n.Items, v)
 		}
 		return n, nil
 	case yaml.ScalarNode:

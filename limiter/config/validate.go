@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -104,12 +105,26 @@ func (c *Config) validatePolicy(l *errorList, path, name string, cfg limiter.Con
 			l.add(c.fieldError(path+".guard.mode", err))
 		}
 	}
+	c.validateList(l, path+".exempt", cfg.Exempt, func(e string) limiter.Config { return limiter.Config{Exempt: []string{e}} })
+	c.validateList(l, path+".deny", cfg.Deny, func(e string) limiter.Config { return limiter.Config{Deny: []string{e}} })
 	if len(l.errs) > before || l.has(path) {
 		return
 	}
 	cfg.Prefix = policyPrefix(name, cfg)
 	if err := cfg.Validate(); err != nil {
 		l.add(c.fieldError(path, err))
+	}
+}
+
+// validateList checks each exempt or deny entry on its own, so that the
+// error has the entry's line: probe makes a valid limit holding only it.
+func (c *Config) validateList(l *errorList, path string, entries []string, probe func(string) limiter.Config) {
+	for i, e := range entries {
+		cfg := probe(e)
+		cfg.Limit, cfg.Window = 1, time.Second
+		if err := cfg.Validate(); err != nil {
+			l.add(c.fieldError(path+"."+strconv.Itoa(i), err))
+		}
 	}
 }
 

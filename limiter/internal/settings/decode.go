@@ -136,6 +136,27 @@ func (d Decoder) Str(n *Node, path string) (string, error) {
 	return n.Value, nil
 }
 
+// Strings reads a list of strings; a null value is an empty list. Item i's
+// path is path.i.
+func (d Decoder) Strings(n *Node, path string) ([]string, error) {
+	d.record(path, n.Line)
+	if n.Kind == ScalarNode && n.Tag == NullTag {
+		return nil, nil
+	}
+	if n.Kind != SeqNode {
+		return nil, &Error{Line: n.Line, Field: path, Err: fmt.Errorf("%s is not a list; write [\"a\", \"b\"]", Describe(n))}
+	}
+	out := make([]string, 0, len(n.Items))
+	for i, item := range n.Items {
+		s, err := d.Str(item, Join(path, strconv.Itoa(i)))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
 // Int64 reads a whole number.
 func (d Decoder) Int64(n *Node, path string) (int64, error) {
 	if err := d.Scalar(n, path); err != nil {

@@ -52,8 +52,9 @@ type Node struct {
 	Kind  Kind
 	Tag   Tag
 	Line  int
-	Value string // a scalar's text
-	Pairs []Pair // a mapping's entries, in document order
+	Value string  // a scalar's text
+	Pairs []Pair  // a mapping's entries, in document order
+	Items []*Node // a list's items, in order
 }
 
 // Pair is one entry of a mapping.
@@ -203,9 +204,11 @@ func (p *jsonParser) value(tok json.Token, depth int) (*Node, error) {
 				if err != nil {
 					return nil, err
 				}
-				if _, err := p.value(et, depth+1); err != nil {
+				v, err := p.value(et, depth+1)
+				if err != nil {
 					return nil, err
 				}
+				n.Items = append(n.Items, v)
 			}
 			if _, err := p.token(); err != nil { // ']'
 				return nil, err
