@@ -39,3 +39,35 @@ func BenchmarkAllow(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAllowLists measures an exempt key (no store call), a key on no
+// list of a limit with lists, and the same key without lists.
+func BenchmarkAllowLists(b *testing.B) {
+	lists := limiter.Config{Limit: 100, Window: time.Second,
+		Exempt: []string{"ops", "10.0.0.0/8"}, Deny: []string{"mallory", "192.0.2.0/24"}}
+	for _, c := range []struct {
+		name string
+		cfg  limiter.Config
+		key  string
+	}{
+		{"exempt key", lists, "ops"},
+		{"exempt address", lists, "10.1.2.3"},
+		{"unlisted", lists, "user:1"},
+		{"no lists", limiter.Config{Limit: 100, Window: time.Second}, "user:1"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			store, _ := memorystore.New()
+			lim, err := limiter.New(store, c.cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := lim.Allow(ctx, c.key); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

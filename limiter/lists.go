@@ -96,7 +96,12 @@ func parseEntry(e string) (netip.Prefix, bool, error) {
 	return p, true, nil
 }
 
+// looksLikeAddr reports whether s is made of the characters of an IP
+// address, with a dot or a colon, before any IPv6 zone ("%eth0").
 func looksLikeAddr(s string) bool {
+	if i := strings.IndexByte(s, '%'); i >= 0 {
+		s = s[:i]
+	}
 	if s == "" {
 		return false
 	}
@@ -131,7 +136,8 @@ func (l *lists) check(key string) verdict {
 	if _, ok := l.exemptKeys[key]; ok {
 		exempt = true
 	}
-	if len(l.denyNets)+len(l.exemptNets) > 0 {
+	// looksLikeAddr first: a failed ParseAddr allocates its error.
+	if len(l.denyNets)+len(l.exemptNets) > 0 && looksLikeAddr(key) {
 		if a, err := netip.ParseAddr(key); err == nil {
 			a = a.WithZone("").Unmap()
 			if contains(l.denyNets, a) {

@@ -78,7 +78,7 @@ func TestExemptAndDenyLists(t *testing.T) {
 				}
 				lim, err := limiter.New(cs, cfg)
 				require.NoError(t, err)
-				listed := []string{"svc-health", "10.1.2.3", "::ffff:10.1.2.3", "2001:db8::5", "mallory", "192.0.2.7", "10.9.8.7"}
+				listed := []string{"svc-health", "10.1.2.3", "::ffff:10.1.2.3", "2001:db8::5", "2001:db8::5%eth0", "mallory", "192.0.2.7", "10.9.8.7"}
 				denied := map[string]bool{"mallory": true, "192.0.2.7": true, "10.9.8.7": true} // 10.9/16 is denied inside the exempt 10/8
 				for _, key := range listed {
 					var admitted int
@@ -230,4 +230,35 @@ func TestListsInJSON(t *testing.T) {
 	err = json.Unmarshal([]byte(`{"limit": 5, "window": "1m", "deny": ["a", 7]}`), &c)
 	require.ErrorContains(t, err, `deny.1: 7 is not a string`)
 	require.True(t, errors.Is(err, limiter.ErrInvalidConfig))
+}
+
+// TestListsAllocateNothing: an exempt or deny-listed decision, by key or
+// by address, allocates nothing. The control, a key on no list of a
+// limiter on a store that allocates per call, shows the count can rise.
+func TestListsAllocateNothing(t *testing.T) {
+	st, err := memorystore.New()
+	require.NoError(t, err)
+	lim, err := limiter.New(st, limiter.Config{Limit: 1, Window: time.Hour,
+		Exempt: []string{"ops", "10.0.0.0/8", "2001:db8::/32"}, Deny: []string{"mallory", "192.0.2.0/24"}})
+	require.NoError(t, err)
+	ctx := context.Background()
+	for _, key := range []string{"ops", "10.1.2.3", "2001:db8::1", "mallory", "192.0.2.9"} {
+		allocs := testing.AllocsPerRun(100, func() { _, _ = lim.Allow(ctx, key) })
+		require.Zero(t, allocs, key)
+	}
+	grow := &allocStore{Store: st}
+	ctl, err := limiter.New(grow, limiter.Config{Limit: 1, Window: time.Hour, Exempt: []string{"ops"}})
+	require.NoError(t, err)
+	require.NotZero(t, testing.AllocsPerRun(100, func() { _, _ = ctl.Allow(ctx, "alice") }), "control")
+}
+
+// allocStore allocates on each Take.
+type allocStore struct {
+	backend.Store
+	sink []byte
+}
+
+func (s *allocStore) Take(ctx context.Context, r backend.Request) (backend.Result, error) {
+	s.sink = make([]byte, 64+len(s.sink)%2)
+	return s.Store.Take(ctx, r)
 }
