@@ -35,7 +35,9 @@
 // Limits live: SetConfig changes a limiter's limit, window or guard while
 // it serves, keeping what was counted (a Group changes several at once);
 // Plans picks per request which named limit applies; a limit in Shadow
-// mode counts but never denies, and says when it would have.
+// mode counts but never denies, and says when it would have. Config.Exempt
+// and Config.Deny list keys and address prefixes decided without a store
+// call: never limited, or always denied.
 //
 // A denial is a Decision with Allowed false, never an error. Errors mean the
 // request could not be decided: bad input (errors.Is ErrInvalidRequest) or a
