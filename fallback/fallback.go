@@ -48,8 +48,9 @@
 // key's node is the master its client's slot map names for it; after a
 // failover or a reshard the slot moves to another node, whose breaker is
 // closed unless that node fails too. A node breaker no request reached for
-// ForgetAfter is dropped (its node lost its slots, or is no longer used);
-// if it was not closed, the hook sees it change to Closed. State, Stats and
+// two open timeouts is dropped (its node lost its slots, or its keys are
+// idle); if it was not closed, the hook sees it change to Closed, and the
+// next request to that node starts with a closed breaker, as a probe would. State, Stats and
 // the hook report each node (StateChange.Node, Stats.Nodes); on a single
 // node, or with a primary that cannot tell, there is one breaker as before.
 package fallback
@@ -133,9 +134,10 @@ type NodeLocator interface {
 	NodeOf(ctx context.Context, key backend.Key) string
 }
 
-// ForgetAfter is how long a node's breaker is kept after the last request
-// routed to it (see the package doc: its node no longer owns those keys).
-const ForgetAfter = 30 * time.Second
+// forgetAfter is how long a node's breaker is kept after the last request
+// routed to it: two open timeouts, so that a breaker that opened lives
+// through one probe period (see the package doc).
+func (c *config) forgetAfter() int64 { return int64(2 * c.openTimeout) }
 
 // Policy decides requests the primary cannot. It is backend.FailurePolicy,
 // so a request can carry its own (backend.Request.OnFailure); requests that
@@ -402,6 +404,7 @@ func (s *shared) breakerFor(ctx context.Context, key backend.Key) *breaker {
 				s.nodes = make(map[string]*breaker)
 			}
 			b = s.newBreaker(node)
+			b.used.Store(now) // before a sweep can see it
 			s.nodes[node] = b
 		}
 		s.nodesMu.Unlock()
@@ -409,19 +412,19 @@ func (s *shared) breakerFor(ctx context.Context, key backend.Key) *breaker {
 	if b.used.Load() < now-int64(time.Millisecond) {
 		b.used.Store(now) // at most one store a millisecond: less contention
 	}
-	if last := s.swept.Load(); now-last > int64(time.Second) && s.swept.CompareAndSwap(last, now) {
+	if last := s.swept.Load(); now-last > s.cfg.forgetAfter()/4 && s.swept.CompareAndSwap(last, now) {
 		s.sweep(now)
 	}
 	return b
 }
 
-// sweep forgets the node breakers unused for ForgetAfter; those not closed
+// sweep forgets the node breakers unused for forgetAfter; those not closed
 // are reported as changing to Closed.
 func (s *shared) sweep(now int64) {
 	var gone []*breaker
 	s.nodesMu.Lock()
 	for node, b := range s.nodes {
-		if now-b.used.Load() > int64(ForgetAfter) {
+		if now-b.used.Load() > s.cfg.forgetAfter() {
 			delete(s.nodes, node)
 			gone = append(gone, b)
 		}

@@ -70,6 +70,7 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/internal/rediskey"
 	"github.com/limitkit/limitkit/internal/redisscript"
 )
 
@@ -124,7 +125,8 @@ func WithBatching(max int) Option {
 
 // Store is a backend.Store in Redis. It is safe for concurrent use.
 type Store struct {
-	runner *redisscript.Runner
+	runner  *redisscript.Runner
+	cluster *redis.ClusterClient // nil unless a cluster client
 }
 
 var _ backend.Store = (*Store)(nil)
@@ -146,7 +148,25 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{runner: r}, nil
+	cluster, _ := client.(*redis.ClusterClient)
+	return &Store{runner: r, cluster: cluster}, nil
+}
+
+// NodeOf returns the address of the cluster master that owns key's hash
+// slot, from the client's slot map, or "" for a single-master client or
+// when the client has no slot map (fallback.NodeLocator: package fallback
+// keeps a breaker per node). It waits on the network only for the client's
+// first slot map.
+func (s *Store) NodeOf(ctx context.Context, key backend.Key) string {
+	if s.cluster == nil {
+		return ""
+	}
+	// The slot depends on the hash tag alone.
+	c, err := s.cluster.MasterForKey(ctx, rediskey.Build("", key.ID, ""))
+	if err != nil {
+		return ""
+	}
+	return c.Options().Addr
 }
 
 // Take implements backend.Store.

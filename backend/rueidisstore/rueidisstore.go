@@ -114,6 +114,7 @@ func WithBatching(max int) Option {
 // Store is a backend.Store in Redis. It is safe for concurrent use.
 type Store struct {
 	runner *redisscript.Runner
+	slots  *slotMap // nil unless a cluster client
 }
 
 var _ backend.Store = (*Store)(nil)
@@ -131,11 +132,28 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 	if c.opts.Batch < 1 {
 		return nil, fmt.Errorf("rueidisstore: batch size %d is below 1", c.opts.Batch)
 	}
-	r, err := redisscript.New(conn{client}, "rueidisstore", c.opts)
+	var slots *slotMap
+	if client.Mode() == rueidis.ClientModeCluster {
+		slots = &slotMap{client: client}
+	}
+	r, err := redisscript.New(conn{client, slots}, "rueidisstore", c.opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Store{runner: r}, nil
+	return &Store{runner: r, slots: slots}, nil
+}
+
+// NodeOf returns the address of the cluster master that owns key's hash
+// slot, or "" for a single-master client (fallback.NodeLocator: package
+// fallback keeps a breaker per node). rueidis does not share its slot map,
+// so the store keeps a copy from CLUSTER SLOTS, refreshed in the background
+// every second while used and soon after an error; NodeOf never waits for
+// it, and returns "" until the first copy arrives.
+func (s *Store) NodeOf(_ context.Context, key backend.Key) string {
+	if s.slots == nil {
+		return ""
+	}
+	return s.slots.nodeOf(key)
 }
 
 // Take implements backend.Store.
@@ -186,7 +204,24 @@ func ServerTime(client rueidis.Client) func(context.Context) (time.Time, error) 
 
 // conn adapts a rueidis client to the script runner.
 type conn struct {
-	c rueidis.Client
+	c     rueidis.Client
+	slots *slotMap // nil unless a cluster client
+}
+
+// failed brings the slot map's refresh closer after an error that is not
+// the script's own.
+func (a conn) failed(err error) {
+	if a.slots == nil || err == nil {
+		return
+	}
+	if e, ok := rueidis.IsRedisErr(err); ok {
+		_, moved := e.IsMoved()
+		_, ask := e.IsAsk()
+		if !moved && !ask && !e.IsClusterDown() && !e.IsTryAgain() {
+			return // the script's own error, or NOSCRIPT: the map is fine
+		}
+	}
+	a.slots.failed()
 }
 
 // evalCmd builds cmd as a rueidis command. rueidis never retries a
@@ -212,7 +247,9 @@ func (a conn) Eval(ctx context.Context, cmd redisscript.Command, script string, 
 	if err != nil {
 		return nil, err
 	}
-	return ints(a.c.Do(ctx, c))
+	vals, err := ints(a.c.Do(ctx, c))
+	a.failed(err)
+	return vals, err
 }
 
 func (a conn) EvalBatch(ctx context.Context, cmd redisscript.Command, script string, keys, args []string) ([]int64, []error, error) {
@@ -222,6 +259,7 @@ func (a conn) EvalBatch(ctx context.Context, cmd redisscript.Command, script str
 	}
 	resp := a.c.Do(ctx, c)
 	if err := resp.Error(); err != nil {
+		a.failed(err)
 		return nil, nil, err
 	}
 	arr, err := resp.ToArray()
