@@ -502,7 +502,9 @@ type Stats struct {
 	Degraded uint64
 	// Nodes has the breaker of each Redis Cluster node, sorted by node,
 	// when the primary is a NodeLocator (nil otherwise). The counters above
-	// include theirs.
+	// include theirs. Node "" is the breaker of the keys whose node the
+	// locator could not tell (before a client's first slot map), listed
+	// once used.
 	Nodes []NodeStats
 }
 
@@ -521,9 +523,12 @@ type NodeStats struct {
 func (s *Store) Stats() Stats {
 	st := Stats{State: s.State(), PrimaryFailures: s.failures.Load(), Degraded: s.degraded.Load()}
 	if s.locator != nil {
-		for _, b := range s.breakers()[1:] {
-			st.Nodes = append(st.Nodes, NodeStats{Node: b.node, State: stateOf(b.cb.State()),
-				PrimaryFailures: b.failures.Load(), Degraded: b.degraded.Load()})
+		for i, b := range s.breakers() {
+			ns := NodeStats{Node: b.node, State: stateOf(b.cb.State()), PrimaryFailures: b.failures.Load(), Degraded: b.degraded.Load()}
+			if i == 0 && ns == (NodeStats{State: Closed}) {
+				continue // the breaker of keys without a known node, unused
+			}
+			st.Nodes = append(st.Nodes, ns)
 		}
 		s.deliver()
 	}
