@@ -34,25 +34,26 @@
 // stopped. The client keeps it (and a connection) until its own timeout, so
 // give go-redis clients ContextTimeoutEnabled or a short ReadTimeout; and a
 // Take that reached Redis after its deadline is counted there as well as by
-// the policy. One breaker covers the whole primary: when one master of a
-// Redis Cluster is down, the failures it causes open the breaker for keys on
-// the healthy masters too, unless the primary tells which node owns a key
-// (see below). Use one fallback store per independent Redis.
+// the policy. A primary that cannot tell which Redis Cluster node owns a key
+// gets one breaker: when one master is down, the failures it causes open it
+// for keys on the healthy masters too. Use one fallback store per
+// independent Redis.
 //
 // # Redis Cluster: a breaker per node
 //
 // When the primary (or a store it wraps, through Unwrap) implements
-// NodeLocator, as both Redis stores do with a cluster client, each master
-// gets a breaker of its own: a dead master sends only its own keys to the
+// NodeLocator, as both Redis stores do, and names a node, each master gets
+// a breaker of its own: a dead master sends only its own keys to the
 // policy, and keys on the healthy masters keep being decided by Redis. A
 // key's node is the master its client's slot map names for it; after a
 // failover or a reshard the slot moves to another node, whose breaker is
 // closed unless that node fails too. A node breaker no request reached for
 // two open timeouts is dropped (its node lost its slots, or its keys are
 // idle); if it was not closed, the hook sees it change to Closed, and the
-// next request to that node starts with a closed breaker, as a probe would. State, Stats and
-// the hook report each node (StateChange.Node, Stats.Nodes); on a single
-// node, or with a primary that cannot tell, there is one breaker as before.
+// next request to that node starts with a closed breaker, as a probe
+// would. State, Stats and the hook report each node (StateChange.Node,
+// Stats.Nodes). On a single node (NodeOf returns "") there is one breaker,
+// as without a locator.
 package fallback
 
 import (
@@ -283,10 +284,12 @@ type shared struct {
 	local   backend.Store
 	cfg     config
 
-	// one is the breaker of every request when there is no locator, and of
-	// the requests whose node the locator cannot tell.
+	// one is the breaker of every request when there is no locator.
 	one     *breaker
 	locator NodeLocator
+	// cluster is set once the locator named a node: from then on each node
+	// has a breaker.
+	cluster atomic.Bool
 	// nodes holds a breaker per cluster node, by address.
 	nodesMu sync.RWMutex
 	nodes   map[string]*breaker
@@ -390,9 +393,14 @@ func (s *shared) breakerFor(ctx context.Context, key backend.Key) *breaker {
 		return s.one
 	}
 	node := s.locator.NodeOf(ctx, key)
-	if node == "" {
-		return s.one
+	if !s.cluster.Load() {
+		if node == "" {
+			return s.one // a single node, or a cluster whose map is not known yet
+		}
+		s.becomeCluster()
 	}
+	// From here on, keys whose node the locator cannot tell ("") get a
+	// breaker of their own, forgotten like the others when unused.
 	now := time.Now().UnixNano()
 	s.nodesMu.RLock()
 	b := s.nodes[node]
@@ -437,16 +445,32 @@ func (s *shared) sweep(now int64) {
 	}
 }
 
-// breakers returns the node breakers (sorted by node), after the only one.
+// becomeCluster switches to a breaker per node, when the locator first
+// names a node. The only breaker is no longer used: if it is not closed,
+// the hook sees it close.
+func (s *shared) becomeCluster() {
+	s.nodesMu.Lock()
+	first := !s.cluster.Swap(true)
+	s.nodesMu.Unlock()
+	if st := stateOf(s.one.cb.State()); first && st != Closed {
+		s.queue(s.one, st, Closed)
+	}
+}
+
+// breakers returns the only breaker, or on a cluster the node breakers,
+// sorted by node.
 func (s *shared) breakers() []*breaker {
+	if !s.cluster.Load() {
+		return []*breaker{s.one}
+	}
 	s.nodesMu.RLock()
-	bs := make([]*breaker, 0, 1+len(s.nodes))
+	bs := make([]*breaker, 0, len(s.nodes))
 	for _, b := range s.nodes {
 		bs = append(bs, b)
 	}
 	s.nodesMu.RUnlock()
 	slices.SortFunc(bs, func(a, b *breaker) int { return strings.Compare(a.node, b.node) })
-	return append([]*breaker{s.one}, bs...)
+	return bs
 }
 
 // Policy returns a view of s that decides by p while the primary is
@@ -464,7 +488,7 @@ func (s *Store) Policy(p Policy) *Store {
 // the worst of them: Open when any is open, else HalfOpen when any is
 // half-open, else Closed. Stats.Nodes tells them apart.
 func (s *Store) State() State {
-	if s.locator != nil {
+	if s.cluster.Load() {
 		s.sweep(time.Now().UnixNano())
 	}
 	st := Closed
@@ -501,10 +525,9 @@ type Stats struct {
 	// Degraded counts decisions made by a policy instead of the primary.
 	Degraded uint64
 	// Nodes has the breaker of each Redis Cluster node, sorted by node,
-	// when the primary is a NodeLocator (nil otherwise). The counters above
-	// include theirs. Node "" is the breaker of the keys whose node the
-	// locator could not tell (before a client's first slot map), listed
-	// once used.
+	// once the primary (a NodeLocator) named a node; nil otherwise. The
+	// counters above include theirs. Node "" is the breaker of the keys
+	// whose node the locator could not tell.
 	Nodes []NodeStats
 }
 
@@ -522,13 +545,10 @@ type NodeStats struct {
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
 	st := Stats{State: s.State(), PrimaryFailures: s.failures.Load(), Degraded: s.degraded.Load()}
-	if s.locator != nil {
-		for i, b := range s.breakers() {
-			ns := NodeStats{Node: b.node, State: stateOf(b.cb.State()), PrimaryFailures: b.failures.Load(), Degraded: b.degraded.Load()}
-			if i == 0 && ns == (NodeStats{State: Closed}) {
-				continue // the breaker of keys without a known node, unused
-			}
-			st.Nodes = append(st.Nodes, ns)
+	if s.cluster.Load() {
+		for _, b := range s.breakers() {
+			st.Nodes = append(st.Nodes, NodeStats{Node: b.node, State: stateOf(b.cb.State()),
+				PrimaryFailures: b.failures.Load(), Degraded: b.degraded.Load()})
 		}
 		s.deliver()
 	}

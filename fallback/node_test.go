@@ -184,3 +184,66 @@ func nodeNames(ns []fallback.NodeStats) []string {
 	}
 	return out
 }
+
+// later names no node until named is set: a cluster client before its
+// first slot map, or (never set) a single node.
+type later struct {
+	*flaky
+	named atomic.Bool
+}
+
+func (l *later) NodeOf(context.Context, backend.Key) string {
+	if l.named.Load() {
+		return "n1"
+	}
+	return ""
+}
+
+// TestSingleNodeLocatorKeepsOneBreaker: a locator that names no node (a
+// single Redis) leaves the store as it was: one breaker, never dropped, no
+// Stats.Nodes.
+func TestSingleNodeLocatorKeepsOneBreaker(t *testing.T) {
+	p := &later{flaky: newFlaky(t)}
+	p.mode.Store(failing)
+	s := newStore(t, p, fallback.WithFailureThreshold(2), fallback.WithOpenTimeout(20*time.Millisecond))
+	for range 2 {
+		_, err := s.Take(t.Context(), req("a"))
+		require.NoError(t, err)
+	}
+	require.Equal(t, fallback.Open, s.State())
+	time.Sleep(100 * time.Millisecond) // five open timeouts: a node breaker would be dropped
+	require.Equal(t, fallback.HalfOpen, s.State(), "the only breaker was dropped or reset")
+	require.Nil(t, s.Stats().Nodes)
+}
+
+// TestBreakerBeforeSlotMapIsDropped: a breaker that opened before the
+// client's first slot map (no node named yet) does not keep the store's
+// State open once nodes are named: the hook sees it close.
+func TestBreakerBeforeSlotMapIsDropped(t *testing.T) {
+	p := &later{flaky: newFlaky(t)}
+	p.mode.Store(failing)
+	var mu sync.Mutex
+	var changes []fallback.StateChange
+	s := newStore(t, p, fallback.WithFailureThreshold(2), fallback.WithOpenTimeout(time.Hour),
+		fallback.WithStateHook(func(c fallback.StateChange) {
+			mu.Lock()
+			changes = append(changes, c)
+			mu.Unlock()
+		}))
+	for range 2 {
+		_, err := s.Take(t.Context(), req("a"))
+		require.NoError(t, err)
+	}
+	require.Equal(t, fallback.Open, s.State())
+	p.mode.Store(healthy)
+	p.named.Store(true)
+	res, err := s.Take(t.Context(), req("a"))
+	require.NoError(t, err)
+	require.False(t, res.Degraded)
+	require.Equal(t, fallback.Closed, s.State())
+	require.Equal(t, []string{"n1"}, nodeNames(s.Stats().Nodes))
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, changes, 2)
+	require.Equal(t, fallback.StateChange{From: fallback.Open, To: fallback.Closed, At: changes[1].At}, changes[1])
+}
