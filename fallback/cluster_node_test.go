@@ -206,3 +206,95 @@ func TestClusterDeadMasterOnlyItsKeysDegrade(t *testing.T) {
 		require.Greater(t, float64(healthyDegraded), 0.1*float64(healthy), "the control did not degrade the healthy masters' keys: the test cannot tell")
 	})
 }
+
+// TestClusterMasterFailoverPerNode: the same load on a 3-master cluster
+// with a replica each (cluster-require-full-coverage no). One master is
+// SIGKILLed; its replica is promoted after cluster-node-timeout; decisions
+// on its keys come back from Redis, under the promoted node's own breaker,
+// and keys on the other masters stay decided by Redis all along (at most
+// 10% degraded). It reports the times.
+func TestClusterMasterFailoverPerNode(t *testing.T) {
+	forEachClient(t, func(t *testing.T, cl itClient) {
+		c := redistest.StartCluster(t, 3, 1, redistest.WithArgs("--cluster-require-full-coverage", "no"))
+		conn := nodeClients[cl.name](t, c)
+		rule := algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 1 << 40, Window: time.Minute}
+		h := newHarness(t, conn.store, rule, 0, fallback.WithPolicy(fallback.FailClosed), fallback.WithTimeout(time.Second))
+
+		victim := c.Masters[1]
+		replica := replicaOf(t, c, victim)
+		prefix := fmt.Sprintf("fbfail:%d:", time.Now().UnixNano())
+		keys := make([]backend.Key, nodeKeys)
+		onVictim := make([]bool, nodeKeys)
+		owner := map[int]*redistest.Server{}
+		for i := range keys {
+			keys[i] = backend.Key{Prefix: prefix, ID: "k" + strconv.Itoa(i)}
+			slot := redistest.KeySlot(redisscript.Key(keys[i], rule))
+			if owner[slot] == nil {
+				owner[slot] = c.MasterOf(slot)
+			}
+			onVictim[i] = owner[slot] == victim
+		}
+
+		var fresh atomic.Int64
+		stop := make(chan struct{})
+		finish := nodeLoad(h.fb, keys, rule, &fresh, stop, 90*time.Second)
+		waitForCount(t, &fresh, 3000, "decisions from the cluster before the kill")
+		killAt := time.Now()
+		victim.Kill()
+		c.WaitOK()
+		promotedAt := time.Now()
+		// Let the load run on the promoted replica for a while.
+		waitForCount(t, &fresh, fresh.Load()+3000, "decisions from the cluster after the failover")
+		st := h.fb.Stats()
+		close(stop)
+		ds := finish()
+
+		var healthy, healthyDegraded int
+		var lastDegraded time.Time
+		for _, d := range ds {
+			require.NoError(t, d.err, "a caller saw an error (key %d)", d.key)
+			if d.degraded {
+				require.False(t, d.allowed, "FailClosed admitted a degraded request")
+			}
+			if d.start.Before(killAt) {
+				continue
+			}
+			if !onVictim[d.key] {
+				healthy++
+				if d.degraded {
+					healthyDegraded++
+				}
+			} else if d.degraded && d.start.After(lastDegraded) {
+				lastDegraded = d.start
+			}
+		}
+		first, ok := firstNode(ds, killAt, func(d nodeDecision) bool { return d.degraded && onVictim[d.key] })
+		require.True(t, ok, "no degraded decision on the dead master's keys")
+		back, ok := firstNode(ds, promotedAt, func(d nodeDecision) bool { return !d.degraded && onVictim[d.key] })
+		require.True(t, ok, "no decision from the promoted replica on its keys")
+		t.Logf("FIGURE %s cluster with replicas: first degraded decision %v after the kill; replica promoted (cluster ok) %v after the kill; first decision from it on its keys %v after that, last degraded one %v after it; %d of %d decisions on the other masters' keys degraded; breakers %+v",
+			cl.name, first.start.Sub(killAt), promotedAt.Sub(killAt), back.start.Sub(promotedAt), lastDegraded.Sub(promotedAt), healthyDegraded, healthy, st.Nodes)
+		require.LessOrEqual(t, float64(healthyDegraded), 0.1*float64(healthy), "keys on the healthy masters went to the policy")
+		var promoted *fallback.NodeStats
+		for i := range st.Nodes {
+			if st.Nodes[i].Node == replica.Addr() {
+				promoted = &st.Nodes[i]
+			}
+		}
+		require.NotNil(t, promoted, "no breaker for the promoted replica %s: %+v", replica.Addr(), st.Nodes)
+		require.Equal(t, fallback.Closed, promoted.State)
+	})
+}
+
+// firstNode returns the earliest decision that started at or after t0 and
+// matches.
+func firstNode(ds []nodeDecision, t0 time.Time, match func(nodeDecision) bool) (nodeDecision, bool) {
+	var best nodeDecision
+	found := false
+	for _, d := range ds {
+		if !d.start.Before(t0) && match(d) && (!found || d.start.Before(best.start)) {
+			best, found = d, true
+		}
+	}
+	return best, found
+}
