@@ -162,7 +162,12 @@ func (s *Store) NodeOf(ctx context.Context, key backend.Key) string {
 		return ""
 	}
 	// The slot depends on the hash tag alone.
-	c, err := s.cluster.MasterForKey(ctx, rediskey.Build("", key.ID, ""))
+	return masterOf(ctx, s.cluster, rediskey.Build("", key.ID, ""))
+}
+
+// masterOf returns the address of the master of key's slot, or "".
+func masterOf(ctx context.Context, cluster *redis.ClusterClient, key string) string {
+	c, err := cluster.MasterForKey(ctx, key)
 	if err != nil {
 		return ""
 	}
@@ -327,6 +332,17 @@ func (a conn) reply(ctx context.Context, c *redis.Cmd, err error) ([]int64, erro
 func (a conn) Cluster() bool {
 	_, ok := a.c.(*redis.ClusterClient)
 	return ok
+}
+
+// NodeOf returns the master of key's slot, for batching per node
+// (redisscript.NodeLocator); "" for a single-master client. It waits on
+// the network only for the client's first slot map.
+func (a conn) NodeOf(key string) string {
+	cluster, ok := a.c.(*redis.ClusterClient)
+	if !ok {
+		return ""
+	}
+	return masterOf(context.Background(), cluster, key)
 }
 
 func (a conn) Del(ctx context.Context, key string) error {

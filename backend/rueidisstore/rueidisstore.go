@@ -59,6 +59,7 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/internal/rediskey"
 	"github.com/limitkit/limitkit/internal/redisscript"
 )
 
@@ -153,7 +154,8 @@ func (s *Store) NodeOf(_ context.Context, key backend.Key) string {
 	if s.slots == nil {
 		return ""
 	}
-	return s.slots.nodeOf(key)
+	// The slot depends on the hash tag alone.
+	return s.slots.nodeOf(rediskey.Build("", key.ID, ""))
 }
 
 // Take implements backend.Store.
@@ -326,6 +328,15 @@ func ints(resp rueidis.RedisResult) ([]int64, error) {
 }
 
 func (a conn) Cluster() bool { return a.c.Mode() == rueidis.ClientModeCluster }
+
+// NodeOf returns the master of key's slot, for batching per node
+// (redisscript.NodeLocator); "" for a single-master client.
+func (a conn) NodeOf(key string) string {
+	if a.slots == nil {
+		return ""
+	}
+	return a.slots.nodeOf(key)
+}
 
 func (a conn) Del(ctx context.Context, key string) error {
 	return a.c.Do(ctx, a.c.B().Del().Key(key).Build()).Error()

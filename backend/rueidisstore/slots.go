@@ -9,7 +9,6 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/internal/rediskey"
 )
 
@@ -34,10 +33,11 @@ type slotMap struct {
 	refreshing atomic.Bool
 }
 
-// nodeOf returns the master of key's slot, or "" before the first refresh
-// (or when the slot is not served). It starts a refresh in the background
-// when one is due, and never waits for it.
-func (m *slotMap) nodeOf(key backend.Key) string {
+// nodeOf returns the master of the slot of key (a Redis key, or just its
+// hash tag in braces), or "" before the first refresh (or when the slot is
+// not served). It starts a refresh in the background when one is due, and
+// never waits for it.
+func (m *slotMap) nodeOf(key string) string {
 	if time.Now().UnixNano() >= m.due.Load() && m.refreshing.CompareAndSwap(false, true) {
 		go m.refresh()
 	}
@@ -45,8 +45,7 @@ func (m *slotMap) nodeOf(key backend.Key) string {
 	if t == nil {
 		return ""
 	}
-	// The slot depends on the hash tag alone.
-	return t[rediskey.Slot(rediskey.Build("", key.ID, ""))]
+	return t[rediskey.Slot(key)]
 }
 
 // failed brings the next refresh closer after an error.
