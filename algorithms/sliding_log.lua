@@ -26,16 +26,18 @@
 --   * a small log (limit <= SMALL) is read whole, its units without "", in
 --     one ZRANGE of constant ranks, and the step decides from it: a denial
 --     is that ZRANGE and PEXPIRE;
---   * a larger one is counted: ZCARD, then one ZCOUNT of the units in
---     (now-window, now], which is all of them in the common case: nothing
---     slid out (nothing to forget) and nothing later than now (the newest
---     unit is then the one a take adds). A take there is ZCARD, ZCOUNT,
---     ZADD INCR of "" (its reply, without the sign, is the new name),
---     ZADD, PEXPIRE. Times are read only to report a denial.
+--   * a larger one is counted: ZCARD, then a ZCOUNT of the units that
+--     slid out, and, for an admission, one of those later than now. Both
+--     ranges are empty in the common case and a listpack (the encoding of
+--     up to 127 units) answers them at once, where a count of the units
+--     in the window walks all of them. An admission there is ZCARD,
+--     ZCOUNT, ZCOUNT, ZADD INCR of "" (its reply, without the sign, is
+--     the new name), ZADD, PEXPIRE; a denial ZCARD, ZCOUNT, one or two
+--     ZRANGEs for the times it reports, PEXPIRE.
 
 local ZADD_CHUNK = 1000 -- members per ZADD: unpack is limited to ~8000 values
 local SMALL, SMALL_LAST = 3, '4' -- logs of up to SMALL units are read whole: ranks 1 to SMALL+1
-local NEAR = 16 -- a denial reads ranks r..newest in one ZRANGE when fewer
+local NEAR = 3 -- a denial reads ranks r..newest in one ZRANGE when fewer (each score replied costs a third of a call)
 
 local fmt = string.format
 local cutoff = now - w
@@ -147,13 +149,16 @@ else
   -- units: the (live+cost-limit)-th oldest live unit, which is the
   -- (size+cost-limit)-th oldest, must slide out first, and the newest sets
   -- the reset. One ZRANGE reads both when they are close.
-  local function denial_times(size)
+  -- (It takes everything as arguments: a function without upvalues is
+  -- cheap to create.)
+  local function denial_times(key, size, cost, limit, w, now)
     local r = size + cost - limit
     if size - r < NEAR then
-      local s = redis.call('ZRANGE', key, fmt('%d', r), '-1', 'WITHSCORES')
+      local s = redis.call('ZRANGE', key, string.format('%d', r), '-1', 'WITHSCORES')
       return tonumber(s[2]) + w - now, tonumber(s[#s]) + w - now
     end
-    local s = redis.call('ZRANGE', key, fmt('%d', r), fmt('%d', r), 'WITHSCORES')
+    local r_s = string.format('%d', r)
+    local s = redis.call('ZRANGE', key, r_s, r_s, 'WITHSCORES')
     local retry = tonumber(s[2]) + w - now
     s = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
     return retry, tonumber(s[2]) + w - now
@@ -173,34 +178,26 @@ else
     allowed, reset = 1, 0
     if live + cost > limit then
       allowed = 0
-      retry, reset = denial_times(size)
+      retry, reset = denial_times(key, size, cost, limit, w, now)
     elseif live > 0 then
       local s = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
       reset = tonumber(s[2]) + w - now
     end
     return {allowed, remaining, retry, reset, now}
   end
-  -- Take. Split the units into expired (<= cutoff: slid out), in the
-  -- window, and later than now. One count answers in the common case, all
-  -- in the window; otherwise forget the units that slid out a window ago
-  -- or more (kept until then for requests that arrive late) and count
-  -- again.
-  local expired, later = 0, 0
-  now_s = fmt('%d', now)
-  if size > 0 then
-    local lo, other = '-inf', size + 1 -- "" is in (-inf, now] too
-    if cutoff >= 0 then
-      lo, other = fmt('(%d', cutoff), size
-    end
-    other = other - redis.call('ZCOUNT', key, lo, now_s)
-    if other > 0 and cutoff - w >= 0 then
+  -- Take. Count the expired units (<= cutoff: slid out), and forget
+  -- those that slid out a window ago or more (kept until then for
+  -- requests that arrive late). The count stops at once in the common
+  -- case, none expired: a listpack counts a range by walking it from its
+  -- first member, here "" (as every count of a range that ends at its
+  -- last member would walk the whole log).
+  local expired = 0
+  if size > 0 and cutoff >= 0 then
+    expired = redis.call('ZCOUNT', key, '-inf', fmt('%d', cutoff)) - 1 -- "" too
+    if expired > 0 and cutoff - w >= 0 then
       local forgotten = redis.call('ZREMRANGEBYSCORE', key, '0', fmt('%d', cutoff - w))
       size = size - forgotten
-      other = other - forgotten
-    end
-    if other > 0 then
-      later = redis.call('ZCOUNT', key, '(' .. now_s, '+inf')
-      expired = other - later
+      expired = expired - forgotten
     end
   end
   live = size - expired
@@ -212,9 +209,6 @@ else
     if live > size then
       live = size
     end
-    if later > size then
-      later = size
-    end
   end
   if live + cost <= limit then
     allowed = 1
@@ -225,12 +219,15 @@ else
       size = size - drop
     end
     kept, n = size, nil
-    if later > 0 then
+    -- Units later than now (the clock went back) set the reset. A
+    -- listpack answers an empty range at its end from its last score.
+    now_s = fmt('%d', now)
+    if size > 0 and redis.call('ZCOUNT', key, '(' .. now_s, '+inf') > 0 then
       local s = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
       reset = tonumber(s[2]) + w - now
     end
   else
-    retry, reset = denial_times(size)
+    retry, reset = denial_times(key, size, cost, limit, w, now)
   end
 end
 

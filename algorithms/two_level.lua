@@ -12,6 +12,7 @@
 -- The body of step(key, now, w, limit, cost, take, refund, at); see
 -- prelude.lua.
 
+local log_first, log_open, log_take, log_peek, log_remove, enc, dec = loglib()
 local LIGHT_LEN = 5 * SLOT
 local LIGHT_CHARGE = 4503599627370496 -- 2^52: tags a light key's charge
 

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/internal/boundid"
 )
 
 // Store keeps limiter state and decides requests against it. Implementations
@@ -96,8 +97,8 @@ func (k Key) Validate() error {
 	}
 	for i := 0; i < len(k.Prefix); i++ {
 		if c := k.Prefix[i]; c == '{' || c == '}' {
-			return fmt.Errorf("%w: prefix %q contains '{' or '}'; remove them (the id goes in a Redis hash tag)",
-				algorithms.ErrInvalidRequest, k.Prefix)
+			return fmt.Errorf("%w: prefix %s contains '{' or '}'; remove them (the id goes in a Redis hash tag)",
+				algorithms.ErrInvalidRequest, boundid.Quote(k.Prefix))
 		}
 	}
 	return nil
@@ -182,8 +183,8 @@ func ValidateAll(reqs []Request) error {
 		}
 		for j := range i {
 			if reqs[j].Key == r.Key && reqs[j].Rule.Algorithm == r.Rule.Algorithm {
-				return fmt.Errorf("%w: requests %d and %d both count key %q (prefix %q) with %s; give each rule its own prefix",
-					algorithms.ErrInvalidRequest, j, i, r.Key.ID, r.Key.Prefix, r.Rule.Algorithm)
+				return fmt.Errorf("%w: requests %d and %d both count key %s (prefix %s) with %s; give each rule its own prefix",
+					algorithms.ErrInvalidRequest, j, i, boundid.Quote(r.Key.ID), boundid.Quote(r.Key.Prefix), r.Rule.Algorithm)
 			}
 		}
 	}

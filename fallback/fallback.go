@@ -30,6 +30,13 @@
 // runs in the goroutine of the request that observed the change, so keep it
 // quick.
 //
+// The deadline is a context deadline when the primary honours its context
+// (ContextHonourer: rueidis always, go-redis with ContextTimeoutEnabled, as
+// limiter/config builds clients); then the call runs in the caller's
+// goroutine. Otherwise each call runs in a goroutine the caller stops
+// waiting for at the deadline; once 256 abandoned calls still run, calls
+// fail at once, as primary failures, until some return.
+//
 // Limits of the design: a call that missed its deadline is abandoned, not
 // stopped. The client keeps it (and a connection) until its own timeout, so
 // give go-redis clients ContextTimeoutEnabled or a short ReadTimeout; and a
@@ -70,6 +77,7 @@ import (
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/internal/boundid"
 	"github.com/sony/gobreaker/v2"
 )
 
@@ -91,17 +99,18 @@ const (
 // answer (Reset) when the primary could not be reached.
 var ErrUnavailable = errors.New("fallback: primary store unavailable")
 
-// State is the breaker's state.
-type State string
+// State is the breaker's state. It is backend.BreakerState, so that
+// observers (limiter/observe) name it without linking this package.
+type State = backend.BreakerState
 
 // The breaker's states.
 const (
 	// Closed: decisions come from the primary.
-	Closed State = "closed"
+	Closed = backend.BreakerClosed
 	// Open: the primary is skipped; decisions follow the policy.
-	Open State = "open"
+	Open = backend.BreakerOpen
 	// HalfOpen: a bounded number of probes go to the primary.
-	HalfOpen State = "half-open"
+	HalfOpen = backend.BreakerHalfOpen
 )
 
 func stateOf(s gobreaker.State) State {
@@ -115,15 +124,9 @@ func stateOf(s gobreaker.State) State {
 	}
 }
 
-// StateChange describes one transition of the breaker.
-type StateChange struct {
-	From, To State
-	// At is when the breaker changed state.
-	At time.Time
-	// Node is the Redis Cluster node whose breaker changed (its address,
-	// as NodeLocator names it), or "" for the store's only breaker.
-	Node string
-}
+// StateChange describes one transition of the breaker; it is
+// backend.StateChange (see State).
+type StateChange = backend.StateChange
 
 // NodeLocator is implemented by primaries that know which server owns a key:
 // both Redis stores with a cluster client (the master of the key's hash
@@ -303,6 +306,11 @@ type shared struct {
 
 	degraded atomic.Uint64
 	failures atomic.Uint64
+
+	// direct: the primary honours contexts, so calls need no goroutine.
+	direct bool
+	// abandoned counts calls still running after their caller left.
+	abandoned atomic.Int32
 }
 
 // breaker is the circuit breaker of one node (or of the whole primary).
@@ -315,6 +323,8 @@ type breaker struct {
 	used     atomic.Int64
 	degraded atomic.Uint64
 	failures atomic.Uint64
+	// lastErr is the node's last failure, the cause of an opening.
+	lastErr atomic.Pointer[error]
 }
 
 var _ backend.Store = (*Store)(nil)
@@ -345,7 +355,7 @@ func New(primary backend.Store, opts ...Option) (*Store, error) {
 		}
 		c.local = m
 	}
-	sh := &shared{primary: primary, local: c.local, cfg: c, locator: locatorOf(primary)}
+	sh := &shared{primary: primary, local: c.local, cfg: c, direct: honoursContext(primary), locator: locatorOf(primary)}
 	sh.one = sh.newBreaker("")
 	return &Store{shared: sh, policy: c.policy}, nil
 }
@@ -524,6 +534,10 @@ type Stats struct {
 	PrimaryFailures uint64
 	// Degraded counts decisions made by a policy instead of the primary.
 	Degraded uint64
+	// FailedRefunds counts the primary's compensating refunds that failed
+	// (units left taken until they expire), when the primary counts them
+	// (both Redis stores do: their FailedRefunds method).
+	FailedRefunds uint64
 	// Nodes has the breaker of each Redis Cluster node, sorted by node,
 	// once the primary (a NodeLocator) named a node; nil otherwise. The
 	// counters above include theirs. Node "" is the breaker of the keys
@@ -545,6 +559,9 @@ type NodeStats struct {
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
 	st := Stats{State: s.State(), PrimaryFailures: s.failures.Load(), Degraded: s.degraded.Load()}
+	if r, ok := s.primary.(interface{ FailedRefunds() uint64 }); ok {
+		st.FailedRefunds = r.FailedRefunds()
+	}
 	if s.cluster.Load() {
 		for _, b := range s.breakers() {
 			st.Nodes = append(st.Nodes, NodeStats{Node: b.node, State: stateOf(b.cb.State()),
@@ -606,7 +623,7 @@ func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule
 	if ce, ok := errors.AsType[callerError](err); ok {
 		return ce.err
 	}
-	return fmt.Errorf("%w: reset %q: %w", ErrUnavailable, key.ID, err)
+	return fmt.Errorf("%w: reset %s: %w", ErrUnavailable, boundid.Quote(key.ID), err)
 }
 
 // callerError marks an error caused by the caller (its context ended, or its
@@ -623,6 +640,7 @@ func (s *shared) execute(ctx context.Context, b *breaker, fn func(context.Contex
 		if err != nil && !errors.As(err, new(callerError)) {
 			s.failures.Add(1)
 			b.failures.Add(1)
+			b.lastErr.Store(&err)
 		}
 		return res, err
 	})
@@ -630,37 +648,105 @@ func (s *shared) execute(ctx context.Context, b *breaker, fn func(context.Contex
 	return res, err
 }
 
-// withDeadline runs fn and stops waiting for it after the timeout, whether
-// or not the client library honours the context.
+// withDeadline runs fn within the timeout. When the primary honours its
+// context (see ContextHonourer) fn runs in the caller's goroutine on a
+// context with the timeout: no goroutine, channel or timer of its own.
+// Otherwise fn runs in a goroutine the caller stops waiting for after the
+// timeout; once maxAbandoned such calls are still running past their
+// deadline, calls fail at once (as primary failures) until some return, so
+// a hung client cannot pile goroutines up (at most maxAbandoned, plus one
+// per caller that started as the last slot went).
 func (s *shared) withDeadline(ctx context.Context, fn func(context.Context) (backend.Result, error)) (backend.Result, error) {
 	callCtx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
 	defer cancel()
+	var res backend.Result
+	var err error
+	if s.direct {
+		res, err = fn(callCtx)
+	} else {
+		res, err = s.bounded(callCtx, fn)
+	}
+	switch {
+	case err == nil:
+		return res, nil
+	case ctx.Err() != nil:
+		return res, callerError{ctx.Err()}
+	case errors.Is(err, algorithms.ErrInvalidRequest), errors.Is(err, algorithms.ErrInvalidRule):
+		return res, callerError{err}
+	case callCtx.Err() != nil:
+		return backend.Result{}, fmt.Errorf("fallback: primary did not answer within %v: %w", s.cfg.timeout, err)
+	}
+	return res, err
+}
+
+// maxAbandoned bounds the calls to a primary that does not honour its
+// context still running after their caller stopped waiting.
+const maxAbandoned = 256
+
+// errTooManyAbandoned fails calls while maxAbandoned calls still run.
+var errTooManyAbandoned = fmt.Errorf("fallback: %d primary calls are still running past their deadline; "+
+	"give the client a timeout it enforces (go-redis: ContextTimeoutEnabled)", maxAbandoned)
+
+// The states of a call run by bounded.
+const (
+	callRunning int32 = iota
+	callDone
+	callAbandoned
+)
+
+// bounded runs fn in a goroutine and waits for it until ctx ends.
+func (s *shared) bounded(ctx context.Context, fn func(context.Context) (backend.Result, error)) (backend.Result, error) {
+	if s.abandoned.Load() >= maxAbandoned {
+		return backend.Result{}, errTooManyAbandoned
+	}
 	type outcome struct {
 		res backend.Result
 		err error
 	}
 	done := make(chan outcome, 1)
+	state := new(atomic.Int32)
 	go func() {
-		res, err := fn(callCtx)
+		res, err := fn(ctx)
 		done <- outcome{res, err}
+		if !state.CompareAndSwap(callRunning, callDone) {
+			s.abandoned.Add(-1) // its caller left: no longer running
+		}
 	}()
 	select {
 	case o := <-done:
-		switch {
-		case o.err == nil:
-			return o.res, nil
-		case ctx.Err() != nil:
-			return o.res, callerError{ctx.Err()}
-		case errors.Is(o.err, algorithms.ErrInvalidRequest), errors.Is(o.err, algorithms.ErrInvalidRule):
-			return o.res, callerError{o.err}
-		}
 		return o.res, o.err
-	case <-callCtx.Done():
-		if ctx.Err() != nil {
-			return backend.Result{}, callerError{ctx.Err()}
+	case <-ctx.Done():
+		if state.CompareAndSwap(callRunning, callAbandoned) {
+			s.abandoned.Add(1)
+			return backend.Result{}, ctx.Err()
 		}
-		return backend.Result{}, fmt.Errorf("fallback: primary did not answer within %v: %w", s.cfg.timeout, context.DeadlineExceeded)
+		o := <-done // it finished meanwhile
+		return o.res, o.err
 	}
+}
+
+// ContextHonourer is implemented by stores that can report whether their
+// calls return soon after their context ends. Both Redis stores do: rueidis
+// always, go-redis when the client has ContextTimeoutEnabled (as
+// limiter/config builds it). fallback then calls them directly, with a
+// deadline on the context, instead of from a goroutine per call.
+type ContextHonourer interface {
+	HonoursContext() bool
+}
+
+// honoursContext reports whether s, or a store it wraps, honours contexts.
+func honoursContext(s backend.Store) bool {
+	for range 8 {
+		if h, ok := s.(ContextHonourer); ok {
+			return h.HonoursContext()
+		}
+		u, ok := s.(interface{ Unwrap() backend.Store })
+		if !ok {
+			return false
+		}
+		s = u.Unwrap()
+	}
+	return false
 }
 
 // policyOf returns the policy that decides req: its own, else the store's.
@@ -774,11 +860,15 @@ func (b *breaker) untilProbe(openTimeout time.Duration) time.Duration {
 // lock-free.
 func (s *shared) queue(b *breaker, from, to State) {
 	now := time.Now()
+	var cause error
 	if to == Open {
 		b.openedAt.Store(now.UnixNano())
+		if p := b.lastErr.Load(); p != nil {
+			cause = *p
+		}
 	}
 	s.eventsMu.Lock()
-	s.events = append(s.events, StateChange{From: from, To: to, At: now, Node: b.node})
+	s.events = append(s.events, StateChange{From: from, To: to, At: now, Cause: cause, Node: b.node})
 	s.eventsMu.Unlock()
 	s.pending.Add(1)
 }
@@ -801,6 +891,9 @@ func (s *shared) deliver() {
 				level = slog.LevelWarn
 			}
 			attrs := []any{"breaker", s.cfg.name, "from", string(e.From), "to", string(e.To)}
+			if e.Cause != nil {
+				attrs = append(attrs, "cause", e.Cause.Error())
+			}
 			if e.Node != "" {
 				attrs = append(attrs, "node", e.Node)
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/backend/storetest"
 	"github.com/limitkit/limitkit/fallback"
 	"github.com/stretchr/testify/require"
 )
@@ -345,4 +346,16 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 	}
 	t.Fatal("condition not met within 10s")
+}
+
+// refundCounter is a primary that reports failed refunds, as the Redis
+// stores do.
+type refundCounter struct{ storetest.Down }
+
+func (refundCounter) FailedRefunds() uint64 { return 7 }
+
+func TestStatsReportThePrimarysFailedRefunds(t *testing.T) {
+	s := newStore(t, refundCounter{})
+	require.Equal(t, uint64(7), s.Stats().FailedRefunds)
+	require.Zero(t, newStore(t, storetest.Down{}).Stats().FailedRefunds)
 }

@@ -34,17 +34,15 @@
 package limiter
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/clock"
+	"github.com/limitkit/limitkit/internal/boundid"
 )
 
 // Errors reported for bad input; test with errors.Is.
@@ -91,10 +89,14 @@ type Config struct {
 }
 
 // Guard is a limiter's secondary limit, kept apart from the main one (its
-// keys are the limiter's prefix + "guard:" with the same ids, so on Redis
-// both share a hash slot and are decided by one script). On financial
+// keys are the limiter's prefix + "guard:" with the same ids). On financial
 // endpoints it bounds what a Redis failover that lost the main limit's
 // latest writes can let through.
+//
+// By default the guard lives in the limiter's store, and on Redis in the
+// same hash slot as its main key, decided by one script: losing that
+// node's data loses both. Store puts the guard on a store of its own (a
+// second Redis) that survives the loss of the main store's data.
 type Guard struct {
 	// Algorithm is "fixed_window" (default), "sliding_counter" or
 	// "sliding_log".
@@ -107,6 +109,15 @@ type Guard struct {
 	// Config.OnFailure); a payment guard can fail closed while the main
 	// limit goes local. Default: the fallback store's own policy.
 	OnFailure backend.FailurePolicy
+	// Store, when set, keeps the guard's counts there instead of in the
+	// limiter's store, such as a second Redis. A request then costs three
+	// calls instead of one: the guard is peeked, the main limit taken, and
+	// then the guard taken. A denial by either still consumes nothing
+	// from the other, except when the guard denies between its peek and
+	// its take (another caller took its last units): the main limit keeps
+	// that unit until its window ends; never more than either limit is
+	// admitted. Not written in JSON. Default nil: the limiter's store.
+	Store backend.Store
 }
 
 // GuardRule is the Decision.Rule of a denial by a limiter's guard (0 is the
@@ -117,6 +128,7 @@ const GuardRule = 1
 const guardPrefix = "guard:"
 
 // ruleJSON is the part of Config and Guard written the same way in JSON.
+// It serves MarshalJSON; reading goes through decodeConfig (decode.go).
 type ruleJSON struct {
 	Algorithm algorithms.Name       `json:"algorithm,omitempty"`
 	Limit     int64                 `json:"limit"`
@@ -133,49 +145,8 @@ type configJSON struct {
 
 type guardJSON struct{ ruleJSON }
 
-func (j ruleJSON) window(field string) (time.Duration, error) {
-	if j.Window == "" {
-		return 0, nil
-	}
-	w, err := time.ParseDuration(j.Window)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %s %q: write it as a duration such as \"1m\" or \"500ms\": %w", ErrInvalidConfig, field, j.Window, err)
-	}
-	return w, nil
-}
-
 func toRuleJSON(alg algorithms.Name, limit int64, window time.Duration, onFailure backend.FailurePolicy) ruleJSON {
 	return ruleJSON{Algorithm: alg, Limit: limit, Window: window.String(), OnFailure: onFailure}
-}
-
-// UnmarshalJSON reads a Config, with windows as duration strings such as
-// "1m" or "500ms". Unknown fields are errors, so that typos do not pass
-// silently.
-func (c *Config) UnmarshalJSON(data []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	var j configJSON
-	if err := dec.Decode(&j); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) && strings.HasSuffix(typeErr.Field, "window") {
-			return fmt.Errorf("%w: %s must be a duration string such as \"1m\" or \"500ms\": %w", ErrInvalidConfig, typeErr.Field, err)
-		}
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	w, err := j.window("window")
-	if err != nil {
-		return err
-	}
-	cfg := Config{Algorithm: j.Algorithm, Limit: j.Limit, Window: w, Prefix: j.Prefix, OnFailure: j.OnFailure}
-	if j.Guard != nil {
-		gw, err := j.Guard.window("guard.window")
-		if err != nil {
-			return err
-		}
-		cfg.Guard = &Guard{Algorithm: j.Guard.Algorithm, Limit: j.Guard.Limit, Window: gw, OnFailure: j.Guard.OnFailure}
-	}
-	*c = cfg
-	return nil
 }
 
 // MarshalJSON writes a Config with windows as duration strings.
@@ -232,7 +203,8 @@ func (c Config) parts(key int) []part {
 	ps := []part{{key: key, prefix: c.Prefix, rule: c.rule(), onFailure: c.OnFailure}}
 	if g := c.Guard; g != nil {
 		ps = append(ps, part{key: key, prefix: c.Prefix + guardPrefix,
-			rule: algorithms.Rule{Algorithm: g.Algorithm, Limit: g.Limit, Window: g.Window}, onFailure: g.OnFailure})
+			rule: algorithms.Rule{Algorithm: g.Algorithm, Limit: g.Limit, Window: g.Window}, onFailure: g.OnFailure,
+			store: g.Store})
 	}
 	return ps
 }
@@ -243,6 +215,17 @@ type part struct {
 	prefix    string
 	rule      algorithms.Rule
 	onFailure backend.FailurePolicy
+	// store is the part's own store (a guard's Guard.Store); nil for the
+	// store of the call.
+	store backend.Store
+}
+
+// storeOf returns the store p's state lives in.
+func (p *part) storeOf(store backend.Store) backend.Store {
+	if p.store != nil {
+		return p.store
+	}
+	return store
 }
 
 // Option configures a Limiter.
@@ -355,11 +338,11 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 		}
 		wait := max(d.RetryAfter, minWait)
 		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
-			return d, fmt.Errorf("limiter: waiting %v for %q would pass the context deadline: %w", wait, key, context.DeadlineExceeded)
+			return d, fmt.Errorf("limiter: waiting %v for %s would pass the context deadline: %w", wait, boundid.Quote(key), context.DeadlineExceeded)
 		}
 		select {
 		case <-ctx.Done():
-			return d, fmt.Errorf("limiter: wait for %q: %w", key, ctx.Err())
+			return d, fmt.Errorf("limiter: wait for %s: %w", boundid.Quote(key), ctx.Err())
 		case <-clock.After(l.clock, wait):
 		}
 	}
@@ -380,14 +363,50 @@ func allow(ctx context.Context, store backend.Store, clk clock.Clock, parts []pa
 	}
 	var buf [backend.MaxRequests]backend.Request
 	reqs := buf[:len(parts)]
+	split := false
 	for i := range parts {
 		p := &parts[i]
 		if err := p.check(keys, n); err != nil {
 			return Decision{}, err
 		}
 		reqs[i] = p.request(keys, n, now)
+		split = split || p.store != nil
+	}
+	if split {
+		return allowSplit(ctx, store, parts, reqs)
 	}
 	return store.TakeAll(ctx, reqs)
+}
+
+// allowSplit decides a main rule (reqs[0], on store) and a guard on a
+// store of its own (reqs[1]), all or nothing without a script spanning
+// both: peek the guard, take the main rule, take the guard. A main denial
+// touches the guard not at all; the guard's counts outlive the main
+// store's.
+func allowSplit(ctx context.Context, store backend.Store, parts []part, reqs []backend.Request) (Decision, error) {
+	guard := parts[1].storeOf(store)
+	var results [2]Decision
+	var err error
+	if results[1], err = guard.Peek(ctx, reqs[1]); err != nil {
+		return Decision{}, err
+	}
+	if !results[1].Allowed {
+		// Report whichever rule makes the caller wait longest.
+		if results[0], err = store.Peek(ctx, reqs[0]); err != nil {
+			return Decision{}, err
+		}
+		return backend.Combine(results[:]), nil
+	}
+	if results[0], err = store.Take(ctx, reqs[0]); err != nil {
+		return Decision{}, err
+	}
+	if !results[0].Allowed {
+		return backend.Combine(results[:]), nil
+	}
+	if results[1], err = guard.Take(ctx, reqs[1]); err != nil {
+		return Decision{}, err
+	}
+	return backend.Combine(results[:]), nil
 }
 
 // peek reports what allow would decide for one unit, without consuming.
@@ -401,7 +420,7 @@ func peek(ctx context.Context, store backend.Store, clk clock.Clock, parts []par
 			return Decision{}, err
 		}
 		var err error
-		if results[i], err = store.Peek(ctx, p.request(keys, 1, now)); err != nil {
+		if results[i], err = p.storeOf(store).Peek(ctx, p.request(keys, 1, now)); err != nil {
 			return Decision{}, err
 		}
 	}
@@ -415,7 +434,7 @@ func reset(ctx context.Context, store backend.Store, parts []part, keys []string
 		if keys[p.key] == "" {
 			return fmt.Errorf("%w: key is empty", ErrInvalidRequest)
 		}
-		if err := store.Reset(ctx, backend.Key{Prefix: p.prefix, ID: keys[p.key]}, p.rule); err != nil {
+		if err := p.storeOf(store).Reset(ctx, backend.Key{Prefix: p.prefix, ID: keys[p.key]}, p.rule); err != nil {
 			return err
 		}
 	}

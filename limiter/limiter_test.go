@@ -76,7 +76,7 @@ func TestConfigJSON(t *testing.T) {
 	require.Equal(t, 90*time.Second, back.Window)
 
 	bad := map[string]string{
-		`{"limit":5,"window":60}`:           "duration string",
+		`{"limit":5,"window":60}`:           `"60" is not a duration; write it like "1m"`,
 		`{"limit":5,"window":"1 minute"}`:   "duration",
 		`{"limit":5,"window":"1m","lmt":1}`: "unknown field",
 		`{"limit":"5","window":"1m"}`:       "limit",

@@ -71,61 +71,14 @@ import (
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/internal/rediskey"
+	"github.com/limitkit/limitkit/internal/redisopt"
 	"github.com/limitkit/limitkit/internal/redisscript"
 )
-
-// Option configures a Store.
-type Option func(*config)
-
-type config struct {
-	opts redisscript.Options
-}
-
-// WithServerTime makes every decision at the Redis server's time (the
-// scripts call TIME) instead of the request's Now. Use it when the clocks of
-// the processes sharing a limit cannot be trusted. Requests' Now is then
-// ignored, so a fake clock has no effect.
-func WithServerTime() Option {
-	return func(c *config) { c.opts.ServerTime = true }
-}
-
-// WithReplicaAck makes every admission wait until at least replicas
-// replicas acknowledged its writes (WAIT replicas timeout, pipelined with
-// the script on the same connection), for limits that must survive a
-// failover. Admissions fewer replicas acknowledged within timeout are
-// decided by onShort (backend.DenyUnconfirmed or backend.AdmitUnconfirmed).
-// It needs a single-master client (redis.Client, including sentinel
-// failover clients); New refuses cluster clients. Each admission costs up
-// to timeout more when replicas lag.
-func WithReplicaAck(replicas int, timeout time.Duration, onShort backend.OnShortAck) Option {
-	return func(c *config) {
-		c.opts.Ack = redisscript.Ack{Replicas: replicas, Timeout: timeout, OnShort: onShort}
-	}
-}
-
-// DefaultBatch is how many concurrent Takes may travel together in one
-// script call unless WithBatching says otherwise.
-const DefaultBatch = redisscript.DefaultBatch
-
-// WithBatching sets how many concurrent Takes may travel together in one
-// script call (default DefaultBatch). Redis decides them one after the
-// other, exactly as separate calls; a key of the wrong type fails only its
-// own request. Under load this cuts the work per decision on the server and
-// in the client (one command parsed, sent and read for many decisions); a
-// lone caller is sent at once, with nothing to wait for. 1 sends every Take
-// alone; New refuses a max below 1. Batching applies to single-master
-// clients (standalone or sentinel) without WithReplicaAck; Peek, TakeAll
-// and Reset are always sent alone. A batch is sent with the context of the
-// Take that sends it (its values and deadline, not its cancellation); a
-// Take that stops waiting (its context ended) is withdrawn if still
-// queued, or else abandoned in flight, and may then still be counted.
-func WithBatching(max int) Option {
-	return func(c *config) { c.opts.Batch = max }
-}
 
 // Store is a backend.Store in Redis. It is safe for concurrent use.
 type Store struct {
 	runner  *redisscript.Runner
+	client  redis.UniversalClient
 	cluster *redis.ClusterClient // nil unless a cluster client
 }
 
@@ -137,19 +90,16 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("goredisstore: the client is nil")
 	}
-	c := config{opts: redisscript.Options{Batch: DefaultBatch}}
-	for _, opt := range opts {
-		opt(&c)
+	ropts, err := redisopt.Resolve("goredisstore", opts)
+	if err != nil {
+		return nil, err
 	}
-	if c.opts.Batch < 1 {
-		return nil, fmt.Errorf("goredisstore: batch size %d is below 1", c.opts.Batch)
-	}
-	r, err := redisscript.New(conn{client}, "goredisstore", c.opts)
+	r, err := redisscript.New(conn{client}, "goredisstore", ropts)
 	if err != nil {
 		return nil, err
 	}
 	cluster, _ := client.(*redis.ClusterClient)
-	return &Store{runner: r, cluster: cluster}, nil
+	return &Store{runner: r, client: client, cluster: cluster}, nil
 }
 
 // NodeOf returns the address of the cluster master that owns key's hash
@@ -189,11 +139,34 @@ func (s *Store) Peek(ctx context.Context, req backend.Request) (backend.Result, 
 // single-master client) are decided by one atomic script. Keys of a cluster
 // in different slots are checked, then taken in the order given, and the
 // earlier ones refunded if a later one is denied after all: never over a
-// limit, but while a refund is pending other callers can be denied, and a
-// refund that fails leaves its units taken until they expire.
+// limit, but while a refund is pending other callers can be denied.
+// Refunds run even when ctx has ended; one that fails leaves its units
+// taken until they expire (see FailedRefunds).
 func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
 	return s.runner.TakeAll(ctx, reqs)
 }
+
+// HonoursContext reports whether calls return once their context's
+// deadline passes: when the client has ContextTimeoutEnabled (otherwise
+// go-redis reads until its ReadTimeout). fallback.New calls such a store
+// directly, without a goroutine per call.
+func (s *Store) HonoursContext() bool {
+	switch c := s.client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// FailedRefunds counts the compensating refunds that failed: of a TakeAll
+// over keys in different cluster slots when a later key denied, or of an
+// admission too few replicas acknowledged (WithReplicaAck with
+// backend.DenyUnconfirmed). Refunds run even after the caller's context has
+// ended, within a second of their own; one that fails leaves its units
+// taken until they expire. fallback.Store.Stats reports it too.
+func (s *Store) FailedRefunds() uint64 { return s.runner.FailedRefunds() }
 
 // Reset implements backend.Store.
 func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule) error {
@@ -266,7 +239,7 @@ func (a conn) EvalBatch(ctx context.Context, cmd redisscript.Command, script str
 	c, send := evalCmd(ctx, cmd, script, keys, args)
 	if err := a.c.Process(ctx, send); err != nil {
 		if errors.Is(err, redis.Nil) {
-			return nil, nil, fmt.Errorf("%w: nil", redisscript.ErrBadReply)
+			return nil, nil, nilError(err)
 		}
 		a.failed(ctx, err)
 		return nil, nil, err
@@ -316,7 +289,7 @@ func (a conn) EvalWait(ctx context.Context, cmd redisscript.Command, script stri
 // reply converts a script's reply, reporting errors to failed.
 func (a conn) reply(ctx context.Context, c *redis.Cmd, err error) ([]int64, error) {
 	if errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("%w: nil", redisscript.ErrBadReply)
+		return nil, nilError(err)
 	}
 	if err != nil {
 		a.failed(ctx, err)
@@ -347,10 +320,25 @@ func (a conn) NodeOf(key string) string {
 
 func (a conn) Del(ctx context.Context, key string) error {
 	err := a.c.Del(ctx, key).Err()
+	if errors.Is(err, redis.Nil) {
+		return nilError(err)
+	}
 	if err != nil {
 		a.failed(ctx, err)
 	}
 	return err
+}
+
+// nilError explains go-redis' redis.Nil. As the reply itself it is a
+// malformed script reply (the scripts never return nil). Wrapped, it comes
+// from dialling: a failover client's sentinels answered nil to
+// GET-MASTER-ADDR-BY-NAME, for they monitor no master by that name.
+func nilError(err error) error {
+	if err == redis.Nil { //nolint:errorlint // the reply itself, not a wrapped dial error
+		return fmt.Errorf("%w: nil", redisscript.ErrBadReply)
+	}
+	return fmt.Errorf("the sentinels know no master by that name; check master_name "+
+		"(redis.FailoverOptions.MasterName) against the name the sentinels monitor: %w", err)
 }
 
 func (conn) IsNoScript(err error) bool {

@@ -352,6 +352,10 @@ type Stats struct {
 	ActiveEvictions uint64
 }
 
+// ActiveEvictions returns Stats().ActiveEvictions without locking any
+// shard, for watchers that poll it (limiter/observe.WatchEvictions).
+func (s *Store) ActiveEvictions() uint64 { return s.activeEvictions.Load() }
+
 // Stats returns the current counts. It locks each shard in turn.
 func (s *Store) Stats() Stats {
 	st := Stats{Reclaimed: s.reclaimed.Load(), ActiveEvictions: s.activeEvictions.Load()}

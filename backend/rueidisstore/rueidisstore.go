@@ -60,57 +60,9 @@ import (
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/internal/rediskey"
+	"github.com/limitkit/limitkit/internal/redisopt"
 	"github.com/limitkit/limitkit/internal/redisscript"
 )
-
-// Option configures a Store.
-type Option func(*config)
-
-type config struct {
-	opts redisscript.Options
-}
-
-// WithServerTime makes every decision at the Redis server's time (the
-// scripts call TIME) instead of the request's Now. Use it when the clocks of
-// the processes sharing a limit cannot be trusted. Requests' Now is then
-// ignored, so a fake clock has no effect.
-func WithServerTime() Option {
-	return func(c *config) { c.opts.ServerTime = true }
-}
-
-// WithReplicaAck makes every admission wait until at least replicas
-// replicas acknowledged its writes (WAIT replicas timeout, sent with the
-// script in one batch on one connection), for limits that must survive a
-// failover. Admissions fewer replicas acknowledged within timeout are
-// decided by onShort (backend.DenyUnconfirmed or backend.AdmitUnconfirmed).
-// It needs a single-master client (standalone or sentinel); New refuses
-// cluster clients. Each admission costs up to timeout more when replicas
-// lag.
-func WithReplicaAck(replicas int, timeout time.Duration, onShort backend.OnShortAck) Option {
-	return func(c *config) {
-		c.opts.Ack = redisscript.Ack{Replicas: replicas, Timeout: timeout, OnShort: onShort}
-	}
-}
-
-// DefaultBatch is how many concurrent Takes may travel together in one
-// script call unless WithBatching says otherwise.
-const DefaultBatch = redisscript.DefaultBatch
-
-// WithBatching sets how many concurrent Takes may travel together in one
-// script call (default DefaultBatch). Redis decides them one after the
-// other, exactly as separate calls; a key of the wrong type fails only its
-// own request. Under load this cuts the work per decision on the server and
-// in the client (one command parsed, sent and read for many decisions); a
-// lone caller is sent at once, with nothing to wait for. 1 sends every Take
-// alone; New refuses a max below 1. Batching applies to single-master
-// clients (standalone or sentinel) without WithReplicaAck; Peek, TakeAll
-// and Reset are always sent alone. A batch is sent with the context of the
-// Take that sends it (its values and deadline, not its cancellation); a
-// Take that stops waiting (its context ended) is withdrawn if still
-// queued, or else abandoned in flight, and may then still be counted.
-func WithBatching(max int) Option {
-	return func(c *config) { c.opts.Batch = max }
-}
 
 // Store is a backend.Store in Redis. It is safe for concurrent use.
 type Store struct {
@@ -126,18 +78,15 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("rueidisstore: the client is nil")
 	}
-	c := config{opts: redisscript.Options{Batch: DefaultBatch}}
-	for _, opt := range opts {
-		opt(&c)
-	}
-	if c.opts.Batch < 1 {
-		return nil, fmt.Errorf("rueidisstore: batch size %d is below 1", c.opts.Batch)
+	ropts, err := redisopt.Resolve("rueidisstore", opts)
+	if err != nil {
+		return nil, err
 	}
 	var slots *slotMap
 	if client.Mode() == rueidis.ClientModeCluster {
 		slots = &slotMap{client: client}
 	}
-	r, err := redisscript.New(conn{client, slots}, "rueidisstore", c.opts)
+	r, err := redisscript.New(conn{client, slots}, "rueidisstore", ropts)
 	if err != nil {
 		return nil, err
 	}
@@ -173,11 +122,24 @@ func (s *Store) Peek(ctx context.Context, req backend.Request) (backend.Result, 
 // single-master client) are decided by one atomic script. Keys of a cluster
 // in different slots are checked, then taken in the order given, and the
 // earlier ones refunded if a later one is denied after all: never over a
-// limit, but while a refund is pending other callers can be denied, and a
-// refund that fails leaves its units taken until they expire.
+// limit, but while a refund is pending other callers can be denied.
+// Refunds run even when ctx has ended; one that fails leaves its units
+// taken until they expire (see FailedRefunds).
 func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
 	return s.runner.TakeAll(ctx, reqs)
 }
+
+// HonoursContext reports true: rueidis returns once a call's context ends.
+// fallback.New calls such a store directly, without a goroutine per call.
+func (s *Store) HonoursContext() bool { return true }
+
+// FailedRefunds counts the compensating refunds that failed: of a TakeAll
+// over keys in different cluster slots when a later key denied, or of an
+// admission too few replicas acknowledged (WithReplicaAck with
+// backend.DenyUnconfirmed). Refunds run even after the caller's context has
+// ended, within a second of their own; one that fails leaves its units
+// taken until they expire. fallback.Store.Stats reports it too.
+func (s *Store) FailedRefunds() uint64 { return s.runner.FailedRefunds() }
 
 // Reset implements backend.Store.
 func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule) error {

@@ -20,8 +20,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/limitkit/limitkit/clock"
@@ -161,18 +161,14 @@ func describe(c limiter.Config) string {
 	return s + ", keys under " + c.Prefix
 }
 
-// redact names the backend without the URL's password.
+// redact names the backend without the URL's user name and password.
 func redact(b config.Backend) string {
-	u, err := url.Parse(b.URL)
-	if err != nil {
-		return "(an invalid URL)"
-	}
-	if u.Scheme == "memory" {
+	if strings.HasPrefix(b.URL, "memory:") {
 		return b.URL
 	}
 	client := b.Client
 	if client == "" {
 		client = config.GoRedis
 	}
-	return u.Redacted() + " via " + client
+	return config.RedactURL(b.URL) + " via " + client
 }

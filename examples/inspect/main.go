@@ -87,40 +87,49 @@ func (o *options) validate() error {
 	return nil
 }
 
-func main() {
-	redisURL := flag.String("redis", "", "Redis URL: redis://host:port/db, rediss://, redis+cluster://host:port?addr=host2:port2, "+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// run is main with its arguments and outputs, for tests; it returns the
+// exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	redisURL := fs.String("redis", "", "Redis URL: redis://host:port/db, rediss://, redis+cluster://host:port?addr=host2:port2, "+
 		"redis+sentinel://host:port?addr=...&master_name=NAME (required)")
 	var o options
-	flag.StringVar(&o.prefix, "prefix", limiter.DefaultPrefix, "key prefix of the limits to inspect")
-	flag.Int64Var(&o.count, "count", defaultCount, "SCAN COUNT: keys asked for per SCAN call")
-	flag.IntVar(&o.sample, "sample", defaultSample, "keys whose MEMORY USAGE is measured")
-	flag.Int64Var(&o.maxKeys, "max-keys", defaultMaxKeys, "stop scanning after this many keys")
-	flag.Int64Var(&o.slowlog, "slowlog", defaultSlowlog, "SLOWLOG entries read per node")
-	timeout := flag.Duration("timeout", 5*time.Minute, "give up after this long")
-	flag.Parse()
+	fs.StringVar(&o.prefix, "prefix", limiter.DefaultPrefix, "key prefix of the limits to inspect")
+	fs.Int64Var(&o.count, "count", defaultCount, "SCAN COUNT: keys asked for per SCAN call")
+	fs.IntVar(&o.sample, "sample", defaultSample, "keys whose MEMORY USAGE is measured")
+	fs.Int64Var(&o.maxKeys, "max-keys", defaultMaxKeys, "stop scanning after this many keys")
+	fs.Int64Var(&o.slowlog, "slowlog", defaultSlowlog, "SLOWLOG entries read per node")
+	timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	fail := func(err error) int {
+		fmt.Fprintln(stderr, "inspect:", err)
+		return 1
+	}
 	if err := o.validate(); err != nil {
-		fail(err)
+		return fail(err)
 	}
 	if *redisURL == "" {
-		fail(errors.New("-redis URL is required"))
+		return fail(errors.New("-redis URL is required"))
 	}
+	// The URL's errors never hold its userinfo (see config.GoRedisClient).
 	client, err := config.GoRedisClient(*redisURL)
 	if err != nil {
-		fail(err)
+		return fail(err)
 	}
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	r, err := inspect(ctx, client, o)
 	if err != nil {
-		fail(err)
+		return fail(fmt.Errorf("%s: %w", config.RedactURL(*redisURL), err))
 	}
-	r.print(os.Stdout)
-}
-
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "inspect:", err)
-	os.Exit(1)
+	r.print(stdout)
+	return 0
 }
 
 // Report is what inspect found.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -273,5 +274,40 @@ func TestBadOptions(t *testing.T) {
 	} {
 		_, err := inspect(context.Background(), redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), o)
 		require.Error(t, err)
+	}
+}
+
+// TestErrorsHideThePassword: whatever is wrong with the -redis URL, or
+// with the server it names, nothing inspect prints holds a piece of the
+// password. Before the fix, the first URL printed
+// "invalid URL path: /Sup3rS3cretPW@...".
+func TestErrorsHideThePassword(t *testing.T) {
+	srv := redistest.Start(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	refused := l.Addr().String()
+	require.NoError(t, l.Close())
+	for _, u := range []string{
+		"redis://:p@ss/Sup3rS3cretPW@H/0",
+		"redis://:Sup3r?S3cretPW@H/0",
+		"redis://:Sup3r#S3cretPW@H/0",
+		"redis://:Sup3r%zzS3cretPW@H/0",
+		"redis://Sup3r:S3cretPW@H/x",
+		"redis://:Sup3rS3cretPW@H/0?bogus=1",
+		"redis:/:Sup3rS3cretPW@H/0",
+		"redis+sentinel://:Sup3r/S3cretPW@H?master_name=m",
+		"redis+cluster://:Sup3r/S3cretPW@H?addr=H",
+		"redis://:Sup3rS3cretPW@" + refused + "/0",    // well formed, nobody listening
+		"redis://Sup3r:S3cretPW@" + srv.Addr() + "/0", // well formed, wrong credentials
+	} {
+		u = strings.ReplaceAll(u, "@H", "@127.0.0.1:6379")
+		u = strings.ReplaceAll(u, "=H", "=127.0.0.1:6380")
+		var stdout, stderr strings.Builder
+		code := run([]string{"-redis", u, "-timeout", "5s"}, &stdout, &stderr)
+		require.Equal(t, 1, code, "%s: %s", u, stderr.String())
+		require.NotEmpty(t, stderr.String(), u)
+		for _, s := range []string{"Sup3r", "S3cretPW"} {
+			require.NotContains(t, stderr.String()+stdout.String(), s, u)
+		}
 	}
 }

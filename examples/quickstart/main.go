@@ -1,15 +1,18 @@
 // Command quickstart shows each limitkit algorithm deciding a short burst.
 //
 //	go run ./examples/quickstart
-//	go run ./examples/quickstart -redis redis://127.0.0.1:6379/0 [-client rueidis]
+//	go run -tags redis ./examples/quickstart -redis redis://127.0.0.1:6379/0 [-client rueidis]
 //
 // It uses a simulated clock, so it prints the same thing every time. By
 // default the state is in memory and no server is needed; with -redis the
-// same decisions are made by the Lua scripts inside Redis.
+// same decisions are made by the Lua scripts inside Redis. The Redis clients
+// are linked in only with the redis build tag (redis.go), so that a first
+// run compiles limitkit and the standard library alone.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -19,8 +22,8 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/clock"
-	"github.com/limitkit/limitkit/examples/internal/stores"
 	"github.com/limitkit/limitkit/limiter"
 )
 
@@ -34,8 +37,8 @@ var about = map[algorithms.Name]string{
 }
 
 func main() {
-	redisURL := flag.String("redis", "", "Redis URL (redis://host:port/db); empty keeps the state in memory")
-	client := flag.String("client", "go-redis", "Redis client library: "+stores.Clients)
+	redisURL := flag.String("redis", "", "Redis URL (redis://host:port/db; needs -tags redis); empty keeps the state in memory")
+	client := flag.String("client", "go-redis", "Redis client library: go-redis or rueidis (with -tags redis)")
 	flag.Parse()
 	store, where, closeStore, err := openStore(*redisURL, *client)
 	if err == nil {
@@ -48,9 +51,24 @@ func main() {
 	}
 }
 
+// openRedis opens the Redis store at url through client. It is nil unless
+// the program is built with the redis tag (see redis.go).
+var openRedis func(url, client string) (backend.Store, func(), error)
+
+// errNoRedis is returned for -redis in a build without the redis tag.
+var errNoRedis = errors.New("this build links no Redis client; run it as go run -tags redis ./examples/quickstart -redis URL")
+
 // openStore returns the store to demonstrate on, and where it keeps state.
 func openStore(redisURL, client string) (backend.Store, string, func(), error) {
-	return stores.Open(redisURL, client)
+	if redisURL == "" {
+		s, err := memorystore.New()
+		return s, "in memory", func() {}, err
+	}
+	if openRedis == nil {
+		return nil, "", nil, errNoRedis
+	}
+	s, closeStore, err := openRedis(redisURL, client)
+	return s, "in Redis (" + client + ")", closeStore, err
 }
 
 func run(out io.Writer, store backend.Store, where string) error {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -9,12 +10,49 @@ import (
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/examples/internal/exampletest"
+	"github.com/limitkit/limitkit/examples/internal/stores"
 )
 
 // TestQuickstart: the same decisions in memory and inside a real
-// redis-server by either client.
+// redis-server by either client. The test links the clients whatever the
+// build tags.
 func TestQuickstart(t *testing.T) {
+	if openRedis == nil {
+		openRedis = stores.Redis
+		t.Cleanup(func() { openRedis = nil })
+	}
 	exampletest.EveryStore(t, openStore, checkOutput)
+}
+
+// TestWithoutRedisTag: a default build refuses -redis with the command that
+// works, and links no Redis client, YAML parser or circuit breaker, so that
+// a first go run compiles little.
+func TestWithoutRedisTag(t *testing.T) {
+	if openRedis != nil {
+		t.Skip("built with the redis tag")
+	}
+	_, _, _, err := openStore("redis://127.0.0.1:6379/0", "go-redis")
+	require.ErrorIs(t, err, errNoRedis)
+	require.ErrorContains(t, err, "-tags redis")
+
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to list the dependencies with")
+	}
+	deps := func(tags string) string {
+		out, err := exec.Command(goTool, "list", "-deps", "-tags", tags, ".").CombinedOutput()
+		require.NoError(t, err, string(out))
+		return string(out)
+	}
+	heavy := []string{"github.com/redis/go-redis/", "github.com/redis/rueidis", "go.yaml.in/yaml", "github.com/sony/gobreaker"}
+	lean := deps("")
+	for _, p := range heavy {
+		require.NotContains(t, lean, p)
+	}
+	// Control: with the tag, the same check finds the clients.
+	tagged := deps("redis")
+	require.Contains(t, tagged, heavy[0])
+	require.Contains(t, tagged, heavy[1])
 }
 
 func checkOutput(t *testing.T, store backend.Store, where string) {

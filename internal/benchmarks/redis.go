@@ -15,6 +15,7 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/backend/denycache"
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/backend/rueidisstore"
 	"github.com/limitkit/limitkit/clock"
@@ -109,6 +110,14 @@ func RedisContenders(addr string) []Contender {
 		Contender{Name: FloorRueidis, Group: "floor", Client: "rueidis", New: func(Workload) (Decider, func(), error) { return rueidisFloor(addr, true) }},
 		Contender{Name: "floor go-redis INCR", Group: "floor", Client: "go-redis", New: func(Workload) (Decider, func(), error) { return goRedisFloor(addr, false) }},
 		Contender{Name: FloorGoRedis, Group: "floor", Client: "go-redis", New: func(Workload) (Decider, func(), error) { return goRedisFloor(addr, true) }},
+		Contender{Name: "limitkit rueidis sliding_log + denycache", Group: "limitkit", Client: "rueidis", Algorithm: algorithms.SlidingLog,
+			New: func(w Workload) (Decider, func(), error) {
+				return limitkitDenyCacheRueidis(addr, w, algorithms.SlidingLog)
+			}},
+		Contender{Name: "limitkit go-redis sliding_log + denycache", Group: "limitkit", Client: "go-redis", Algorithm: algorithms.SlidingLog,
+			New: func(w Workload) (Decider, func(), error) {
+				return limitkitDenyCacheGoRedis(addr, w, algorithms.SlidingLog)
+			}},
 		Contender{Name: "limitkit rueidis sliding_log, unbatched", Group: "experiment", Client: "rueidis", Algorithm: algorithms.SlidingLog,
 			New: func(w Workload) (Decider, func(), error) {
 				return limitkitRueidisWith(RueidisOptions(addr), w, algorithms.SlidingLog, rueidisstore.WithBatching(1))
@@ -168,6 +177,52 @@ func limitkitGoRedisWith(o *redis.Options, w Workload, alg algorithms.Name, opts
 		return nil, nil, err
 	}
 	return storeDecider(s, w, alg), func() { _ = c.Close() }, nil
+}
+
+// limitkitDenyCacheRueidis is the rueidis store behind a deny cache
+// (backend/denycache) invalidated over the same client's pub/sub.
+func limitkitDenyCacheRueidis(addr string, w Workload, alg algorithms.Name) (Decider, func(), error) {
+	c, err := rueidis.NewClient(RueidisOptions(addr))
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := rueidisstore.New(c)
+	if err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	return cachedDecider(s, rueidisstore.NewBus(c), w, alg, c.Close)
+}
+
+// limitkitDenyCacheGoRedis is limitkitDenyCacheRueidis on go-redis.
+func limitkitDenyCacheGoRedis(addr string, w Workload, alg algorithms.Name) (Decider, func(), error) {
+	c, err := newGoRedis(GoRedisOptions(addr))
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := goredisstore.New(c)
+	if err != nil {
+		_ = c.Close()
+		return nil, nil, err
+	}
+	return cachedDecider(s, goredisstore.NewBus(c), w, alg, func() { _ = c.Close() })
+}
+
+// cachedDecider puts a deny cache over s and waits until it answers.
+func cachedDecider(s backend.Store, bus denycache.Bus, w Workload, alg algorithms.Name, closeClient func()) (Decider, func(), error) {
+	cache, err := denycache.New(s, bus)
+	if err != nil {
+		closeClient()
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := cache.Ready(ctx); err != nil {
+		_ = cache.Close()
+		closeClient()
+		return nil, nil, err
+	}
+	return storeDecider(cache, w, alg), func() { _ = cache.Close(); closeClient() }, nil
 }
 
 func redisRate(addr string, w Workload) (Decider, func(), error) {

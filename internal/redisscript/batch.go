@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
@@ -46,7 +47,11 @@ var pendingPool = sync.Pool{New: func() any { return &pendingTake{done: make(cha
 
 // take decides req, in a batch. When ctx ends while the Take is queued it
 // is withdrawn; a Take already sent is abandoned (it may still be counted),
-// as any call whose deadline passes in flight.
+// as any call whose deadline passes in flight. The Take that sends a batch
+// waits for its reply without watching its own context, unless its deadline
+// is too near (see tight), when a goroutine sends the batch instead; so no
+// Take waits past its own deadline, and none fails by another's (the batch
+// goes with the latest deadline of its Takes, see batchContext).
 func (b *batcher) take(ctx context.Context, req *backend.Request) (backend.Result, error) {
 	c := pendingPool.Get().(*pendingTake)
 	c.req, c.key, c.ctx = *req, Key(req.Key, req.Rule), ctx
@@ -54,38 +59,99 @@ func (b *batcher) take(ctx context.Context, req *backend.Request) (backend.Resul
 	if b.inFlight < b.maxInFlight {
 		b.inFlight++
 		batch := b.next(c)
+		s := sender(batch)
+		if s == c && !tight(ctx) {
+			b.mu.Unlock()
+			b.run(batch)
+			<-c.done
+			return b.finish(c)
+		}
+		// Another Take sends it (one with a later deadline), or a goroutine.
+		s.lead = batch
 		b.mu.Unlock()
-		b.run(batch)
-		<-c.done
-		return b.finish(c)
+		s.done <- struct{}{}
+		return b.wait(ctx, c)
 	}
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
-	select {
-	case <-c.done:
-		if c.lead != nil {
-			b.run(c.lead)
+	return b.wait(ctx, c)
+}
+
+// wait waits for c's decision, or for ctx to end. When c is woken to send a
+// batch, it sends it, and waits for the reply, unless its deadline is near;
+// then a goroutine sends it and c waits on its own context.
+func (b *batcher) wait(ctx context.Context, c *pendingTake) (backend.Result, error) {
+	for {
+		select {
+		case <-c.done:
+			lead := c.lead
+			if lead == nil {
+				return b.finish(c)
+			}
+			c.lead = nil
+			if tight(ctx) {
+				go b.run(lead)
+				continue
+			}
+			b.run(lead)
 			<-c.done
+			return b.finish(c)
+		case <-ctx.Done():
+			b.mu.Lock()
+			if i := slices.Index(b.queue, c); i >= 0 {
+				b.queue = slices.Delete(b.queue, i, i+1)
+			}
+			lead := c.lead
+			b.mu.Unlock()
+			if lead != nil {
+				// Woken to send a batch others wait on: send it anyway.
+				go func() {
+					<-c.done
+					b.run(lead)
+				}()
+			}
+			// A Take in flight still gets its reply written: it is left to
+			// the garbage collector rather than reused.
+			return backend.Result{}, fmt.Errorf("%s: %w", b.r.name, ctx.Err())
 		}
-		return b.finish(c)
-	case <-ctx.Done():
-		b.mu.Lock()
-		if i := slices.Index(b.queue, c); i >= 0 {
-			b.queue = slices.Delete(b.queue, i, i+1)
-		}
-		lead := c.lead
-		b.mu.Unlock()
-		if lead != nil {
-			// Woken to send a batch others wait on: send it anyway.
-			go func() {
-				<-c.done
-				b.run(lead)
-			}()
-		}
-		// A Take in flight still gets its reply written: it is left to the
-		// garbage collector rather than reused.
-		return backend.Result{}, fmt.Errorf("%s: %w", b.r.name, ctx.Err())
 	}
+}
+
+// batchMinWait is the least time a batch is given: the store's own bound,
+// below which a Take's deadline does not cut a batch short. A connection a
+// batch has to open first is dialled within it, and the client shares that
+// dial's outcome with the calls that wait for the same connection.
+var batchMinWait = 50 * time.Millisecond
+
+// tight reports whether ctx ends before a batch sent now would: such a Take
+// does not send a batch itself (it would wait past its deadline).
+func tight(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return ok && time.Until(d) < batchMinWait
+}
+
+// sender picks the Take of batch that sends it: the one whose context has
+// the latest deadline, or none (the first such). The batch is sent with
+// that deadline, so it bounds the call without cutting short any other
+// Take's wait: a Take with a tight deadline never fails those behind it.
+// It is a variable so that a test can restore the old choice (the first
+// Take) as a control.
+var sender = func(batch []*pendingTake) *pendingTake {
+	best := batch[0]
+	bestDeadline, bounded := best.ctx.Deadline()
+	if !bounded {
+		return best
+	}
+	for _, c := range batch[1:] {
+		d, ok := c.ctx.Deadline()
+		if !ok {
+			return c
+		}
+		if d.After(bestDeadline) {
+			best, bestDeadline = c, d
+		}
+	}
+	return best
 }
 
 // finish returns c's decision and recycles c.
@@ -125,14 +191,16 @@ func (b *batcher) run(batch []*pendingTake) {
 		return
 	}
 	next := b.next(nil)
-	next[0].lead = next
+	s := sender(next)
+	s.lead = next
 	b.mu.Unlock()
-	next[0].done <- struct{}{}
+	s.done <- struct{}{}
 }
 
-// send runs one batch and hands each Take its decision.
+// send runs one batch and hands each Take its decision. batch[0] is not
+// necessarily its sender; the batch goes with the latest deadline of all.
 func (b *batcher) send(batch []*pendingTake) {
-	ctx, cancel := batchContext(batch[0].ctx)
+	ctx, cancel := batchContext(sender(batch).ctx)
 	defer cancel()
 	sc := scratchPool.Get().(*scratch)
 	defer sc.put()
@@ -187,13 +255,21 @@ func (s *scratch) put() {
 	scratchPool.Put(s)
 }
 
-// batchContext is the context a batch is sent with: that of the Take
-// sending it, without its cancellation (the others still wait for the
-// reply) but with its deadline. A Take whose own deadline comes first stops
-// waiting then.
+// batchContext is the context a batch is sent with: that of its sender
+// (the Take with the latest deadline), without its cancellation (the others
+// still wait for the reply), with its deadline but at least batchMinWait
+// from now. Every other Take waits on its own context, and stops waiting
+// when it ends.
 func batchContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if d, ok := ctx.Deadline(); ok {
-		return context.WithDeadline(context.WithoutCancel(ctx), d)
+		return context.WithDeadline(context.WithoutCancel(ctx), later(d, time.Now().Add(batchMinWait)))
 	}
 	return context.WithCancel(context.WithoutCancel(ctx))
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
@@ -145,6 +146,8 @@ type Runner struct {
 	multi   script
 	batch   script
 	batcher *batcher // nil when Take sends each request alone
+
+	failedRefunds atomic.Uint64
 }
 
 func newScript(src string) script {
@@ -243,8 +246,10 @@ func (r *Runner) Reset(ctx context.Context, key backend.Key, rule algorithms.Rul
 // (a concurrent caller took the room in between), the admissions of those
 // before it are refunded (see algorithms.Rule.Refund). The limits are never
 // exceeded, but while a refund is pending other callers can be denied by
-// units that end up given back, and a refund that fails (the server became
-// unreachable) leaves its units taken until they expire. This path costs
+// units that end up given back. Refunds run even when ctx has ended
+// (detached from it, within RefundTimeout); one that fails (the server
+// became unreachable) leaves its units taken until they expire, and is
+// counted by FailedRefunds. This path costs
 // two round trips per request; put the rule most likely to deny first.
 func (r *Runner) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
 	if err := backend.ValidateAll(reqs); err != nil {
@@ -314,12 +319,29 @@ func (r *Runner) refuse(ctx context.Context, reqs []backend.Request, ats []int64
 	return res, nil
 }
 
+// RefundTimeout bounds a compensating refund. Refunds run detached from the
+// caller's cancellation and deadline: they give back units the caller's
+// request took, so a caller that gave up must not leave them taken.
+const RefundTimeout = time.Second
+
 // refund gives back what a take of req recorded at at, and returns what a
-// peek of req reports afterwards.
+// peek of req reports afterwards. It runs on ctx's values only, within
+// RefundTimeout; a refund that fails is counted (FailedRefunds).
 func (r *Runner) refund(ctx context.Context, req *backend.Request, at int64) (backend.Result, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RefundTimeout)
+	defer cancel()
 	res, _, err := r.single(ctx, req, algorithms.LuaRefund, r.now(req), at)
-	return res, err
+	if err != nil {
+		r.failedRefunds.Add(1)
+		return res, fmt.Errorf("refund (its units stay taken until they expire): %w", err)
+	}
+	return res, nil
 }
+
+// FailedRefunds counts the compensating refunds (of a cross-slot TakeAll,
+// or of an admission too few replicas acknowledged) that failed, leaving
+// their units taken until they expire.
+func (r *Runner) FailedRefunds() uint64 { return r.failedRefunds.Load() }
 
 // single runs req's script once in the given mode at now (at: a refund's
 // record). It returns where an admission was recorded.
@@ -407,8 +429,9 @@ func (r *Runner) takeInOrder(ctx context.Context, reqs []backend.Request) (backe
 			results[i], ats[i] = res, at
 			continue
 		}
-		// Denied or failed: give back what the earlier ones took. A failed
-		// refund leaves its units taken (safe, and they expire).
+		// Denied or failed: give back what the earlier ones took, even when
+		// ctx has ended (refund detaches). A failed refund leaves its units
+		// taken (safe, and they expire).
 		errs := []error{takeErr}
 		for j := range i {
 			var err error

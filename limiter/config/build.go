@@ -51,16 +51,13 @@ func (b *Backend) client() string {
 	return b.Client
 }
 
-// target parses b.URL. Errors never repeat the URL, which may hold a
-// password.
+// target parses b.URL. Errors never repeat the URL's userinfo, however
+// malformed the URL: parseURL checks it before any parser sees it, and the
+// client parsers get the URL without it.
 func (b *Backend) target() (target, error) {
-	u, err := url.Parse(b.URL)
+	u, err := parseURL(b.URL)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return target{}, fmt.Errorf("not a URL: %w", err)
+		return target{}, err
 	}
 	scheme := strings.ToLower(u.Scheme)
 	switch scheme {
@@ -78,8 +75,12 @@ func (b *Backend) target() (target, error) {
 	case "":
 		return target{}, errors.New("the URL has no scheme; write memory://, redis://host:port/db, rediss://, redis+cluster:// or redis+sentinel://")
 	}
-	return target{}, fmt.Errorf("unknown scheme %q; write memory://, redis://, rediss://, redis+cluster:// or redis+sentinel://", u.Scheme)
+	return target{}, fmt.Errorf("unknown scheme %q%s; write memory://, redis://, rediss://, redis+cluster:// or redis+sentinel://",
+		clip(u.Scheme, 24), didYouMean(scheme, schemes))
 }
+
+// schemes are the URL schemes target reads.
+var schemes = []string{"memory", "redis", "rediss", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel"}
 
 func memoryTarget(u *url.URL) (target, error) {
 	t := target{kind: memoryKind}
@@ -88,22 +89,32 @@ func memoryTarget(u *url.URL) (target, error) {
 	}
 	for k, vs := range u.Query() {
 		if k != "max_keys" {
-			return t, fmt.Errorf("memory:// has no option %q; its only option is max_keys", k)
+			return t, fmt.Errorf("memory:// has no option %q%s; its only option is max_keys", clip(k, 40), didYouMean(k, []string{"max_keys"}))
 		}
 		n, err := strconv.Atoi(vs[len(vs)-1])
 		if err != nil || n < 1 {
-			return t, fmt.Errorf("max_keys %q: write a whole number of at least 1", vs[len(vs)-1])
+			return t, fmt.Errorf("max_keys %q: write a whole number of at least 1", clip(vs[len(vs)-1], 24))
 		}
 		t.maxKeys = n
 	}
 	return t, nil
 }
 
+// rueidisOptions are the query options rueidis.ParseURL reads; it ignores
+// others, which go-redis refuses, so a typo would pass silently.
+var rueidisOptions = []string{"addr", "client_cache", "client_name", "db", "dial_timeout", "master_set", "max_retries",
+	"protocol", "skip_verify", "write_timeout"}
+
 // redisTarget parses u as scheme (redis or rediss) with the client's parser
-// for the topology.
+// for the topology. The parser gets u without its userinfo, so that none of
+// its errors can hold the password; the credentials are set afterwards,
+// where the parser would have put them.
 func (b *Backend) redisTarget(kind storeKind, u *url.URL, scheme string) (target, error) {
 	t := target{kind: kind}
-	v := *u
+	if u.Opaque != "" {
+		return t, fmt.Errorf("write %s://host:port, with \"//\" after the scheme", scheme)
+	}
+	user, password, v := credentials(u)
 	v.Scheme = scheme
 	if kind == sentinelKind {
 		// go-redis calls the monitored master's name master_name, rueidis
@@ -131,26 +142,51 @@ func (b *Backend) redisTarget(kind storeKind, u *url.URL, scheme string) (target
 	case GoRedis:
 		switch kind {
 		case singleKind:
-			t.single, err = redis.ParseURL(raw)
-			if err == nil {
-				t.single.ContextTimeoutEnabled = true
+			if t.single, err = redis.ParseURL(raw); err == nil {
+				o := t.single
+				o.ContextTimeoutEnabled = true
+				o.Username, o.Password = user, password
+				if o.TLSConfig != nil {
+					o.Dialer = tlsDialer(o.TLSConfig, o.DialTimeout)
+				}
 			}
 		case clusterKind:
-			t.cluster, err = redis.ParseClusterURL(raw)
-			if err == nil {
-				t.cluster.ContextTimeoutEnabled = true
+			if t.cluster, err = redis.ParseClusterURL(raw); err == nil {
+				o := t.cluster
+				o.ContextTimeoutEnabled = true
+				o.Username, o.Password = user, password
+				if o.TLSConfig != nil {
+					o.Dialer = tlsDialer(o.TLSConfig, o.DialTimeout)
+				}
 			}
 		case sentinelKind:
-			t.failover, err = redis.ParseFailoverURL(raw)
-			if err == nil {
-				t.failover.ContextTimeoutEnabled = true
+			if t.failover, err = redis.ParseFailoverURL(raw); err == nil {
+				// go-redis reads a sentinel URL's userinfo as the
+				// sentinels' credentials.
+				o := t.failover
+				o.ContextTimeoutEnabled = true
+				o.SentinelUsername, o.SentinelPassword = user, password
+				if o.TLSConfig != nil {
+					o.Dialer = tlsDialer(o.TLSConfig, o.DialTimeout)
+				}
 			}
 		}
 	case Rueidis:
-		t.rueidis, err = rueidis.ParseURL(raw)
+		for k := range v.Query() {
+			if !slices.Contains(rueidisOptions, k) {
+				return t, fmt.Errorf("rueidis has no URL option %q%s; its options are %s", clip(k, 40), didYouMean(k, rueidisOptions),
+					strings.Join(rueidisOptions, ", "))
+			}
+		}
+		if t.rueidis, err = rueidis.ParseURL(raw); err == nil {
+			t.rueidis.Username, t.rueidis.Password = user, password
+			if t.rueidis.TLSConfig != nil {
+				t.rueidis.DialCtxFn = rueidisTLSDial
+			}
+		}
 	}
 	if err != nil {
-		return t, fmt.Errorf("%s: %w", b.client(), err)
+		return t, fmt.Errorf("%s: %w", b.client(), scrubbed(err, secretsOf(b.URL, u)))
 	}
 	return t, nil
 }
@@ -230,7 +266,9 @@ func (b Backend) Open(ctx context.Context) (store backend.Store, closeFn func() 
 		return nil, nil, fmt.Errorf("config: %w", err)
 	}
 	c := Config{Backend: b}
-	if err := c.validateBackend(); err != nil {
+	l := &errorList{}
+	c.validateBackend(l)
+	if err := l.err(); err != nil {
 		return nil, nil, err
 	}
 	store, _, closeFn, err = b.open(nil)

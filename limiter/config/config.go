@@ -50,6 +50,13 @@
 //     go-redis: redis.ParseFailoverURL; rueidis: rueidis.ParseURL, with
 //     master_name passed as its master_set.
 //
+// Both clients refuse query options they do not know (rueidis' own parser
+// ignores them). The userinfo (user name and password) is checked before
+// any parser sees the URL and is never handed to one, so no error holds
+// any of it, however malformed the URL; RedactURL hides it for logs. A
+// rediss:// URL pointed at a server without TLS fails with an error that
+// says so.
+//
 // The go-redis clients get ContextTimeoutEnabled, so that a fallback's
 // deadline also ends the call inside the client. Build does not contact
 // Redis with go-redis (the first decision does); rueidis connects in
@@ -71,21 +78,26 @@
 //	limits.yaml:7: policies.login.window: "1 minute" is not a duration; write it like "1m", "90s" or "500ms"
 //
 // and wraps limiter.ErrInvalidConfig. Unknown fields are errors, so a typo
-// does not silently leave a default in force.
+// does not silently leave a default in force, and a name close to a valid
+// one gets a suggestion ("did you mean ..."). A file's problems are
+// reported at once: several come as an *Errors, one per line, up to
+// MaxErrors.
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 	"time"
 
-	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/limiter"
+	"github.com/limitkit/limitkit/limiter/internal/settings"
 )
 
 // Format is the syntax of a configuration file.
@@ -115,6 +127,9 @@ type Config struct {
 	// written in Go.
 	file  string
 	lines map[string]int
+	// typos are the fields an unknown field looked like, which are then
+	// not reported missing as well.
+	typos map[string]bool
 }
 
 // Policy is one named limit.
@@ -149,6 +164,22 @@ type Backend struct {
 	// limiting goes on while Redis is unavailable.
 	Fallback *Fallback
 }
+
+// String describes b for logs with the URL's userinfo redacted (see
+// RedactURL), so that printing a Config never prints a password.
+func (b Backend) String() string {
+	s := fmt.Sprintf("{URL:%s Client:%s ServerTime:%v Batch:%d", RedactURL(b.URL), b.client(), b.ServerTime, b.Batch)
+	if b.ReplicaAck != nil {
+		s += fmt.Sprintf(" ReplicaAck:%+v", *b.ReplicaAck)
+	}
+	if b.Fallback != nil {
+		s += fmt.Sprintf(" Fallback:%+v", *b.Fallback)
+	}
+	return s + "}"
+}
+
+// GoString is String, for %#v.
+func (b Backend) GoString() string { return "config.Backend" + b.String() }
 
 // ReplicaAck is the replica acknowledgement an admission waits for.
 type ReplicaAck struct {
@@ -244,30 +275,154 @@ func Parse(data []byte, format Format) (*Config, error) {
 
 func parse(data []byte, format Format, file string) (*Config, error) {
 	var (
-		root *node
+		root *settings.Node
 		err  error
 	)
 	switch format {
 	case YAML:
 		root, err = parseYAML(data)
 	case JSON:
-		root, err = parseJSON(data)
+		root, err = settings.ParseJSON(data)
 	default:
-		err = &Error{Err: fmt.Errorf("unknown format %q; use %q or %q", string(format), YAML, JSON)}
+		err = &Error{Err: fmt.Errorf("unknown format %q; use %q or %q", clip(string(format), 24), YAML, JSON)}
 	}
+	err = fileError(err)
 	if err == nil {
-		cfg := &Config{file: file, lines: map[string]int{}}
-		if err = cfg.decode(root); err == nil {
-			if err = cfg.Validate(); err == nil {
-				return cfg, nil
-			}
+		cfg := &Config{file: file, lines: map[string]int{}, typos: map[string]bool{}}
+		l := &errorList{}
+		cfg.decode(root, l)
+		cfg.validate(l)
+		if err = l.err(); err == nil {
+			return cfg, nil
 		}
 	}
 	var e *Error
 	if errors.As(err, &e) && e.File == "" {
 		e.File = file
 	}
+	setFile(err, file)
 	return nil, err
+}
+
+// MaxErrors is how many problems Parse, Load and Validate report at most;
+// Errors.Omitted counts the rest.
+const MaxErrors = 20
+
+// Errors is every problem of a configuration, up to MaxErrors, in the
+// order of the file. Parse, Load and Validate return it when there is more
+// than one problem (a single one is returned as its *Error); errors.As
+// finds the first *Error, errors.Is limiter.ErrInvalidConfig.
+type Errors struct {
+	// Errs are the problems, by line.
+	Errs []*Error
+	// Omitted is how many more problems there were.
+	Omitted int
+}
+
+// Error lists the problems one per line.
+func (e *Errors) Error() string {
+	var b strings.Builder
+	for i, err := range e.Errs {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(err.Error())
+	}
+	if e.Omitted > 0 {
+		fmt.Fprintf(&b, "\n... and %d more problems", e.Omitted)
+	}
+	return b.String()
+}
+
+// Unwrap returns the problems.
+func (e *Errors) Unwrap() []error {
+	out := make([]error, len(e.Errs))
+	for i, err := range e.Errs {
+		out[i] = err
+	}
+	return out
+}
+
+// errorList collects the problems of a configuration. A field with a
+// problem is not checked again: a limit that is not a number is not also
+// reported as missing.
+type errorList struct {
+	errs []*Error
+	more int
+}
+
+// maxCollected bounds what a hostile file can make errorList hold.
+const maxCollected = 1000
+
+func (l *errorList) add(err error) {
+	var e *Error
+	if !errors.As(err, &e) {
+		e = &Error{Err: err}
+	}
+	if l.has(e.Field) && e.Field != "" {
+		return
+	}
+	if len(l.errs) >= maxCollected {
+		l.more++
+		return
+	}
+	l.errs = append(l.errs, e)
+}
+
+// has reports whether field, a field inside it or a field it is inside
+// has a problem already.
+func (l *errorList) has(field string) bool {
+	for _, e := range l.errs {
+		if related(e.Field, field) {
+			return true
+		}
+	}
+	return false
+}
+
+func related(a, b string) bool {
+	if len(a) > len(b) {
+		a, b = b, a
+	}
+	return a != "" && strings.HasPrefix(b, a) && (len(a) == len(b) || b[len(a)] == '.')
+}
+
+// err returns nil, the one problem, or an *Errors of all, by line (those
+// without a line last).
+func (l *errorList) err() error {
+	switch len(l.errs) {
+	case 0:
+		return nil
+	case 1:
+		return l.errs[0]
+	}
+	errs := slices.Clone(l.errs)
+	slices.SortStableFunc(errs, func(a, b *Error) int {
+		key := func(e *Error) int {
+			if e.Line == 0 {
+				return math.MaxInt
+			}
+			return e.Line
+		}
+		return cmp.Compare(key(a), key(b))
+	})
+	out := &Errors{Errs: errs, Omitted: l.more}
+	if len(errs) > MaxErrors {
+		out.Errs, out.Omitted = errs[:MaxErrors], l.more+len(errs)-MaxErrors
+	}
+	return out
+}
+
+// setFile names file in every problem of err that names none.
+func setFile(err error, file string) {
+	var es *Errors
+	if errors.As(err, &es) {
+		for _, e := range es.Errs {
+			if e.File == "" {
+				e.File = file
+			}
+		}
+	}
 }
 
 // Policy returns the policy named name.
@@ -285,305 +440,121 @@ func (c *Config) fieldError(field string, err error) *Error {
 	return &Error{File: c.file, Line: c.fieldLine(field), Field: field, Err: err}
 }
 
-// decoder walks a parsed file into a Config, recording each field's line.
-type decoder struct{ c *Config }
+// decoder walks a parsed file into a Config, recording each field's line
+// and collecting every problem in l. Its checks and messages are
+// settings.Decoder's, the policies' fields limiter's (settings.Limit),
+// shared with limiter.Config's UnmarshalJSON.
+type decoder struct {
+	settings.Decoder
+	c *Config
+}
 
-func (c *Config) decode(root *node) error {
-	d := decoder{c}
+func (c *Config) decode(root *settings.Node, l *errorList) {
+	d := decoder{settings.Decoder{Lines: c.lines, Typos: c.typos, Report: func(err error) { l.add(fileError(err)) }}, c}
 	seen := false
-	err := d.each(root, "", func(f pair, p string) error {
-		switch f.key {
+	err := d.Each(root, "", func(f settings.Pair, p string) error {
+		switch f.Key {
 		case "backend":
-			return d.backend(f.val, p)
+			return d.backend(f.Val, p)
 		case "policies":
 			seen = true
-			return d.policies(f.val, p)
+			return d.policies(f.Val, p)
 		}
-		return d.unknown(f, "", "backend, policies")
+		return d.Unknown(f, "", "backend, policies")
 	})
 	if err != nil {
-		return err
+		l.add(fileError(err))
+		return
 	}
 	if !seen {
-		return &Error{Field: "policies", Err: errors.New("missing; declare at least one policy")}
+		l.add(&Error{Field: "policies", Err: errors.New("missing; declare at least one policy")})
 	}
-	return nil
 }
 
-func join(path, key string) string {
-	if path == "" {
-		return key
+// fileError turns a *settings.Error into an *Error.
+func fileError(err error) error {
+	var se *settings.Error
+	if errors.As(err, &se) {
+		return &Error{Line: se.Line, Field: se.Field, Err: se.Err}
 	}
-	return path + "." + key
-}
-
-func (d decoder) unknown(f pair, path, known string) error {
-	return &Error{Line: f.keyLine, Field: join(path, f.key), Err: fmt.Errorf("unknown field; the fields here are %s", known)}
-}
-
-// mapping checks n is a mapping without duplicate keys and records its
-// line. A null value counts as an empty mapping.
-func (d decoder) mapping(n *node, path string) ([]pair, error) {
-	if path != "" {
-		d.c.lines[path] = n.line
-	}
-	if n.kind == scalarNode && n.tag == nullTag {
-		return nil, nil
-	}
-	if n.kind != mapNode {
-		return nil, &Error{Line: n.line, Field: path, Err: fmt.Errorf("%s is not a mapping of fields", describe(n))}
-	}
-	for i, p := range n.pairs {
-		for _, q := range n.pairs[:i] {
-			if q.key == p.key {
-				return nil, &Error{Line: p.keyLine, Field: join(path, p.key), Err: fmt.Errorf("given twice (also on line %d)", q.keyLine)}
-			}
-		}
-	}
-	return n.pairs, nil
-}
-
-// each checks n is a mapping (see mapping) and calls fn for each field with
-// its path, stopping at the first error.
-func (d decoder) each(n *node, path string, fn func(f pair, p string) error) error {
-	fields, err := d.mapping(n, path)
-	if err != nil {
-		return err
-	}
-	for _, f := range fields {
-		if err := fn(f, join(path, f.key)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func describe(n *node) string {
-	switch n.kind {
-	case mapNode:
-		return "a mapping"
-	case seqNode:
-		return "a list"
-	}
-	if n.tag == nullTag {
-		return "an empty value"
-	}
-	return strconv.Quote(n.value)
-}
-
-// scalar checks n is a non-null scalar and records its line.
-func (d decoder) scalar(n *node, path string) error {
-	d.c.lines[path] = n.line
-	if n.kind != scalarNode || n.tag == nullTag {
-		return &Error{Line: n.line, Field: path, Err: fmt.Errorf("%s where a value is expected", describe(n))}
-	}
-	return nil
-}
-
-func (d decoder) str(n *node, path string) (string, error) {
-	if err := d.scalar(n, path); err != nil {
-		return "", err
-	}
-	if n.tag != strTag {
-		return "", &Error{Line: n.line, Field: path, Err: fmt.Errorf("%s is not a string; quote it", n.value)}
-	}
-	return n.value, nil
-}
-
-func (d decoder) int64(n *node, path string) (int64, error) {
-	if err := d.scalar(n, path); err != nil {
-		return 0, err
-	}
-	if n.tag == intTag {
-		if v, err := strconv.ParseInt(strings.ReplaceAll(n.value, "_", ""), 0, 64); err == nil {
-			return v, nil
-		}
-	}
-	return 0, &Error{Line: n.line, Field: path, Err: fmt.Errorf("%s is not a whole number", strconv.Quote(n.value))}
-}
-
-func (d decoder) int(n *node, path string) (int, error) {
-	v, err := d.int64(n, path)
-	if err == nil && (v < -1<<31 || v > 1<<31-1) {
-		return 0, &Error{Line: n.line, Field: path, Err: fmt.Errorf("%d is out of range", v)}
-	}
-	return int(v), err
-}
-
-func (d decoder) bool(n *node, path string) (bool, error) {
-	if err := d.scalar(n, path); err != nil {
-		return false, err
-	}
-	if n.tag != boolTag {
-		return false, &Error{Line: n.line, Field: path, Err: fmt.Errorf("%s is not true or false", strconv.Quote(n.value))}
-	}
-	return n.value == "true", nil
-}
-
-func (d decoder) duration(n *node, path string) (time.Duration, error) {
-	if err := d.scalar(n, path); err != nil {
-		return 0, err
-	}
-	v, err := time.ParseDuration(n.value)
-	if n.tag != strTag || err != nil {
-		return 0, &Error{Line: n.line, Field: path,
-			Err: fmt.Errorf("%s is not a duration; write it like \"1m\", \"90s\" or \"500ms\"", strconv.Quote(n.value))}
-	}
-	return v, nil
-}
-
-func (d decoder) failurePolicy(n *node, path string) (backend.FailurePolicy, error) {
-	s, err := d.str(n, path)
-	if err != nil {
-		return backend.FailurePolicy{}, err
-	}
-	p, err := backend.ParseFailurePolicy(s)
-	if err != nil {
-		return p, &Error{Line: n.line, Field: path, Err: err}
-	}
-	return p, nil
+	return err
 }
 
 const backendFields = "url, client, server_time, replica_ack, batch, fallback"
 
-func (d decoder) backend(n *node, path string) error {
+func (d decoder) backend(n *settings.Node, path string) error {
 	b := &d.c.Backend
-	return d.each(n, path, func(f pair, p string) (err error) {
-		switch f.key {
+	return d.Each(n, path, func(f settings.Pair, p string) (err error) {
+		switch f.Key {
 		case "url":
-			b.URL, err = d.str(f.val, p)
+			b.URL, err = d.Str(f.Val, p)
 		case "client":
-			b.Client, err = d.str(f.val, p)
+			b.Client, err = d.Str(f.Val, p)
 		case "server_time":
-			b.ServerTime, err = d.bool(f.val, p)
+			b.ServerTime, err = d.Bool(f.Val, p)
 		case "replica_ack":
-			b.ReplicaAck, err = d.replicaAck(f.val, p)
+			b.ReplicaAck, err = d.replicaAck(f.Val, p)
 		case "batch":
-			b.Batch, err = d.int(f.val, p)
+			b.Batch, err = d.Int(f.Val, p)
 		case "fallback":
-			b.Fallback, err = d.fallback(f.val, p)
+			b.Fallback, err = d.fallback(f.Val, p)
 		default:
-			err = d.unknown(f, path, backendFields)
+			err = d.Unknown(f, path, backendFields)
 		}
 		return err
 	})
 }
 
-func (d decoder) replicaAck(n *node, path string) (*ReplicaAck, error) {
+func (d decoder) replicaAck(n *settings.Node, path string) (*ReplicaAck, error) {
 	a := &ReplicaAck{}
-	return a, d.each(n, path, func(f pair, p string) (err error) {
-		switch f.key {
+	return a, d.Each(n, path, func(f settings.Pair, p string) (err error) {
+		switch f.Key {
 		case "replicas":
-			a.Replicas, err = d.int(f.val, p)
+			a.Replicas, err = d.Int(f.Val, p)
 		case "timeout":
-			a.Timeout, err = d.duration(f.val, p)
+			a.Timeout, err = d.Duration(f.Val, p)
 		case "on_short":
-			a.OnShort, err = d.str(f.val, p)
+			a.OnShort, err = d.Str(f.Val, p)
 		default:
-			err = d.unknown(f, path, "replicas, timeout, on_short")
+			err = d.Unknown(f, path, "replicas, timeout, on_short")
 		}
 		return err
 	})
 }
 
-func (d decoder) fallback(n *node, path string) (*Fallback, error) {
+func (d decoder) fallback(n *settings.Node, path string) (*Fallback, error) {
 	fb := &Fallback{}
-	return fb, d.each(n, path, func(f pair, p string) (err error) {
-		switch f.key {
+	return fb, d.Each(n, path, func(f settings.Pair, p string) (err error) {
+		switch f.Key {
 		case "timeout":
-			fb.Timeout, err = d.duration(f.val, p)
+			fb.Timeout, err = d.Duration(f.Val, p)
 		case "failure_threshold":
-			fb.FailureThreshold, err = d.int(f.val, p)
+			fb.FailureThreshold, err = d.Int(f.Val, p)
 		case "open_timeout":
-			fb.OpenTimeout, err = d.duration(f.val, p)
+			fb.OpenTimeout, err = d.Duration(f.Val, p)
 		case "probes":
-			fb.Probes, err = d.int(f.val, p)
+			fb.Probes, err = d.Int(f.Val, p)
 		case "on_failure":
-			fb.OnFailure, err = d.failurePolicy(f.val, p)
+			fb.OnFailure, err = d.FailurePolicy(f.Val, p)
 		default:
-			err = d.unknown(f, path, "timeout, failure_threshold, open_timeout, probes, on_failure")
+			err = d.Unknown(f, path, "timeout, failure_threshold, open_timeout, probes, on_failure")
 		}
 		return err
 	})
 }
 
-func (d decoder) policies(n *node, path string) error {
-	return d.each(n, path, func(f pair, p string) error {
-		cfg, err := d.policy(f.val, p)
+func (d decoder) policies(n *settings.Node, path string) error {
+	return d.Each(n, path, func(f settings.Pair, p string) error {
+		v, err := settings.Limit(d.Decoder, f.Val, p)
 		if err != nil {
 			return err
 		}
-		d.c.lines[p] = f.keyLine
-		if cfg.Prefix == "" && validName(f.key) == nil {
-			cfg.Prefix = policyPrefix(f.key, cfg)
+		cfg := v.(limiter.Config)
+		d.c.lines[p] = f.KeyLine
+		if cfg.Prefix == "" && validName(f.Key) == nil {
+			cfg.Prefix = policyPrefix(f.Key, cfg)
 		}
-		d.c.Policies = append(d.c.Policies, Policy{Name: f.key, Config: cfg})
+		d.c.Policies = append(d.c.Policies, Policy{Name: f.Key, Config: cfg})
 		return nil
-	})
-}
-
-const (
-	ruleFields   = "algorithm, limit, window, on_failure"
-	policyFields = "algorithm, limit, window, prefix, on_failure, guard"
-)
-
-// rule holds the fields a policy and its guard share.
-type rule struct {
-	algorithm *algorithms.Name
-	limit     *int64
-	window    *time.Duration
-	onFailure *backend.FailurePolicy
-}
-
-// shared decodes f into r when it is one of the shared fields, and reports
-// whether it was.
-func (d decoder) shared(r rule, f pair, p string) (bool, error) {
-	var err error
-	switch f.key {
-	case "algorithm":
-		var s string
-		s, err = d.str(f.val, p)
-		*r.algorithm = algorithms.Name(s)
-	case "limit":
-		*r.limit, err = d.int64(f.val, p)
-	case "window":
-		*r.window, err = d.duration(f.val, p)
-	case "on_failure":
-		*r.onFailure, err = d.failurePolicy(f.val, p)
-	default:
-		return false, nil
-	}
-	return true, err
-}
-
-func (d decoder) policy(n *node, path string) (limiter.Config, error) {
-	var c limiter.Config
-	common := rule{&c.Algorithm, &c.Limit, &c.Window, &c.OnFailure}
-	err := d.each(n, path, func(f pair, p string) error {
-		ok, err := d.shared(common, f, p)
-		if !ok {
-			switch f.key {
-			case "prefix":
-				c.Prefix, err = d.str(f.val, p)
-			case "guard":
-				c.Guard, err = d.guard(f.val, p)
-			default:
-				err = d.unknown(f, path, policyFields)
-			}
-		}
-		return err
-	})
-	return c, err
-}
-
-func (d decoder) guard(n *node, path string) (*limiter.Guard, error) {
-	g := &limiter.Guard{}
-	common := rule{&g.Algorithm, &g.Limit, &g.Window, &g.OnFailure}
-	return g, d.each(n, path, func(f pair, p string) error {
-		ok, err := d.shared(common, f, p)
-		if !ok {
-			err = d.unknown(f, path, ruleFields)
-		}
-		return err
 	})
 }

@@ -97,11 +97,11 @@ func TestBrokenFiles(t *testing.T) {
 		{"window too long", replaceLine(t, 13, `    window: 9000h`),
 			`limits.yaml:13: policies.api.window: window 9000h0m0s is longer than the maximum 8784h0m0s`, 13, "policies.api.window"},
 		{"unknown field", replaceLine(t, 7, `    limt: 5`),
-			`limits.yaml:7: policies.login.limt: unknown field; the fields here are algorithm, limit, window, prefix, on_failure, guard`, 7, "policies.login.limt"},
+			`limits.yaml:7: policies.login.limt: unknown field (did you mean "limit"?); the fields here are algorithm, limit, window, prefix, on_failure, guard`, 7, "policies.login.limt"},
 		{"unknown top-level field", replaceLine(t, 1, `version: 2`),
 			`limits.yaml:1: version: unknown field; the fields here are backend, policies`, 1, "version"},
 		{"unknown guard field", replaceLine(t, 23, `      on_fail: fail_closed`),
-			`limits.yaml:23: policies.payment.guard.on_fail: unknown field; the fields here are algorithm, limit, window, on_failure`, 23, "policies.payment.guard.on_fail"},
+			`limits.yaml:23: policies.payment.guard.on_fail: unknown field (did you mean "on_failure"?); the fields here are algorithm, limit, window, on_failure`, 23, "policies.payment.guard.on_fail"},
 		{"bad algorithm", replaceLine(t, 6, `    algorithm: leaky_bucket`),
 			fmt.Sprintf(`limits.yaml:6: policies.login.algorithm: unknown algorithm "leaky_bucket"; choose one of %q`, algorithms.Names()), 6, "policies.login.algorithm"},
 		{"bad URL scheme", replaceLine(t, 3, `  url: http://127.0.0.1:6379`),
@@ -193,7 +193,7 @@ func TestBrokenJSON(t *testing.T) {
 		{"bad window", "{\n  \"backend\": {\"url\": \"memory://\"},\n  \"policies\": {\n    \"login\": {\"limit\": 5,\n      \"window\": 60}\n  }\n}",
 			`limits.json:5: policies.login.window: "60" is not a duration; write it like "1m", "90s" or "500ms"`},
 		{"unknown field", "{\n  \"backend\": {\"url\": \"memory://\"},\n  \"policies\": {\n    \"login\": {\"limit\": 5, \"window\": \"1m\",\n      \"algo\": \"sliding_log\"}\n  }\n}",
-			`limits.json:5: policies.login.algo: unknown field; the fields here are algorithm, limit, window, prefix, on_failure, guard`},
+			`limits.json:5: policies.login.algo: unknown field (did you mean "algorithm"?); the fields here are algorithm, limit, window, prefix, on_failure, guard`},
 		{"trailing comma", "{\n  \"backend\": {\"url\": \"memory://\"},\n  \"policies\": {\"login\": {\"limit\": 5, \"window\": \"1m\",}}\n}",
 			`limits.json:3: not valid JSON: invalid character '}' looking for beginning of object key string`},
 		{"truncated", "{\n  \"backend\": {\"url\": \"memory://\"},\n  \"policies\": {",
@@ -297,4 +297,50 @@ func TestValidateInGo(t *testing.T) {
 	require.EqualError(t, err, `policies.a.window: missing; write the period of the limit, such as "1m"`)
 	_, err = cfg.Build(context.Background())
 	require.ErrorIs(t, err, limiter.ErrInvalidConfig)
+}
+
+// TestOneDecodingPath: a policy in a file and a limiter.Config in JSON are
+// read by the same code: the same input gives the same Config, or the same
+// error naming the same field. A check added to one path only fails here.
+func TestOneDecodingPath(t *testing.T) {
+	for _, policy := range []string{
+		`{"limit": 5, "window": "1m", "algorithm": "gcra", "prefix": "p:", "on_failure": "local:2"}`,
+		`{"limit": 5, "window": "1m", "guard": {"limit": 50, "window": "1h", "on_failure": "fail_closed"}}`,
+		`{"limit": 5, "window": 60}`,
+		`{"limit": 5, "window": "1 minute"}`,
+		`{"limit": "5", "window": "1m"}`,
+		`{"limit": 5.5, "window": "1m"}`,
+		`{"limit": 5, "window": "1m", "lmt": 1}`,
+		`{"limit": 5, "window": "1m", "limit": 6}`,
+		`{"limit": 5, "window": "1m", "prefix": 7}`,
+		`{"limit": 5, "window": "1m", "prefix": null}`,
+		`{"limit": 5, "window": "1m", "on_failure": "sometimes"}`,
+		`{"limit": 5, "window": "1m", "guard": {"limit": 5, "windw": "1h"}}`,
+		`{"limit": 5, "window": "1m", "guard": 3}`,
+		`[5]`,
+	} {
+		var fromJSON limiter.Config
+		jsonErr := json.Unmarshal([]byte(policy), &fromJSON)
+		// Parse validates too; compare with a file whose only problem is
+		// the one the decoder finds.
+		cfg, fileErr := Parse([]byte(`{"backend": {"url": "memory://"}, "policies": {"p": `+policy+`}}`), JSON)
+		if jsonErr == nil {
+			require.NoError(t, fileErr, policy)
+			fromJSON.Prefix = policyPrefix("p", fromJSON)
+			require.Equal(t, fromJSON, cfg.Policies[0].Config, policy)
+			continue
+		}
+		var e *Error
+		require.ErrorAs(t, fileErr, &e, policy)
+		require.ErrorIs(t, jsonErr, limiter.ErrInvalidConfig, policy)
+		// limiter: "limitkit: invalid rule: window: msg"; the file: field
+		// "policies.p.window", message msg.
+		field, _ := strings.CutPrefix(e.Field, "policies.p")
+		field = strings.TrimPrefix(field, ".")
+		want := e.Err.Error()
+		if field != "" {
+			want = field + ": " + want
+		}
+		require.Equal(t, limiter.ErrInvalidConfig.Error()+": "+want, jsonErr.Error(), policy)
+	}
 }

@@ -1,79 +1,23 @@
 package config
 
+// A file is read into the tree of package settings (limiter/internal/settings),
+// which JSON also reads into; this file adds YAML.
+
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
-	"sort"
 	"strconv"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/limitkit/limitkit/limiter/internal/settings"
 )
-
-// Bounds on a file's shape. A limits file is a few dozen nodes; these stop
-// a hostile or broken one (YAML aliases that expand exponentially, deep
-// nesting) before it costs memory or time.
-const (
-	maxNodes = 100_000
-	maxDepth = 64
-)
-
-// kind is what a node of a parsed file holds.
-type kind uint8
-
-const (
-	scalarNode kind = iota
-	mapNode
-	seqNode
-)
-
-// tag is the type of a scalar as its format wrote it.
-type tag uint8
-
-const (
-	strTag tag = iota
-	intTag
-	floatTag
-	boolTag
-	nullTag
-)
-
-// node is one value of a file, in a form shared by YAML and JSON, with the
-// line it starts on.
-type node struct {
-	kind  kind
-	tag   tag
-	line  int
-	value string // a scalar's text
-	pairs []pair // a mapping's entries, in file order
-}
-
-// pair is one entry of a mapping.
-type pair struct {
-	key     string
-	keyLine int
-	val     *node
-}
-
-// budget counts nodes while a tree is built.
-type budget struct{ nodes int }
-
-func (b *budget) add(depth, line int) error {
-	b.nodes++
-	if b.nodes > maxNodes {
-		return &Error{Line: line, Err: fmt.Errorf("more than %d values (YAML aliases expanding?); a limits file is much smaller", maxNodes)}
-	}
-	if depth > maxDepth {
-		return &Error{Line: line, Err: fmt.Errorf("nested more than %d levels deep", maxDepth)}
-	}
-	return nil
-}
 
 // parseYAML reads one YAML document into a tree.
-func parseYAML(data []byte) (*node, error) {
+func parseYAML(data []byte) (*settings.Node, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
@@ -92,7 +36,7 @@ func parseYAML(data []byte) (*node, error) {
 	} else if !errors.Is(err, io.EOF) {
 		return nil, yamlError(err)
 	}
-	var b budget
+	var b settings.Budget
 	return fromYAML(&doc, &b, 0)
 }
 
@@ -142,8 +86,8 @@ func cutLine(msg string) (int, string, bool) {
 	return n, rest[i+2:], true
 }
 
-func fromYAML(y *yaml.Node, b *budget, depth int) (*node, error) {
-	if err := b.add(depth, y.Line); err != nil {
+func fromYAML(y *yaml.Node, b *settings.Budget, depth int) (*settings.Node, error) {
+	if err := b.Add(depth, y.Line); err != nil {
 		return nil, err
 	}
 	switch y.Kind {
@@ -158,7 +102,7 @@ func fromYAML(y *yaml.Node, b *budget, depth int) (*node, error) {
 		}
 		return fromYAML(y.Alias, b, depth+1)
 	case yaml.MappingNode:
-		n := &node{kind: mapNode, line: y.Line}
+		n := &settings.Node{Kind: settings.MapNode, Line: y.Line}
 		for i := 0; i+1 < len(y.Content); i += 2 {
 			k := y.Content[i]
 			if k.Kind != yaml.ScalarNode {
@@ -171,11 +115,11 @@ func fromYAML(y *yaml.Node, b *budget, depth int) (*node, error) {
 			if err != nil {
 				return nil, err
 			}
-			n.pairs = append(n.pairs, pair{key: k.Value, keyLine: k.Line, val: v})
+			n.Pairs = append(n.Pairs, settings.Pair{Key: k.Value, KeyLine: k.Line, Val: v})
 		}
 		return n, nil
 	case yaml.SequenceNode:
-		n := &node{kind: seqNode, line: y.Line}
+		n := &settings.Node{Kind: settings.SeqNode, Line: y.Line}
 		for _, c := range y.Content {
 			if _, err := fromYAML(c, b, depth+1); err != nil {
 				return nil, err
@@ -183,149 +127,20 @@ func fromYAML(y *yaml.Node, b *budget, depth int) (*node, error) {
 		}
 		return n, nil
 	case yaml.ScalarNode:
-		n := &node{kind: scalarNode, line: y.Line, value: y.Value}
+		n := &settings.Node{Kind: settings.ScalarNode, Line: y.Line, Value: y.Value}
 		switch y.ShortTag() {
 		case "!!int":
-			n.tag = intTag
+			n.Tag = settings.IntTag
 		case "!!float":
-			n.tag = floatTag
+			n.Tag = settings.FloatTag
 		case "!!bool":
-			n.tag = boolTag
+			n.Tag = settings.BoolTag
 		case "!!null":
-			n.tag = nullTag
+			n.Tag = settings.NullTag
 		default:
-			n.tag = strTag
+			n.Tag = settings.StrTag
 		}
 		return n, nil
 	}
 	return nil, &Error{Line: y.Line, Err: fmt.Errorf("unexpected YAML node kind %d", y.Kind)}
-}
-
-// parseJSON reads one JSON value into a tree, with the line of each value.
-func parseJSON(data []byte) (*node, error) {
-	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, &Error{Err: errors.New("the file is empty")}
-	}
-	lines := lineStarts(data)
-	p := &jsonParser{dec: json.NewDecoder(bytes.NewReader(data)), lines: lines}
-	p.dec.UseNumber()
-	tok, err := p.token()
-	if err != nil {
-		return nil, err
-	}
-	n, err := p.value(tok, 0)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := p.dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, &Error{Line: p.line(), Err: errors.New("not valid JSON: more data after the top-level value")}
-	}
-	return n, nil
-}
-
-// lineStarts returns the offset of the start of each line of data.
-func lineStarts(data []byte) []int64 {
-	starts := []int64{0}
-	for i, c := range data {
-		if c == '\n' {
-			starts = append(starts, int64(i+1))
-		}
-	}
-	return starts
-}
-
-type jsonParser struct {
-	dec   *json.Decoder
-	lines []int64
-	b     budget
-}
-
-// lineAt returns the 1-based line holding offset.
-func (p *jsonParser) lineAt(off int64) int {
-	return sort.Search(len(p.lines), func(i int) bool { return p.lines[i] > off })
-}
-
-// line is the line of the last token read (its last byte).
-func (p *jsonParser) line() int { return p.lineAt(max(p.dec.InputOffset()-1, 0)) }
-
-func (p *jsonParser) token() (json.Token, error) {
-	tok, err := p.dec.Token()
-	if err != nil {
-		var syn *json.SyntaxError
-		if errors.As(err, &syn) {
-			return nil, &Error{Line: p.lineAt(max(syn.Offset-1, 0)), Err: fmt.Errorf("not valid JSON: %w", err)}
-		}
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, &Error{Line: len(p.lines), Err: errors.New("not valid JSON: the file ends too soon")}
-		}
-		return nil, &Error{Line: p.line(), Err: fmt.Errorf("not valid JSON: %w", err)}
-	}
-	return tok, nil
-}
-
-func (p *jsonParser) value(tok json.Token, depth int) (*node, error) {
-	line := p.line()
-	if err := p.b.add(depth, line); err != nil {
-		return nil, err
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			n := &node{kind: mapNode, line: line}
-			for p.dec.More() {
-				kt, err := p.token()
-				if err != nil {
-					return nil, err
-				}
-				key, ok := kt.(string)
-				if !ok {
-					return nil, &Error{Line: p.line(), Err: errors.New("not valid JSON: an object key must be a string")}
-				}
-				keyLine := p.line()
-				vt, err := p.token()
-				if err != nil {
-					return nil, err
-				}
-				v, err := p.value(vt, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				n.pairs = append(n.pairs, pair{key: key, keyLine: keyLine, val: v})
-			}
-			if _, err := p.token(); err != nil { // '}'
-				return nil, err
-			}
-			return n, nil
-		case '[':
-			n := &node{kind: seqNode, line: line}
-			for p.dec.More() {
-				et, err := p.token()
-				if err != nil {
-					return nil, err
-				}
-				if _, err := p.value(et, depth+1); err != nil {
-					return nil, err
-				}
-			}
-			if _, err := p.token(); err != nil { // ']'
-				return nil, err
-			}
-			return n, nil
-		}
-		return nil, &Error{Line: line, Err: fmt.Errorf("not valid JSON: unexpected %q", t)}
-	case string:
-		return &node{kind: scalarNode, tag: strTag, line: line, value: t}, nil
-	case json.Number:
-		n := &node{kind: scalarNode, tag: floatTag, line: line, value: t.String()}
-		if _, err := strconv.ParseInt(t.String(), 10, 64); err == nil {
-			n.tag = intTag
-		}
-		return n, nil
-	case bool:
-		return &node{kind: scalarNode, tag: boolTag, line: line, value: strconv.FormatBool(t)}, nil
-	case nil:
-		return &node{kind: scalarNode, tag: nullTag, line: line, value: "null"}, nil
-	}
-	return nil, &Error{Line: line, Err: fmt.Errorf("not valid JSON: unexpected token %v", tok)}
 }

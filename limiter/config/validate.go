@@ -13,30 +13,35 @@ import (
 )
 
 // Validate reports whether Build would accept c, and if not, what to change
-// and where: an *Error naming the field (and, for a parsed file, the line).
-// It does not contact any server.
+// and where: an *Error naming the field (and, for a parsed file, the line),
+// or an *Errors listing every problem when there are several. It does not
+// contact any server.
 func (c *Config) Validate() error {
-	if err := c.validateBackend(); err != nil {
-		return err
-	}
+	l := &errorList{}
+	c.validate(l)
+	return l.err()
+}
+
+// validate adds c's problems to l, skipping fields l has problems with.
+func (c *Config) validate(l *errorList) {
+	c.validateBackend(l)
 	if len(c.Policies) == 0 {
-		return c.fieldError("policies", errors.New("no policies; declare at least one"))
+		l.add(c.fieldError("policies", errors.New("no policies; declare at least one")))
+		return
 	}
 	owners := map[string]string{} // prefix -> field that claims it
 	for i := range c.Policies {
 		p := &c.Policies[i]
 		path := "policies." + p.Name
 		if err := validName(p.Name); err != nil {
-			return c.fieldError(path, err)
+			l.add(c.fieldError(path, err))
+			continue
 		}
-		for _, q := range c.Policies[:i] {
-			if q.Name == p.Name {
-				return c.fieldError(path, errors.New("declared twice"))
-			}
+		if slices.ContainsFunc(c.Policies[:i], func(q Policy) bool { return q.Name == p.Name }) {
+			l.add(c.fieldError(path, errors.New("declared twice")))
+			continue
 		}
-		if err := c.validatePolicy(path, p.Name, p.Config); err != nil {
-			return err
-		}
+		c.validatePolicy(l, path, p.Name, p.Config)
 		prefix := policyPrefix(p.Name, p.Config)
 		claims := []string{prefix}
 		if p.Config.Guard != nil {
@@ -44,12 +49,12 @@ func (c *Config) Validate() error {
 		}
 		for _, pre := range claims {
 			if other, ok := owners[pre]; ok {
-				return c.fieldError(path+".prefix", fmt.Errorf("the keys under %q are already %s's; give each policy its own prefix", pre, other))
+				l.add(c.fieldError(path+".prefix", fmt.Errorf("the keys under %q are already %s's; give each policy its own prefix", pre, other)))
+				break
 			}
 			owners[pre] = path
 		}
 	}
-	return nil
 }
 
 // policyPrefix is the prefix a policy's limiter uses.
@@ -74,99 +79,131 @@ func validName(name string) error {
 	return nil
 }
 
-// validatePolicy checks each field on its own, so that the error names the
-// field at fault, then the whole.
-func (c *Config) validatePolicy(path, name string, cfg limiter.Config) error {
+// validatePolicy checks each field on its own, so that each error names
+// the field at fault, then, if they passed, the whole.
+func (c *Config) validatePolicy(l *errorList, path, name string, cfg limiter.Config) {
+	before := len(l.errs)
 	alg := cfg.Algorithm
 	if alg == "" {
 		alg = algorithms.SlidingLog
 	}
-	if err := c.validateRule(path, alg, cfg.Limit, cfg.Window); err != nil {
-		return err
-	}
+	c.validateRule(l, path, alg, cfg.Limit, cfg.Window)
 	if err := (backend.Key{Prefix: policyPrefix(name, cfg), ID: "-"}).Validate(); err != nil {
-		return c.fieldError(path+".prefix", fmt.Errorf("%w: prefix %q contains '{' or '}'; remove them", limiter.ErrInvalidConfig, cfg.Prefix))
+		l.add(c.fieldError(path+".prefix", fmt.Errorf("%w: prefix %q contains '{' or '}'; remove them", limiter.ErrInvalidConfig, clip(cfg.Prefix, 64))))
 	}
 	if g := cfg.Guard; g != nil {
 		galg := g.Algorithm
 		if galg == "" {
 			galg = algorithms.FixedWindow
 		}
-		if err := c.validateRule(path+".guard", galg, g.Limit, g.Window); err != nil {
-			return err
-		}
+		c.validateRule(l, path+".guard", galg, g.Limit, g.Window)
+	}
+	if len(l.errs) > before || l.has(path) {
+		return
 	}
 	cfg.Prefix = policyPrefix(name, cfg)
 	if err := cfg.Validate(); err != nil {
-		return c.fieldError(path, err)
+		l.add(c.fieldError(path, err))
 	}
-	return nil
 }
 
-// validateRule checks the algorithm, then the limit, then the window.
-func (c *Config) validateRule(path string, alg algorithms.Name, limit int64, window time.Duration) error {
-	if !slices.Contains(algorithms.Names(), alg) {
-		return c.fieldError(path+".algorithm", fmt.Errorf("%w: unknown algorithm %q; choose one of %q",
-			limiter.ErrInvalidConfig, string(alg), algorithms.Names()))
+// validateRule checks the algorithm, the limit and the window. The limit's
+// bound is checked with the rule's own window: gcra's depends on it.
+func (c *Config) validateRule(l *errorList, path string, alg algorithms.Name, limit int64, window time.Duration) {
+	names := algorithms.Names()
+	algOK := slices.Contains(names, alg)
+	if !algOK {
+		l.add(c.fieldError(path+".algorithm", fmt.Errorf("%w: unknown algorithm %q%s; choose one of %q",
+			limiter.ErrInvalidConfig, clip(string(alg), 40), didYouMean(string(alg), nameStrings(names)), names)))
 	}
-	if limit == 0 && c.lines[path+".limit"] == 0 {
-		return c.fieldError(path+".limit", fmt.Errorf("%w: missing; write the number of requests admitted per window", limiter.ErrInvalidConfig))
+	windowOK := false
+	switch {
+	case window == 0 && c.lines[path+".window"] == 0 && c.typos[path+".window"]:
+	case window == 0 && c.lines[path+".window"] == 0:
+		l.add(c.fieldError(path+".window", fmt.Errorf("%w: missing; write the period of the limit, such as \"1m\"", limiter.ErrInvalidConfig)))
+	case !algOK:
+	default:
+		if err := (algorithms.Rule{Algorithm: alg, Limit: 1, Window: window}).Validate(); err != nil {
+			l.add(c.fieldError(path+".window", err))
+		} else {
+			windowOK = true
+		}
 	}
-	if err := (algorithms.Rule{Algorithm: alg, Limit: limit, Window: time.Second}).Validate(); err != nil {
-		return c.fieldError(path+".limit", err)
+	switch {
+	case limit == 0 && c.lines[path+".limit"] == 0 && c.typos[path+".limit"]:
+	case limit == 0 && c.lines[path+".limit"] == 0:
+		l.add(c.fieldError(path+".limit", fmt.Errorf("%w: missing; write the number of requests admitted per window", limiter.ErrInvalidConfig)))
+	case !algOK:
+	default:
+		w := window
+		if !windowOK {
+			// Check what does not depend on the window.
+			w = algorithms.MinWindow
+		}
+		if err := (algorithms.Rule{Algorithm: alg, Limit: limit, Window: w}).Validate(); err != nil {
+			l.add(c.fieldError(path+".limit", err))
+		}
 	}
-	if window == 0 && c.lines[path+".window"] == 0 {
-		return c.fieldError(path+".window", fmt.Errorf("%w: missing; write the period of the limit, such as \"1m\"", limiter.ErrInvalidConfig))
-	}
-	if err := (algorithms.Rule{Algorithm: alg, Limit: 1, Window: window}).Validate(); err != nil {
-		return c.fieldError(path+".window", err)
-	}
-	return nil
 }
 
-func (c *Config) validateBackend() error {
+func nameStrings(names []algorithms.Name) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = string(n)
+	}
+	return out
+}
+
+func (c *Config) validateBackend(l *errorList) {
 	b := &c.Backend
 	switch b.Client {
 	case "", GoRedis, Rueidis:
 	default:
-		return c.fieldError("backend.client", fmt.Errorf("unknown client %q; write %q or %q", b.Client, GoRedis, Rueidis))
+		l.add(c.fieldError("backend.client", fmt.Errorf("unknown client %q%s; write %q or %q",
+			clip(b.Client, 40), didYouMean(b.Client, []string{GoRedis, Rueidis}), GoRedis, Rueidis)))
 	}
+	kind := singleKind
 	if b.URL == "" {
-		return c.fieldError("backend.url", errors.New("missing; write memory:// or redis://host:port/db"))
+		l.add(c.fieldError("backend.url", errors.New("missing; write memory:// or redis://host:port/db")))
+	} else if t, err := b.target(); err != nil {
+		if !l.has("backend.client") {
+			l.add(c.fieldError("backend.url", err))
+		}
+	} else {
+		kind = t.kind
 	}
-	t, err := b.target()
-	if err != nil {
-		return c.fieldError("backend.url", err)
-	}
-	if t.kind == memoryKind {
-		switch {
-		case b.ServerTime:
-			return c.fieldError("backend.server_time", errors.New("needs a Redis backend; memory:// always uses the limiter's clock"))
-		case b.ReplicaAck != nil:
-			return c.fieldError("backend.replica_ack", errors.New("needs a Redis backend; memory:// has no replicas"))
-		case b.Batch != 0:
-			return c.fieldError("backend.batch", errors.New("needs a Redis backend; memory:// sends nothing"))
-		case b.Fallback != nil:
-			return c.fieldError("backend.fallback", errors.New("wraps a Redis store; memory:// needs none"))
+	if kind == memoryKind {
+		if b.ServerTime {
+			l.add(c.fieldError("backend.server_time", errors.New("needs a Redis backend; memory:// always uses the limiter's clock")))
+		}
+		if b.ReplicaAck != nil {
+			l.add(c.fieldError("backend.replica_ack", errors.New("needs a Redis backend; memory:// has no replicas")))
+		}
+		if b.Batch != 0 {
+			l.add(c.fieldError("backend.batch", errors.New("needs a Redis backend; memory:// sends nothing")))
+		}
+		if b.Fallback != nil {
+			l.add(c.fieldError("backend.fallback", errors.New("wraps a Redis store; memory:// needs none")))
 		}
 	}
 	if b.Batch < 0 {
-		return c.fieldError("backend.batch", fmt.Errorf("is %d; it must be at least 1 (1 sends each Take alone)", b.Batch))
+		l.add(c.fieldError("backend.batch", fmt.Errorf("is %d; it must be at least 1 (1 sends each Take alone)", b.Batch)))
 	}
-	if a := b.ReplicaAck; a != nil {
-		if t.kind == clusterKind {
-			return c.fieldError("backend.replica_ack", errors.New("not available on Redis Cluster; use a single-master URL (redis:// or redis+sentinel://)"))
+	if a := b.ReplicaAck; a != nil && kind != memoryKind {
+		if kind == clusterKind {
+			l.add(c.fieldError("backend.replica_ack", errors.New("not available on Redis Cluster; use a single-master URL (redis:// or redis+sentinel://)")))
 		}
 		if a.Replicas < 1 {
-			return c.fieldError("backend.replica_ack.replicas", fmt.Errorf("is %d; it must be at least 1", a.Replicas))
+			l.add(c.fieldError("backend.replica_ack.replicas", fmt.Errorf("is %d; it must be at least 1", a.Replicas)))
 		}
 		if a.Timeout <= 0 {
-			return c.fieldError("backend.replica_ack.timeout", fmt.Errorf("is %v; it must be positive, such as \"50ms\"", a.Timeout))
+			l.add(c.fieldError("backend.replica_ack.timeout", fmt.Errorf("is %v; it must be positive, such as \"50ms\"", a.Timeout)))
 		}
 		switch a.OnShort {
 		case "", "deny", "admit":
 		default:
-			return c.fieldError("backend.replica_ack.on_short", fmt.Errorf("%q: write \"deny\" or \"admit\"", a.OnShort))
+			l.add(c.fieldError("backend.replica_ack.on_short", fmt.Errorf("%q%s: write \"deny\" or \"admit\"",
+				clip(a.OnShort, 40), didYouMean(a.OnShort, []string{"deny", "admit"}))))
 		}
 	}
 	if f := b.Fallback; f != nil {
@@ -175,7 +212,7 @@ func (c *Config) validateBackend() error {
 			v     time.Duration
 		}{{"timeout", f.Timeout}, {"open_timeout", f.OpenTimeout}} {
 			if d.v < 0 {
-				return c.fieldError("backend.fallback."+d.field, fmt.Errorf("is %v; it must be positive (or absent for the default)", d.v))
+				l.add(c.fieldError("backend.fallback."+d.field, fmt.Errorf("is %v; it must be positive (or absent for the default)", d.v)))
 			}
 		}
 		for _, n := range []struct {
@@ -183,11 +220,10 @@ func (c *Config) validateBackend() error {
 			v     int
 		}{{"failure_threshold", f.FailureThreshold}, {"probes", f.Probes}} {
 			if n.v < 0 {
-				return c.fieldError("backend.fallback."+n.field, fmt.Errorf("is %d; it must be at least 1 (or absent for the default)", n.v))
+				l.add(c.fieldError("backend.fallback."+n.field, fmt.Errorf("is %d; it must be at least 1 (or absent for the default)", n.v)))
 			}
 		}
 	}
-	return nil
 }
 
 // fieldLine finds the line of field or, failing that, of its closest

@@ -14,7 +14,7 @@ import (
 func ExampleWrap() {
 	mem, _ := memorystore.New()
 	obs := observe.Observer{
-		OnDecision: func(d observe.Decision) {
+		OnDecision: func(_ context.Context, d observe.Decision) {
 			fmt.Println(d.Op, d.Policy, d.Outcome(), "degraded:", d.Degraded)
 		},
 	}

@@ -15,7 +15,12 @@
 // An Observer is a struct of optional funcs, like net/http/httptrace's
 // ClientTrace: set the ones you need. They run in the goroutine of the call
 // they describe, after it returns, so they must be quick and safe for
-// concurrent use; a slow observer slows every request.
+// concurrent use; a slow observer slows every request. OnDecision gets that
+// call's context, so that logs and traces keep its values (trace ids).
+//
+// The package names stores only through backend and small interfaces
+// (EvictionCounter), so observing links neither the fallback store nor
+// the memory store.
 package observe
 
 import (
@@ -23,13 +28,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync"
 	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/backend/memorystore"
-	"github.com/limitkit/limitkit/fallback"
 )
 
 // Op names the store call a Decision describes.
@@ -60,6 +64,9 @@ type Decision struct {
 	// Degraded reports a decision made by a fallback policy while the
 	// primary store was unavailable.
 	Degraded bool
+	// Cached reports a denial answered by a deny cache
+	// (backend/denycache) without a store call.
+	Cached bool
 	// Cost is the units asked for (for TakeAll, the number of requests).
 	Cost int64
 	// Latency is how long the store call took.
@@ -88,7 +95,9 @@ func (d Decision) Outcome() string {
 type BreakerChange struct {
 	// Breaker names the breaker (the name given to BreakerHook).
 	Breaker string
-	fallback.StateChange
+	// StateChange is the transition, as fallback.WithStateHook passes it
+	// (fallback.StateChange is backend.StateChange).
+	backend.StateChange
 }
 
 // Evictions reports keys a memory store evicted while they were still
@@ -105,10 +114,13 @@ type Evictions struct {
 // Observer receives what a limiter does. Nil funcs are skipped; the zero
 // Observer observes nothing.
 type Observer struct {
-	// OnDecision is called after every store call.
-	OnDecision func(Decision)
+	// OnDecision is called after every store call, with the call's
+	// context: log with it (slog's *Context methods, LogAttrs) to keep
+	// the request's trace id.
+	OnDecision func(context.Context, Decision)
 	// OnBreakerChange is called on every breaker state change passed to
-	// a hook from BreakerHook.
+	// a hook from BreakerHook. It gets no context: fallback's hook
+	// carries none, and a change outlives the request that observed it.
 	OnBreakerChange func(BreakerChange)
 	// OnEvictions is called when an EvictionWatcher finds new active
 	// evictions.
@@ -119,7 +131,7 @@ type Observer struct {
 // so that logs and metrics can watch the same store.
 func Join(obs ...Observer) Observer {
 	var j Observer
-	var decisions []func(Decision)
+	var decisions []func(context.Context, Decision)
 	var breakers []func(BreakerChange)
 	var evictions []func(Evictions)
 	for _, o := range obs {
@@ -134,9 +146,9 @@ func Join(obs ...Observer) Observer {
 		}
 	}
 	if len(decisions) > 0 {
-		j.OnDecision = func(d Decision) {
+		j.OnDecision = func(ctx context.Context, d Decision) {
 			for _, f := range decisions {
-				f(d)
+				f(ctx, d)
 			}
 		}
 	}
@@ -161,8 +173,8 @@ func Join(obs ...Observer) Observer {
 // breaker's changes under name:
 //
 //	fallback.New(redisStore, fallback.WithStateHook(obs.BreakerHook("redis")))
-func (o Observer) BreakerHook(name string) func(fallback.StateChange) {
-	return func(c fallback.StateChange) {
+func (o Observer) BreakerHook(name string) func(backend.StateChange) {
+	return func(c backend.StateChange) {
 		if o.OnBreakerChange != nil {
 			o.OnBreakerChange(BreakerChange{Breaker: name, StateChange: c})
 		}
@@ -198,7 +210,7 @@ func (s *store) Take(ctx context.Context, req backend.Request) (backend.Result, 
 	}
 	start := time.Now()
 	res, err := s.Store.Take(ctx, req)
-	s.report(Take, req.Key.Prefix, req.Cost, start, res, err)
+	s.report(ctx, Take, req.Key.Prefix, req.Cost, start, res, err)
 	return res, err
 }
 
@@ -209,7 +221,7 @@ func (s *store) Peek(ctx context.Context, req backend.Request) (backend.Result, 
 	}
 	start := time.Now()
 	res, err := s.Store.Peek(ctx, req)
-	s.report(Peek, req.Key.Prefix, req.Cost, start, res, err)
+	s.report(ctx, Peek, req.Key.Prefix, req.Cost, start, res, err)
 	return res, err
 }
 
@@ -220,16 +232,17 @@ func (s *store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule
 	}
 	start := time.Now()
 	err := s.Store.Reset(ctx, key, rule)
-	s.report(Reset, key.Prefix, 0, start, backend.Result{}, err)
+	s.report(ctx, Reset, key.Prefix, 0, start, backend.Result{}, err)
 	return err
 }
 
-func (s *store) report(op Op, policy string, cost int64, start time.Time, res backend.Result, err error) {
-	s.obs.OnDecision(Decision{
+func (s *store) report(ctx context.Context, op Op, policy string, cost int64, start time.Time, res backend.Result, err error) {
+	s.obs.OnDecision(ctx, Decision{
 		Op:       op,
 		Policy:   policy,
 		Allowed:  err == nil && res.Allowed,
 		Degraded: err == nil && res.Degraded,
+		Cached:   err == nil && res.Cached,
 		Cost:     cost,
 		Latency:  time.Since(start),
 		Err:      err,
@@ -244,34 +257,51 @@ func Unwrap(s backend.Store) backend.Store {
 	return s
 }
 
+// EvictionCounter is a store that counts the keys it evicted while they
+// were still inside their window, such as *memorystore.Store.
+type EvictionCounter interface {
+	// ActiveEvictions returns the count since the store was created.
+	ActiveEvictions() uint64
+}
+
 // EvictionWatcher reports a memory store's active evictions. The store only
-// counts them (memorystore.Store.Stats), so the watcher compares the count
-// with the previous one: call Check on your own schedule, or Run.
+// counts them (EvictionCounter), so the watcher compares the count with the
+// previous one: call Check on your own schedule, or Run.
 type EvictionWatcher struct {
 	name  string
-	store *memorystore.Store
+	store EvictionCounter
 	obs   Observer
 
 	mu   sync.Mutex
 	last uint64
 }
 
-// WatchEvictions returns a watcher of s's active evictions that reports to
-// obs under name. Evictions before the call are not reported.
-func WatchEvictions(name string, s *memorystore.Store, obs Observer) (*EvictionWatcher, error) {
-	if s == nil {
+// WatchEvictions returns a watcher of s's active evictions (s is usually a
+// *memorystore.Store) that reports to obs under name. Evictions before the
+// call are not reported.
+func WatchEvictions(name string, s EvictionCounter, obs Observer) (*EvictionWatcher, error) {
+	if isNil(s) {
 		return nil, errors.New("observe: memory store is nil")
 	}
-	return &EvictionWatcher{name: name, store: s, obs: obs, last: s.Stats().ActiveEvictions}, nil
+	return &EvictionWatcher{name: name, store: s, obs: obs, last: s.ActiveEvictions()}, nil
+}
+
+// isNil reports a nil interface or a nil pointer in one, such as a
+// (*memorystore.Store)(nil) that would panic when called.
+func isNil(s EvictionCounter) bool {
+	if s == nil {
+		return true
+	}
+	v := reflect.ValueOf(s)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // Check reads the store's count and, when it grew since the last Check,
 // reports the growth to OnEvictions. It returns what it found, reported or
-// not. Stats locks each shard of the store in turn, so do not call it per
-// request.
+// not.
 func (w *EvictionWatcher) Check() Evictions {
 	w.mu.Lock()
-	total := w.store.Stats().ActiveEvictions
+	total := w.store.ActiveEvictions()
 	e := Evictions{Store: w.name, Active: total - w.last, Total: total}
 	w.last = total
 	w.mu.Unlock()
@@ -302,7 +332,8 @@ func (w *EvictionWatcher) Run(ctx context.Context, every time.Duration) error {
 // Slog returns an Observer that logs to l: store errors at Warn, decisions
 // at Debug (checked with Enabled first, so disabled debug logging costs
 // little), a breaker opening at Warn and its other changes at Info, and
-// active evictions at Warn. The fallback store already logs its breaker
+// active evictions at Warn. Decisions are logged with their call's context,
+// so a handler that reads trace ids from it sees them. The fallback store already logs its breaker
 // changes; use this hook for them only if you do not use its logger. A nil l
 // logs to slog.Default().
 func Slog(l *slog.Logger) Observer {
@@ -310,8 +341,7 @@ func Slog(l *slog.Logger) Observer {
 		l = slog.Default()
 	}
 	return Observer{
-		OnDecision: func(d Decision) {
-			ctx := context.Background()
+		OnDecision: func(ctx context.Context, d Decision) {
 			if d.Err != nil {
 				l.LogAttrs(ctx, slog.LevelWarn, "limitkit: store call failed",
 					slog.String("op", string(d.Op)), slog.String("policy", d.Policy),
@@ -324,11 +354,11 @@ func Slog(l *slog.Logger) Observer {
 			l.LogAttrs(ctx, slog.LevelDebug, "limitkit: decision",
 				slog.String("op", string(d.Op)), slog.String("policy", d.Policy),
 				slog.String("outcome", d.Outcome()), slog.Bool("degraded", d.Degraded),
-				slog.Int64("cost", d.Cost), slog.Duration("latency", d.Latency))
+				slog.Bool("cached", d.Cached), slog.Int64("cost", d.Cost), slog.Duration("latency", d.Latency))
 		},
 		OnBreakerChange: func(c BreakerChange) {
 			level := slog.LevelInfo
-			if c.To == fallback.Open {
+			if c.To == backend.BreakerOpen {
 				level = slog.LevelWarn
 			}
 			l.LogAttrs(context.Background(), level, "limitkit: circuit breaker state changed",

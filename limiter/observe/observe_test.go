@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os/exec"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -29,13 +31,19 @@ var start = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 type recorder struct {
 	mu        sync.Mutex
 	decisions []Decision
+	traces    []any // each decision's context's traceKey value
 	changes   []BreakerChange
 	evictions []Evictions
 }
 
 func (r *recorder) observer() Observer {
 	return Observer{
-		OnDecision:      func(d Decision) { r.mu.Lock(); r.decisions = append(r.decisions, d); r.mu.Unlock() },
+		OnDecision: func(ctx context.Context, d Decision) {
+			r.mu.Lock()
+			r.decisions = append(r.decisions, d)
+			r.traces = append(r.traces, ctx.Value(traceKey{}))
+			r.mu.Unlock()
+		},
 		OnBreakerChange: func(c BreakerChange) { r.mu.Lock(); r.changes = append(r.changes, c); r.mu.Unlock() },
 		OnEvictions:     func(e Evictions) { r.mu.Lock(); r.evictions = append(r.evictions, e); r.mu.Unlock() },
 	}
@@ -194,11 +202,12 @@ func TestWrapNilAndUnwrap(t *testing.T) {
 func TestJoin(t *testing.T) {
 	var a, b recorder
 	obs := Join(a.observer(), Observer{}, b.observer())
-	obs.OnDecision(Decision{Op: Take, Policy: "p:", Allowed: true})
+	obs.OnDecision(withTrace("t-1"), Decision{Op: Take, Policy: "p:", Allowed: true})
 	obs.BreakerHook("r")(fallback.StateChange{From: fallback.Open, To: fallback.HalfOpen})
 	obs.OnEvictions(Evictions{Store: "m", Active: 1, Total: 1})
 	for _, r := range []*recorder{&a, &b} {
 		assert.Equal(t, []string{"take p: allowed"}, r.outcomes())
+		assert.Equal(t, []any{"t-1"}, r.traces, "each observer gets the context")
 		assert.Len(t, r.changes, 1)
 		assert.Len(t, r.evictions, 1)
 	}
@@ -236,8 +245,8 @@ func TestEvictionWatcher(t *testing.T) {
 func TestSlog(t *testing.T) {
 	var buf bytes.Buffer
 	obs := Slog(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	obs.OnDecision(Decision{Op: Take, Policy: "api:", Allowed: true, Degraded: true, Cost: 1})
-	obs.OnDecision(Decision{Op: Take, Policy: "api:", Err: errDown})
+	obs.OnDecision(context.Background(), Decision{Op: Take, Policy: "api:", Allowed: true, Degraded: true, Cost: 1})
+	obs.OnDecision(context.Background(), Decision{Op: Take, Policy: "api:", Err: errDown})
 	obs.BreakerHook("redis")(fallback.StateChange{From: fallback.Closed, To: fallback.Open})
 	obs.OnEvictions(Evictions{Store: "local", Active: 3, Total: 9})
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
@@ -253,8 +262,91 @@ func TestSlog(t *testing.T) {
 	// At Info, decisions are not logged; errors still are.
 	buf.Reset()
 	obs = Slog(slog.New(slog.NewTextHandler(&buf, nil)))
-	obs.OnDecision(Decision{Op: Take, Policy: "api:", Allowed: true})
+	obs.OnDecision(context.Background(), Decision{Op: Take, Policy: "api:", Allowed: true})
 	assert.Empty(t, buf.String())
-	obs.OnDecision(Decision{Op: Take, Policy: "api:", Err: errDown})
+	obs.OnDecision(context.Background(), Decision{Op: Take, Policy: "api:", Err: errDown})
 	assert.Contains(t, buf.String(), "store call failed")
+}
+
+// traceKey keys a trace id in a context, as tracing libraries do.
+type traceKey struct{}
+
+func withTrace(id string) context.Context {
+	return context.WithValue(context.Background(), traceKey{}, id)
+}
+
+// TestDecisionsGetTheCallsContext: every observed call hands its own
+// context to OnDecision, so a request's trace id reaches the hook.
+func TestDecisionsGetTheCallsContext(t *testing.T) {
+	var rec recorder
+	store := Wrap(newMemory(t), rec.observer())
+	lim, err := limiter.New(store, limiter.Config{Limit: 5, Window: time.Minute, Prefix: "api:"}, limiter.WithClock(clock.NewFake(start)))
+	require.NoError(t, err)
+	_, err = lim.Allow(withTrace("allow"), "alice")
+	require.NoError(t, err)
+	_, err = lim.Peek(withTrace("peek"), "alice")
+	require.NoError(t, err)
+	require.NoError(t, lim.Reset(withTrace("reset"), "alice"))
+	rule := algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 5, Window: time.Minute}
+	_, err = store.TakeAll(withTrace("take_all"), []backend.Request{{Key: backend.Key{Prefix: "b:", ID: "u"}, Rule: rule, Now: start, Cost: 1}})
+	require.NoError(t, err)
+	assert.Equal(t, []any{"allow", "peek", "reset", "take_all"}, rec.traces)
+}
+
+// traceHandler is a slog.Handler that, like a tracing library's, adds the
+// context's trace id to each record.
+type traceHandler struct{ slog.Handler }
+
+func (h traceHandler) Handle(ctx context.Context, r slog.Record) error {
+	if id, ok := ctx.Value(traceKey{}).(string); ok {
+		r.AddAttrs(slog.String("trace", id))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+// TestSlogKeepsTraceIDs: Slog logs decisions and errors with the call's
+// context, so a handler that reads trace ids from it writes them.
+func TestSlogKeepsTraceIDs(t *testing.T) {
+	var buf bytes.Buffer
+	logger := slog.New(traceHandler{slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})})
+	lim, err := limiter.New(Wrap(newMemory(t), Slog(logger)), limiter.Config{Limit: 1, Window: time.Minute, Prefix: "api:"})
+	require.NoError(t, err)
+	_, err = lim.Allow(withTrace("abc123"), "alice")
+	require.NoError(t, err)
+	lim, err = limiter.New(Wrap(storetest.Down{Err: errDown}, Slog(logger)), limiter.Config{Limit: 1, Window: time.Minute, Prefix: "api:"})
+	require.NoError(t, err)
+	_, err = lim.Allow(withTrace("def456"), "alice")
+	require.ErrorIs(t, err, errDown)
+
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	require.Len(t, lines, 2)
+	assert.Contains(t, lines[0], "limitkit: decision")
+	assert.Contains(t, lines[0], "trace=abc123")
+	assert.Contains(t, lines[1], "store call failed")
+	assert.Contains(t, lines[1], "trace=def456")
+}
+
+// TestWatchEvictionsTypedNil: a nil *memorystore.Store in the interface is
+// refused like a nil interface, not called.
+func TestWatchEvictionsTypedNil(t *testing.T) {
+	var mem *memorystore.Store
+	_, err := WatchEvictions("m", mem, Observer{})
+	require.ErrorContains(t, err, "nil")
+}
+
+// TestDependsOnNoStore: observing links neither the fallback store (and its
+// circuit breaker library) nor the memory store; it names them through
+// backend and EvictionCounter.
+func TestDependsOnNoStore(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to list the dependencies with")
+	}
+	out, err := exec.Command(goTool, "list", "-deps", ".").CombinedOutput()
+	require.NoError(t, err, string(out))
+	deps := strings.Fields(string(out))
+	require.Contains(t, deps, "github.com/limitkit/limitkit/backend", "the check reads the list")
+	for _, p := range []string{"github.com/limitkit/limitkit/fallback", "github.com/limitkit/limitkit/backend/memorystore", "github.com/sony/gobreaker/v2"} {
+		assert.False(t, slices.Contains(deps, p), "limiter/observe depends on %s", p)
+	}
 }

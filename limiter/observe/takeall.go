@@ -22,6 +22,6 @@ func (s *store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 	} else if len(reqs) > 0 {
 		policy = reqs[0].Key.Prefix
 	}
-	s.report(TakeAll, policy, int64(len(reqs)), start, res, err)
+	s.report(ctx, TakeAll, policy, int64(len(reqs)), start, res, err)
 	return res, err
 }

@@ -15,6 +15,7 @@
 //
 //	limitkit_decisions_total{policy,outcome}           counter: Take and TakeAll calls
 //	limitkit_degraded_decisions_total{policy,outcome}  counter: those decided by a fallback policy
+//	limitkit_cached_denials_total{policy}              counter: denials a deny cache answered without a store call
 //	limitkit_decision_duration_seconds{policy}         histogram: their latency, errors included
 //	limitkit_breaker_state{breaker,state}              gauge: 1 for the breaker's current state
 //	                                                   ("closed", "half-open", "open"), 0 for the others
@@ -28,14 +29,15 @@
 package promobserve
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
-	"github.com/limitkit/limitkit/fallback"
 	"github.com/limitkit/limitkit/limiter/observe"
 )
 
@@ -50,6 +52,7 @@ var DefaultBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .02
 type Metrics struct {
 	decisions   *prometheus.CounterVec
 	degraded    *prometheus.CounterVec
+	cached      *prometheus.CounterVec
 	latency     *prometheus.HistogramVec
 	breaker     *prometheus.GaugeVec
 	transitions *prometheus.CounterVec
@@ -73,6 +76,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "limitkit_degraded_decisions_total",
 			Help: "Decisions made by a fallback policy while the primary store was unavailable, by policy and outcome.",
 		}, []string{"policy", "outcome"}),
+		cached: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "limitkit_cached_denials_total",
+			Help: "Denials a deny cache (backend/denycache) answered without a store call, by policy.",
+		}, []string{"policy"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "limitkit_decision_duration_seconds",
 			Help:    "Time the store took to decide, errors included, by policy.",
@@ -88,7 +95,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"breaker", "to"}),
 		stores: newStoreCollector(),
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.degraded, m.latency, m.breaker, m.transitions, m.stores} {
+	for _, c := range []prometheus.Collector{m.decisions, m.degraded, m.cached, m.latency, m.breaker, m.transitions, m.stores} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("promobserve: register limitkit metrics: %w", err)
 		}
@@ -105,8 +112,8 @@ func (m *Metrics) Observer() observe.Observer { return m.obs }
 // breaker's state under name. The breaker is reported closed from this call
 // on, as a new fallback store's is, so call it once per breaker, when
 // creating it.
-func (m *Metrics) BreakerHook(name string) func(fallback.StateChange) {
-	m.setState(name, fallback.Closed)
+func (m *Metrics) BreakerHook(name string) func(backend.StateChange) {
+	m.setState(name, backend.BreakerClosed)
 	return m.obs.BreakerHook(name)
 }
 
@@ -119,7 +126,7 @@ func (m *Metrics) WatchMemoryStore(name string, s *memorystore.Store) error {
 	return m.stores.add(name, s)
 }
 
-func (m *Metrics) decision(d observe.Decision) {
+func (m *Metrics) decision(_ context.Context, d observe.Decision) {
 	if d.Op != observe.Take && d.Op != observe.TakeAll {
 		return
 	}
@@ -127,6 +134,9 @@ func (m *Metrics) decision(d observe.Decision) {
 	m.decisions.WithLabelValues(d.Policy, outcome).Inc()
 	if d.Degraded {
 		m.degraded.WithLabelValues(d.Policy, outcome).Inc()
+	}
+	if d.Cached {
+		m.cached.WithLabelValues(d.Policy).Inc()
 	}
 	m.latency.WithLabelValues(d.Policy).Observe(d.Latency.Seconds())
 }
@@ -136,9 +146,9 @@ func (m *Metrics) breakerChange(c observe.BreakerChange) {
 	m.transitions.WithLabelValues(c.Breaker, string(c.To)).Inc()
 }
 
-var states = []fallback.State{fallback.Closed, fallback.HalfOpen, fallback.Open}
+var states = []backend.BreakerState{backend.BreakerClosed, backend.BreakerHalfOpen, backend.BreakerOpen}
 
-func (m *Metrics) setState(name string, to fallback.State) {
+func (m *Metrics) setState(name string, to backend.BreakerState) {
 	for _, s := range states {
 		v := 0.0
 		if s == to {

@@ -1,0 +1,11 @@
+package redisscript
+
+// SendWithFirstTake makes batches go with the deadline of their first Take
+// and no least wait, as they did before sender and batchMinWait, for a
+// control; it returns the undo.
+func SendWithFirstTake() (undo func()) {
+	oldSender, oldWait := sender, batchMinWait
+	sender = func(batch []*pendingTake) *pendingTake { return batch[0] }
+	batchMinWait = 0
+	return func() { sender, batchMinWait = oldSender, oldWait }
+}

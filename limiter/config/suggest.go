@@ -1,0 +1,9 @@
+package config
+
+import "github.com/limitkit/limitkit/limiter/internal/settings"
+
+// didYouMean and nearest suggest a valid name for a misspelt one; they are
+// settings', so that every message of a file suggests alike.
+func didYouMean(got string, options []string) string { return settings.DidYouMean(got, options) }
+
+func nearest(got string, options []string) string { return settings.Nearest(got, options) }
