@@ -146,6 +146,10 @@ type Runner struct {
 	multi   script
 	batch   script
 	batcher *batcher // nil when Take sends each request alone
+	// clusterBatch and nodes batch Takes per node on a Redis Cluster
+	// (nodebatch.go); nodes is nil elsewhere.
+	clusterBatch script
+	nodes        *nodeBatchers
 
 	failedRefunds atomic.Uint64
 }
@@ -173,9 +177,12 @@ func New(conn Conn, name string, opts Options) (*Runner, error) {
 			"a Redis Cluster client cannot send WAIT to the master that ran the script", name)
 	}
 	r := &Runner{conn: conn, name: name, opts: opts, scripts: map[algorithms.Name]*script{}, multi: newScript(algorithms.LuaMultiScript()),
-		batch: newScript(algorithms.LuaBatchScript())}
+		batch: newScript(algorithms.LuaBatchScript()), clusterBatch: newScript(clusterBatchScript(algorithms.LuaBatchScript()))}
 	if opts.Batch > 1 && opts.Ack.Replicas == 0 && !conn.Cluster() {
 		r.batcher = &batcher{r: r, maxBatch: opts.Batch, maxInFlight: batchesInFlight}
+	}
+	if loc, ok := conn.(NodeLocator); ok && opts.Batch > 1 && opts.Ack.Replicas == 0 && conn.Cluster() {
+		r.nodes = &nodeBatchers{r: r, loc: loc}
 	}
 	for _, alg := range algorithms.Names() {
 		src, err := algorithms.LuaScript(alg)
@@ -209,6 +216,11 @@ func (r *Runner) Take(ctx context.Context, req backend.Request) (backend.Result,
 	}
 	if r.batcher != nil {
 		return r.batcher.take(ctx, &req)
+	}
+	if r.nodes != nil {
+		if b := r.nodes.batcherFor(Key(req.Key, req.Rule)); b != nil {
+			return b.take(ctx, &req)
+		}
 	}
 	res, _, err := r.take(ctx, &req)
 	return res, err
