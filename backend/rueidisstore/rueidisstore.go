@@ -36,8 +36,16 @@
 // in one call of a batch script, which decides them one after the other,
 // each as atomically as a call of its own (see WithBatching). Nothing waits
 // for a batch to fill: a Take that finds a free slot sends at once, and
-// those arriving meanwhile go in the next call. Cluster clients and
-// WithReplicaAck send each Take alone.
+// those arriving meanwhile go in the next call. WithReplicaAck sends each
+// Take alone.
+//
+// On a Redis Cluster, Takes are batched per master: a batch holds keys of
+// several slots of one master, declares only its first key (a script's
+// declared keys must share a slot; one without flags, as limitkit's are,
+// may touch other keys its node serves) and passes the others as
+// arguments. A request whose slot has moved meanwhile is refused by the
+// node before it writes anything ("non local key") and is sent again
+// alone, following MOVED/ASK.
 //
 // # Time
 //

@@ -118,8 +118,9 @@ type Options struct {
 	// Ack turns on replica-acknowledged admission.
 	Ack Ack
 	// Batch, when above 1, lets Take send up to Batch concurrent requests
-	// in one script call (see batcher). It applies to single-master
-	// clients without Ack; Peek, TakeAll and Reset are always sent alone.
+	// in one script call (see batcher), per master on a cluster whose Conn
+	// is a NodeLocator (see nodebatch.go). It applies without Ack; Peek,
+	// TakeAll and Reset are always sent alone.
 	Batch int
 }
 
