@@ -8,6 +8,20 @@
 // the two engines return identical decisions for identical inputs. The
 // conformance suite in backend/storetest holds them together.
 //
+// The algorithms, each described once by an Algorithm in its own file
+// (gcra.go beside gcra.lua) and listed by Algorithms:
+//
+//   - sliding_log: exact, a timestamp per admitted unit.
+//   - sliding_counter: two weighted fixed windows; constant memory,
+//     approximate (never under-counts).
+//   - fixed_window: one counter per window; cheapest, up to twice the limit
+//     across a window boundary.
+//   - compact_log: the decisions of sliding_log, stored on Redis in one
+//     string of 7-byte timestamps.
+//   - two_level: a counter until a key uses half its limit in a window,
+//     then an exact log.
+//   - gcra: a token bucket (the generic cell rate algorithm).
+//
 // The semantics every engine meets:
 //
 //   - A request of cost n is admitted all-or-nothing; a denied request
@@ -23,8 +37,8 @@ package algorithms
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"time"
+	"unsafe"
 )
 
 // Name selects an algorithm. It is the string used in configuration files.
@@ -50,7 +64,7 @@ const (
 	CompactLog Name = "compact_log"
 	// TwoLevel screens each key with a fixed-window counter and keeps an
 	// exact log only for keys that use more than half the limit in one
-	// aligned window; see twolevel.go for the precise semantics. Light keys
+	// aligned window; see two_level.go for the precise semantics. Light keys
 	// cost a counter, heavy ones a compact log.
 	TwoLevel Name = "two_level"
 	// GCRA is a token bucket (the generic cell rate algorithm of
@@ -61,26 +75,6 @@ const (
 	// then its refill). Constant memory per key.
 	GCRA Name = "gcra"
 )
-
-// Names lists the algorithms in the order the documentation presents them.
-func Names() []Name { return slices.Clone(names[:]) }
-
-// names backs Names; known must list the same algorithms.
-var names = [...]Name{SlidingLog, SlidingCounter, FixedWindow, CompactLog, TwoLevel, GCRA}
-
-// known reports whether n is one of names. A switch, unlike a search of
-// names, compares without calls: Validate runs on every request.
-func (n Name) known() bool {
-	switch n {
-	case SlidingLog, SlidingCounter, FixedWindow, CompactLog, TwoLevel, GCRA:
-		return true
-	}
-	return false
-}
-
-// logged reports whether the algorithm keeps a log of timestamps, whose size
-// grows with the limit.
-func (n Name) logged() bool { return n == SlidingLog || n == CompactLog || n == TwoLevel }
 
 // Bounds on rules. They keep every intermediate value of every engine an
 // exact integer in a float64 (below 2^53).
@@ -126,7 +120,8 @@ type Rule struct {
 // Validate reports whether the rule can be used, and if not, what to change.
 // The error wraps ErrInvalidRule.
 func (r Rule) Validate() error {
-	if !r.Algorithm.known() {
+	a := Lookup(r.Algorithm)
+	if a == nil {
 		if r.Algorithm == "" {
 			return fmt.Errorf("%w: algorithm is empty; choose one of %q", ErrInvalidRule, Names())
 		}
@@ -138,9 +133,9 @@ func (r Rule) Validate() error {
 	if r.Limit > MaxLimit {
 		return fmt.Errorf("%w: limit %d is above the maximum %d (2^53)", ErrInvalidRule, r.Limit, MaxLimit)
 	}
-	if r.Algorithm.logged() && r.Limit > MaxSlidingLogLimit {
-		return fmt.Errorf("%w: limit %d is above the %s maximum %d (it stores one timestamp per unit); "+
-			"use %q, %q or %q for larger limits", ErrInvalidRule, r.Limit, r.Algorithm, MaxSlidingLogLimit, SlidingCounter, GCRA, FixedWindow)
+	// A bound that holds for every window is reported before the window.
+	if bound := a.anyWindowBound; r.Limit > bound {
+		return fmt.Errorf("%w: limit %d is above the %s maximum %d%s", ErrInvalidRule, r.Limit, a.Name, bound, a.LimitNote)
 	}
 	if r.Window < MinWindow {
 		return fmt.Errorf("%w: window is %v; it must be at least %v", ErrInvalidRule, r.Window, MinWindow)
@@ -151,9 +146,9 @@ func (r Rule) Validate() error {
 	if r.Window%time.Millisecond != 0 {
 		return fmt.Errorf("%w: window %v is not a whole number of milliseconds", ErrInvalidRule, r.Window)
 	}
-	if bound := r.LimitBound(); r.Limit > bound {
-		return fmt.Errorf("%w: limit %d with a window of %v is above the gcra maximum %d (limit × window in ms must be "+
-			"at most 2^53); lengthen the limit's unit or shorten the window", ErrInvalidRule, r.Limit, r.Window, bound)
+	if bound := a.LimitBound(r.Window.Milliseconds()); r.Limit > bound {
+		return fmt.Errorf("%w: limit %d with a window of %v is above the %s maximum %d%s",
+			ErrInvalidRule, r.Limit, r.Window, a.Name, bound, a.LimitNote)
 	}
 	return nil
 }
@@ -163,11 +158,8 @@ func (r Rule) Validate() error {
 // logs, MaxLimit / window-in-ms for GCRA (whose exact arithmetic works in
 // units of 1/Limit ms), MaxLimit otherwise.
 func (r Rule) LimitBound() int64 {
-	switch {
-	case r.Algorithm.logged():
-		return MaxSlidingLogLimit
-	case r.Algorithm == GCRA && r.Window >= time.Millisecond:
-		return MaxLimit / r.Window.Milliseconds()
+	if a := Lookup(r.Algorithm); a != nil {
+		return a.LimitBound(r.Window.Milliseconds())
 	}
 	return MaxLimit
 }
@@ -185,24 +177,35 @@ func (r Rule) ValidateCost(cost int64) error {
 }
 
 // KeySuffix is what a store appends to a key's name to keep the state of
-// different algorithms for the same key apart.
+// different algorithms for the same key apart (the descriptor's Suffix).
 func (r Rule) KeySuffix() string {
-	switch r.Algorithm {
-	case SlidingLog:
-		return ":sl"
-	case SlidingCounter:
-		return ":sc"
-	case FixedWindow:
-		return ":fw"
-	case CompactLog:
-		return ":cl"
-	case TwoLevel:
-		return ":tl"
-	case GCRA:
-		return ":gc"
+	if a := Lookup(r.Algorithm); a != nil {
+		return a.Suffix
 	}
 	return ":" + string(r.Algorithm)
 }
+
+// ExpiryMargin is how long past KeyTTL's window a key is kept, in both
+// engines. It absorbs the latency between the limiter reading its clock
+// and the store deciding, and clock differences between callers of up to
+// the margin.
+const ExpiryMargin = time.Second
+
+// KeyTTL returns how long after a step a key must be kept, given the
+// step's ResetAfter (ms): until it is back to its full allowance, plus a
+// window for requests that arrive late (stamped before others already
+// decided: the logs keep timestamps that slid out for one window, and a
+// counter that forgot its window would count a late request afresh), plus
+// ExpiryMargin. Both engines use it: the memory store for a key's expiry,
+// and the scripts (through key_ttl in prelude.lua, generated from the same
+// constants) for the Redis key's. A key dropped earlier would hand its
+// allowance back.
+func (r Rule) KeyTTL(resetAfter int64) int64 {
+	return resetAfter + keepWindows*r.Window.Milliseconds() + ExpiryMargin.Milliseconds()
+}
+
+// keepWindows is how many windows past its reset KeyTTL keeps a key.
+const keepWindows = 1
 
 // Outcome is the result of one step, with times in milliseconds.
 type Outcome struct {
@@ -220,19 +223,23 @@ type Outcome struct {
 // State is the Go engine's state for one key. Its zero value is an empty key.
 // A State is not safe for concurrent use; stores serialise access to it.
 // It is kept to four words (the memory store holds one per key, in a
-// 64-byte slot), so the newer algorithms give the fields their own meanings.
+// 64-byte slot): three words each algorithm reads through its own view
+// (counters, gcraState, twoLevelState), and a log of timestamps.
 type State struct {
-	// start is the start of the current fixed window (counter algorithms,
-	// TwoLevel's light keys), a heavy TwoLevel key's floor, or the time of
-	// the newest admission (GCRA).
-	start int64
-	// current and previous count units in the current and previous window
-	// (TwoLevel packs each window's newest time in with the count); GCRA
-	// keeps its debt and the limit it was counted in.
-	current, previous int64
+	words [3]int64
 	// log holds the logs' admitted timestamps, oldest first.
 	log ring
 }
+
+// counters is the counting algorithms' view of a State's words: the start
+// of the current fixed window and the units counted in it and in the one
+// before (the sliding counter's previous window).
+type counters struct {
+	start, current, previous int64
+}
+
+// counters returns the State's words as counters.
+func (s *State) counters() *counters { return (*counters)(unsafe.Pointer(&s.words)) }
 
 // Clone returns a copy of s that shares no memory with it, for stores that
 // decide on a copy and write it back.
@@ -242,42 +249,43 @@ func (s *State) Clone() State {
 	return c
 }
 
+// algorithm returns the descriptor of r's algorithm. The rule must be
+// valid; an unknown algorithm (Validate rejects it) steps as FixedWindow,
+// as it always has, rather than panic.
+func (r Rule) algorithm() *Algorithm {
+	if a := Lookup(r.Algorithm); a != nil {
+		return a
+	}
+	return &fixedWindow
+}
+
 // Take performs one step of the rule's algorithm at now (milliseconds since
 // the Unix epoch) for a request of the given cost, updating s when the
 // request is admitted. The rule and cost must be valid (see Validate and
 // ValidateCost) and now must not be negative.
 func (r Rule) Take(s *State, now, cost int64) Outcome {
-	w := r.Window.Milliseconds()
-	switch r.Algorithm {
-	case SlidingLog, CompactLog:
-		return slidingLogTake(s, now, w, r.Limit, cost)
-	case SlidingCounter:
-		return slidingCounterTake(s, now, w, r.Limit, cost)
-	case TwoLevel:
-		return twoLevelTake(s, now, w, r.Limit, cost)
-	case GCRA:
-		return gcraTake(s, now, w, r.Limit, cost)
-	default:
-		return fixedWindowTake(s, now, w, r.Limit, cost)
-	}
+	return r.algorithm().Take(s, now, r.Window.Milliseconds(), r.Limit, cost)
 }
 
 // Peek reports what a request of the given cost would get at now, without
 // changing s. Remaining counts the allowance before that request.
 func (r Rule) Peek(s *State, now, cost int64) Outcome {
-	w := r.Window.Milliseconds()
-	switch r.Algorithm {
-	case SlidingLog, CompactLog:
-		return slidingLogPeek(s, now, w, r.Limit, cost)
-	case SlidingCounter:
-		return slidingCounterPeek(s, now, w, r.Limit, cost)
-	case TwoLevel:
-		return twoLevelPeek(s, now, w, r.Limit, cost)
-	case GCRA:
-		return gcraPeek(s, now, w, r.Limit, cost)
-	default:
-		return fixedWindowPeek(s, now, w, r.Limit, cost)
+	return r.algorithm().Peek(s, now, r.Window.Milliseconds(), r.Limit, cost)
+}
+
+// MoreAfter returns, for an admission that left remaining units and
+// reported resetAfter, how long until the key has more allowance than
+// remaining if nothing else is taken, and whether the algorithm can tell
+// that from the outcome (fixed_window and gcra can; the others report
+// false). It is never early, and at most 1 ms late (gcra's ResetAfter is
+// rounded up to the ms).
+func (r Rule) MoreAfter(remaining int64, resetAfter time.Duration) (time.Duration, bool) {
+	f := r.algorithm().MoreAfter
+	if f == nil {
+		return 0, false
 	}
+	ms, ok := f(r.Window.Milliseconds(), r.Limit, remaining, resetAfter.Milliseconds())
+	return time.Duration(ms) * time.Millisecond, ok
 }
 
 // windowStart returns the start of the window of length w that holds now,
@@ -293,19 +301,12 @@ func windowStart(recorded, now, w int64) int64 {
 }
 
 // ChargedAt returns where a Take at now that was just admitted recorded its
-// units: the logs' timestamp (now, or a heavy TwoLevel key's floor), the start of the window the counters
-// charged (for a light TwoLevel key, tagged with lightCharge), or GCRA's
-// time of the admission. Refund takes it.
+// units: the logs' timestamp (now, or a heavy TwoLevel key's floor), the
+// start of the window the counters charged (for a light TwoLevel key,
+// tagged with lightCharge), or GCRA's time of the admission. Refund takes
+// it.
 func (r Rule) ChargedAt(s *State, now int64) int64 {
-	switch {
-	case r.Algorithm == SlidingLog || r.Algorithm == CompactLog:
-		return now
-	case r.Algorithm == TwoLevel && s.log.size() > 0:
-		return max(now, s.start)
-	case r.Algorithm == TwoLevel:
-		return lightCharge + s.start
-	}
-	return s.start
+	return r.algorithm().ChargedAt(s, now)
 }
 
 // Refund gives back cost units that a Take admitted and recorded at at (see
@@ -315,17 +316,8 @@ func (r Rule) ChargedAt(s *State, now int64) int64 {
 // they were recorded (their window has moved out of the state) are not
 // given back, so a refund never creates allowance that was not taken.
 func (r Rule) Refund(s *State, now, at, cost int64) Outcome {
-	switch {
-	case r.Algorithm == SlidingLog || r.Algorithm == CompactLog:
-		s.log.remove(at, cost)
-	case r.Algorithm == TwoLevel:
-		twoLevelRefund(s, at, r.Window.Milliseconds(), cost)
-	case r.Algorithm == GCRA:
-		gcraRefund(s, at, r.Window.Milliseconds(), r.Limit, cost)
-	case s.start == at:
-		s.current -= min(cost, s.current)
-	case r.Algorithm == SlidingCounter && s.start == at+r.Window.Milliseconds():
-		s.previous -= min(cost, s.previous)
-	}
-	return r.Peek(s, now, cost)
+	a := r.algorithm()
+	w := r.Window.Milliseconds()
+	a.Refund(s, at, w, r.Limit, cost)
+	return a.Peek(s, now, w, r.Limit, cost)
 }

@@ -288,7 +288,7 @@ type stateContents struct {
 }
 
 func contents(s *State) stateContents {
-	c := stateContents{start: s.start, current: s.current, previous: s.previous}
+	c := stateContents{start: s.words[0], current: s.words[1], previous: s.words[2]}
 	for i := range s.log.size() {
 		c.log = append(c.log, s.log.at(i))
 	}

@@ -1,7 +1,8 @@
 -- limitkit compact sliding window log: the same decisions as sliding_log
--- (its Go twin is slidingLogTake/slidingLogPeek, slidinglog.go), stored as
--- one string instead of a sorted set. Keep the two in step: the
--- conformance suite compares them decision by decision.
+-- (its Go twin is slidingLogTake/slidingLogPeek, sliding_log.go; its
+-- descriptor is compact_log.go), stored as one string instead of a sorted
+-- set. Keep the two in step: the conformance suite compares them decision
+-- by decision.
 --
 -- KEYS[1]  a compact log (see loglib.lua), absent when the key is new.
 -- The body of step(key, now, w, limit, cost, take, refund, at); see
@@ -25,13 +26,13 @@ end
 -- appends at the end: the whole log rewritten while small (as log_take
 -- does), else the new entries and the header written in place, in one
 -- SETRANGE when they fall in the first block. An admission's reset is w:
--- its expiry is w + w + EXPIRY_MARGIN_MS.
+-- its expiry is key_ttl(w, w).
 local struct = rawget(_G, 'struct')
 if take and not refund and struct and cost <= limit then
   local pack, unpack = struct.pack, struct.unpack
   if #first == 0 then
     redis.call('SET', key, pack('>I2I2I2I2I7', 0, cost, cost, 0, now) .. string.rep(pack('>I7', now), cost),
-      'PX', string.format('%d', w + w + EXPIRY_MARGIN_MS))
+      'PX', string.format('%d', key_ttl(w, w)))
     return {1, limit - cost, 0, w, now}
   end
   local head, n, cap, hint, newest = unpack('>I2I2I2I2I7', first, 1)
@@ -45,7 +46,7 @@ if take and not refund and struct and cost <= limit then
       local p = (head + n + cost - limit - 1) % cap
       if p < avail and ((cap <= BLOCK and head == 0 and hint == 0) or (cap > BLOCK and hint < BLOCK)) then
         local reset = newest + w - now
-        redis.call('PEXPIRE', key, string.format('%d', reset + w + EXPIRY_MARGIN_MS))
+        redis.call('PEXPIRE', key, string.format('%d', key_ttl(reset, w)))
         return {0, remaining, unpack('>I7', first, HDR + p * SLOT + 1) + w - now, reset, now}
       end
     elseif cap <= BLOCK and head == 0 then
@@ -60,7 +61,7 @@ if take and not refund and struct and cost <= limit then
       end
       redis.call('SET', key, pack('>I2I2I2I2I7', 0, need, c, 0, now) .. string.sub(first, HDR + 1, HDR + n * SLOT)
         .. string.rep(pack('>I7', now), cost) .. string.rep('\0', (c - need) * SLOT),
-        'PX', string.format('%d', w + w + EXPIRY_MARGIN_MS))
+        'PX', string.format('%d', key_ttl(w, w)))
       return {1, remaining - cost, 0, w, now}
     elseif cap > BLOCK and n + cost <= cap then
       local p = (head + n) % cap
@@ -72,7 +73,7 @@ if take and not refund and struct and cost <= limit then
           redis.call('SETRANGE', key, string.format('%d', HDR + p * SLOT), news)
           redis.call('SETRANGE', key, '0', hdr)
         end
-        redis.call('PEXPIRE', key, string.format('%d', w + w + EXPIRY_MARGIN_MS))
+        redis.call('PEXPIRE', key, string.format('%d', key_ttl(w, w)))
         return {1, remaining - cost, 0, w, now}
       end
     end
@@ -96,5 +97,5 @@ if not take then
 end
 -- The key is kept while a late request could still need its entries; a
 -- denial refreshes the expiry too.
-local allowed, remaining, retry, reset = log_take(L, now, w, limit, cost, w + EXPIRY_MARGIN_MS)
+local allowed, remaining, retry, reset = log_take(L, now, w, limit, cost, key_ttl(0, w))
 return {allowed, remaining, retry, reset, now}

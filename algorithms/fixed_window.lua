@@ -1,5 +1,5 @@
 -- limitkit fixed window: the Lua twin of fixedWindowTake/fixedWindowPeek
--- (fixedwindow.go). Keep the two in step: the conformance suite compares
+-- (fixed_window.go). Keep the two in step: the conformance suite compares
 -- them decision by decision.
 --
 -- KEYS[1]  the key's state: the string "start:current" (window start in ms,
@@ -53,5 +53,5 @@ if not take then
 end
 current = current + cost
 redis.call('SET', key, string.format('%d:%d', start, current),
-  'PX', string.format('%d', finish + EXPIRY_MARGIN_MS))
+  'PX', string.format('%d', key_ttl(finish, w)))
 return {1, limit - current, 0, finish, start}

@@ -69,6 +69,6 @@ if debt > 0 then
 end
 if allowed == 1 and take then
   redis.call('SET', key, string.format('%d:%d:%d', e, debt, limit),
-    'PX', string.format('%d', reset + EXPIRY_MARGIN_MS))
+    'PX', string.format('%d', key_ttl(reset, w)))
 end
 return {allowed, math.floor((cap - debt) / w), retry, reset, e}

@@ -1,46 +1,40 @@
 package algorithms
 
 import (
-	"fmt"
 	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 )
 
-func TestLuaScripts(t *testing.T) {
-	margin := regexp.MustCompile(`local EXPIRY_MARGIN_MS = (\d+)\n`)
-	for _, name := range Names() {
-		src, err := LuaScript(name)
-		require.NoError(t, err)
-		require.Contains(t, src, "limitkit "+map[Name]string{
-			SlidingLog: "sliding window log", SlidingCounter: "sliding window counter", FixedWindow: "fixed window",
-			CompactLog: "compact sliding window log", TwoLevel: "two-level limiting", GCRA: "GCRA (token bucket)",
-		}[name])
-		m := margin.FindStringSubmatch(src)
-		require.NotNil(t, m, "%s: no EXPIRY_MARGIN_MS", name)
-		require.Equal(t, fmt.Sprint(LuaExpiryMargin.Milliseconds()), m[1], "%s: margin differs from LuaExpiryMargin", name)
-		// Numbers reach Redis through %d, never tostring (%.14g).
-		require.NotContains(t, src, "tostring(", name)
+func TestLuaBodies(t *testing.T) {
+	titles := map[Name]string{
+		SlidingLog: "sliding window log", SlidingCounter: "sliding window counter", FixedWindow: "fixed window",
+		CompactLog: "compact sliding window log", TwoLevel: "two-level limiting", GCRA: "GCRA (token bucket)",
 	}
-	_, err := LuaScript("leaky")
-	require.ErrorIs(t, err, ErrInvalidRule)
+	for _, a := range Algorithms() {
+		require.Contains(t, a.Lua, "limitkit "+titles[a.Name], a.Name)
+		// Numbers reach Redis through %d, never tostring (%.14g).
+		require.NotContains(t, a.Lua, "tostring(", a.Name)
+		// Expiry comes from key_ttl, the twin of Rule.KeyTTL, alone.
+		require.NotContains(t, a.Lua, "EXPIRY_MARGIN", a.Name)
+	}
+	require.NotContains(t, LuaPrelude(), "tostring(")
 }
 
-func TestLuaArgs(t *testing.T) {
-	r := Rule{Algorithm: SlidingCounter, Limit: MaxLimit, Window: MaxWindow}
-	require.Equal(t, []string{"1767225600123", "31622400000", "9007199254740992", "42", "1"},
-		r.LuaArgs(1_767_225_600_123, 42, LuaTake))
-	require.Equal(t, []string{"-1", "31622400000", "9007199254740992", "1", "0"},
-		r.LuaArgs(LuaServerTime, 1, LuaPeek))
-	r = Rule{Algorithm: FixedWindow, Limit: 1, Window: time.Millisecond}
-	require.Equal(t, []string{"0", "1", "1", "1", "1"}, r.LuaArgs(0, 1, LuaTake))
-	allocs := testing.AllocsPerRun(100, func() { _ = r.LuaArgs(1_767_225_600_123, 1, LuaTake) })
-	require.LessOrEqual(t, allocs, 2.0)
-}
-
-func TestMaxLuaTimeKeepsValuesExact(t *testing.T) {
-	// The largest value a script computes is about now + 2 windows.
-	require.Less(t, MaxLuaTime+2*MaxWindow.Milliseconds()+LuaExpiryMargin.Milliseconds(), int64(1)<<53)
+func TestKeyTTLIsGeneratedIntoLua(t *testing.T) {
+	// key_ttl(reset, w) = reset + k * w + m, with k and m read back from
+	// the generated Lua, must be Rule.KeyTTL for any reset and window.
+	m := regexp.MustCompile(`local function key_ttl\(reset, w\)\n  return reset \+ (\d+) \* w \+ (\d+)\nend\n`).FindStringSubmatch(LuaPrelude())
+	require.NotNil(t, m, "no key_ttl in the prelude")
+	k, err := strconv.ParseInt(m[1], 10, 64)
+	require.NoError(t, err)
+	margin, err := strconv.ParseInt(m[2], 10, 64)
+	require.NoError(t, err)
+	for _, c := range []struct{ reset, w int64 }{{0, 1}, {0, 1000}, {2500, 10_000}, {1, MaxWindow.Milliseconds()}} {
+		r := Rule{Window: time.Duration(c.w) * time.Millisecond}
+		require.Equal(t, r.KeyTTL(c.reset), c.reset+k*c.w+margin, "reset %d, window %d ms", c.reset, c.w)
+	}
 }

@@ -1,5 +1,5 @@
--- limitkit script prelude: lua.go puts it in front of every script. Each
--- algorithm's body becomes the function
+-- limitkit script prelude: the script runner puts it in front of every
+-- script. Each algorithm's body becomes the function
 --
 --   step(key, now, w, limit, cost, take, refund, at)
 --
@@ -14,9 +14,9 @@
 -- below 2^53, exact in a Lua number; numbers sent to Redis are formatted
 -- with %d, never tostring (%.14g).
 
--- How long a key outlives the moment its state would be empty (see
--- LuaExpiryMargin in lua.go).
-local EXPIRY_MARGIN_MS = 1000
+-- key_ttl(reset, w), how long to keep a key whose state is empty in reset
+-- ms, is Rule.KeyTTL (algorithms.go): lua.go generates it after this file
+-- from the same constants, so both engines keep keys equally long.
 
 -- window_start is windowStart in algorithms.go: the recorded window while
 -- now is inside it (no division), else the window aligned on now.

@@ -1,5 +1,5 @@
 -- limitkit sliding window counter: the Lua twin of slidingCounterTake/
--- slidingCounterPeek (slidingcounter.go). Keep the two in step: the
+-- slidingCounterPeek (sliding_counter.go). Keep the two in step: the
 -- conformance suite compares them decision by decision.
 --
 -- KEYS[1]  the key's state: the string "start:current:previous" (current
@@ -129,6 +129,6 @@ end
 -- and a later request from before it (the clock going back) must see it.
 if take and changed then
   redis.call('SET', key, string.format('%d:%d:%d', start, current, previous),
-    'PX', string.format('%d', reset + EXPIRY_MARGIN_MS))
+    'PX', string.format('%d', key_ttl(reset, w)))
 end
 return {allowed, room, retry, reset, start}

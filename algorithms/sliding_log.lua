@@ -1,5 +1,5 @@
 -- limitkit sliding window log: the Lua twin of slidingLogTake/slidingLogPeek
--- (slidinglog.go). Keep the two in step: the conformance suite compares them
+-- (sliding_log.go). Keep the two in step: the conformance suite compares them
 -- decision by decision.
 --
 -- KEYS[1]  a sorted set: one member per admitted unit, scored with its time
@@ -270,5 +270,5 @@ if allowed == 1 then
   live = live + cost
 end
 -- Keep the key while a late request could still need its units.
-redis.call('PEXPIRE', key, fmt('%d', reset + w + EXPIRY_MARGIN_MS))
+redis.call('PEXPIRE', key, fmt('%d', key_ttl(reset, w)))
 return {allowed, limit - live, retry, reset, now}

@@ -1,5 +1,5 @@
 -- limitkit two-level limiting: the Lua twin of twoLevelTake/twoLevelPeek
--- (twolevel.go, which states the semantics). Keep the two in step: the
+-- (two_level.go, which states the semantics). Keep the two in step: the
 -- conformance suite compares them decision by decision.
 --
 -- KEYS[1]  one string per key, absent when the key is new:
@@ -37,7 +37,7 @@ end
 
 -- write stores a light key, kept while a late request could still need it.
 local function write(reset)
-  redis.call('SET', key, light_state(), 'PX', string.format('%d', reset + w + EXPIRY_MARGIN_MS))
+  redis.call('SET', key, light_state(), 'PX', string.format('%d', key_ttl(reset, w)))
 end
 
 -- Refund: from the log when at is a time, from a light key's window
@@ -69,7 +69,7 @@ local function heavy_step(floor)
   local e = math.max(now, floor)
   local allowed, remaining, retry, reset
   if take then
-    allowed, remaining, retry, reset = log_take(L, e, w, limit, cost, w + EXPIRY_MARGIN_MS)
+    allowed, remaining, retry, reset = log_take(L, e, w, limit, cost, key_ttl(0, w))
   else
     allowed, remaining, retry, reset = log_peek(L, e, w, limit, cost)
   end

@@ -14,7 +14,7 @@ import (
 
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/fallback"
-	"github.com/limitkit/limitkit/internal/redistest"
+	"github.com/limitkit/limitkit/internal/testing/redistest"
 )
 
 // syncBuffer is a log destination safe for concurrent writes.

@@ -11,6 +11,14 @@
 //     approximate (never under-counts).
 //   - "fixed_window": one counter per window; cheapest, but admits up to
 //     twice the limit across a window boundary.
+//   - "compact_log": the decisions of "sliding_log", stored on Redis in one
+//     string of 7-byte timestamps (840 B for a full key at limit 100).
+//   - "two_level": a counter until a key uses half its limit in a window,
+//     then an exact log; never over the limit.
+//   - "gcra": a token bucket: Limit per Window as a rate, bursts of up to
+//     Limit.
+//
+// algorithms.Names lists them; the README compares them.
 //
 // Typical use:
 //
@@ -63,8 +71,8 @@ const DefaultPrefix = "limitkit:"
 //	 "on_failure": "fail_closed",
 //	 "guard": {"limit": 1000, "window": "24h", "on_failure": "fail_closed"}}
 type Config struct {
-	// Algorithm is "sliding_log" (default), "sliding_counter" or
-	// "fixed_window".
+	// Algorithm is "sliding_log" (default), "compact_log", "two_level",
+	// "sliding_counter", "gcra" or "fixed_window" (see the package doc).
 	Algorithm algorithms.Name
 	// Limit is the number of units admitted per Window. Required, 1 to
 	// 2^53 (10,000 for sliding_log).

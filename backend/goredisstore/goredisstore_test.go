@@ -13,8 +13,8 @@ import (
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/backend/storetest"
 	"github.com/limitkit/limitkit/internal/redisscript"
-	"github.com/limitkit/limitkit/internal/redisscript/scripttest"
-	"github.com/limitkit/limitkit/internal/redistest"
+	"github.com/limitkit/limitkit/internal/testing/redistest"
+	"github.com/limitkit/limitkit/internal/testing/scripttest"
 )
 
 func newClient(t testing.TB, opt *redis.Options) *redis.Client {
@@ -119,7 +119,7 @@ func sentOnce(t *testing.T, client redis.UniversalClient, serverOf func(key stri
 	_, err = s.Take(t.Context(), store)
 	require.Error(t, err)
 	sha := scripttest.SHA1(t, algorithms.SlidingLog)
-	err = client.EvalSha(t.Context(), sha, []string{controlKey}, rule.LuaArgs(now.UnixMilli(), 1, algorithms.LuaTake)).Err()
+	err = client.EvalSha(t.Context(), sha, []string{controlKey}, scripttest.Args(t, rule, now.UnixMilli(), 1, redisscript.ModeTake)).Err()
 	require.Error(t, err)
 	srv.Resume()
 

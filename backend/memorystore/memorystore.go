@@ -7,9 +7,10 @@
 // limitkit.
 //
 // Memory is bounded. The store holds at most MaxKeys keys (DefaultMaxKeys
-// unless set), split across shards. A key expires one window after it is
-// back to its full allowance (the extra window serves requests that arrive
-// late); its memory is then reclaimed when a new key needs room.
+// unless set), split across shards. A key expires one window and a second
+// (algorithms.Rule.KeyTTL, as on Redis) after it is back to its full
+// allowance (the extra window serves requests that arrive late); its memory
+// is then reclaimed when a new key needs room.
 // When a shard is full, a new key first takes the place of expired keys
 // found among eight sampled keys or, failing that, by a sweep of the whole
 // shard (at most once per capacity/8 new keys, so a flood of new keys costs
@@ -132,34 +133,12 @@ func New(opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// algorithmSalt keeps the states of different algorithms for one key apart.
-func algorithmSalt(alg algorithms.Name) uint64 {
-	switch alg {
-	case algorithms.SlidingLog:
-		return 0x9e3779b97f4a7c15
-	case algorithms.SlidingCounter:
-		return 0xc2b2ae3d27d4eb4f
-	case algorithms.FixedWindow:
-		return 0x165667b19e3779f9
-	case algorithms.CompactLog:
-		return 0x27d4eb2f165667c5
-	case algorithms.TwoLevel:
-		return 0x85ebca77c2b2ae63
-	case algorithms.GCRA:
-		return 0xd6e8feb86659fd93
-	}
-	// Any other algorithm (Validate rejects them): FNV-1a of its name.
-	h := uint64(0xcbf29ce484222325)
-	for i := 0; i < len(alg); i++ {
-		h = (h ^ uint64(alg[i])) * 0x100000001b3
-	}
-	return h
-}
-
 // locate hashes a key twice, with independent seeds, and returns its shard.
 // Two keys are confused only if both 64-bit hashes collide (a chance of
 // about 2^-128 per pair, with seeds no caller can see).
-func (s *Store) locate(k *backend.Key, alg algorithms.Name) (sh *shard, h1, h2 uint64) {
+// salt (the algorithm's) keeps the states of different algorithms for one
+// key apart.
+func (s *Store) locate(k *backend.Key, salt uint64) (sh *shard, h1, h2 uint64) {
 	// Hash prefix and id as one string, with the prefix length mixed in so
 	// that ("ab", "c") and ("a", "bc") differ. Short keys are joined on the
 	// stack; longer ones are streamed.
@@ -172,7 +151,7 @@ func (s *Store) locate(k *backend.Key, alg algorithms.Name) (sh *shard, h1, h2 u
 		h1 = streamHash(s.seed1, k)
 		h2 = streamHash(s.seed2, k)
 	}
-	salt := algorithmSalt(alg) ^ uint64(len(k.Prefix))*0xff51afd7ed558ccd
+	salt ^= uint64(len(k.Prefix)) * 0xff51afd7ed558ccd
 	h1 ^= salt
 	h2 ^= bits.RotateLeft64(salt, 29)
 	if h1 == 0 {
@@ -195,33 +174,37 @@ func (s *Store) Take(_ context.Context, req backend.Request) (backend.Result, er
 		return backend.Result{}, err
 	}
 	now := req.Millis()
-	sh, h1, h2 := s.locate(&req.Key, req.Rule.Algorithm)
+	a := algorithms.Lookup(req.Rule.Algorithm) // known: req is valid
+	sh, h1, h2 := s.locate(&req.Key, a.Salt)
 	sh.mu.Lock()
-	out := s.takeLocked(sh, h1, h2, &req, now)
+	out := s.takeLocked(sh, h1, h2, a, &req, now)
 	sh.mu.Unlock()
 	return backend.ResultOf(req.Rule, out), nil
 }
 
-// takeLocked runs req's Take on its key in the locked shard sh.
-func (s *Store) takeLocked(sh *shard, h1, h2 uint64, req *backend.Request, now int64) algorithms.Outcome {
+// takeLocked runs req's Take (a is its algorithm) on its key in the locked
+// shard sh.
+func (s *Store) takeLocked(sh *shard, h1, h2 uint64, a *algorithms.Algorithm, req *backend.Request, now int64) algorithms.Outcome {
 	e := sh.table.find(h1, h2)
 	if e == nil {
 		e = s.insert(sh, h1, h2, now)
 	}
-	out := req.Rule.Take(&e.state, now, req.Cost)
-	// Keep the state a window past its reset, for requests that arrive
-	// late (stamped before others already decided).
-	e.expires = now + out.ResetAfter + req.Rule.Window.Milliseconds()
+	out := a.Take(&e.state, now, req.Rule.Window.Milliseconds(), req.Rule.Limit, req.Cost)
+	// Kept as long as the scripts keep a Redis key (Rule.KeyTTL): a window
+	// past its reset, for requests that arrive late.
+	e.expires = now + req.Rule.KeyTTL(out.ResetAfter)
 	return out
 }
 
-// peekLocked runs req's Peek on its key in the locked shard sh.
-func peekLocked(sh *shard, h1, h2 uint64, req *backend.Request, now int64) algorithms.Outcome {
+// peekLocked runs req's Peek (a is its algorithm) on its key in the locked
+// shard sh.
+func peekLocked(sh *shard, h1, h2 uint64, a *algorithms.Algorithm, req *backend.Request, now int64) algorithms.Outcome {
+	w, limit := req.Rule.Window.Milliseconds(), req.Rule.Limit
 	if e := sh.table.find(h1, h2); e != nil {
-		return req.Rule.Peek(&e.state, now, req.Cost)
+		return a.Peek(&e.state, now, w, limit, req.Cost)
 	}
 	var empty algorithms.State
-	return req.Rule.Peek(&empty, now, req.Cost)
+	return a.Peek(&empty, now, w, limit, req.Cost)
 }
 
 // TakeAll implements backend.Store. It locks the shards of every key (in
@@ -235,13 +218,15 @@ func (s *Store) TakeAll(_ context.Context, reqs []backend.Request) (backend.Resu
 	type located struct {
 		sh     *shard
 		h1, h2 uint64
+		a      *algorithms.Algorithm
 	}
 	var loc [backend.MaxRequests]located
 	var locks [backend.MaxRequests]*shard
 	n := 0
 	for i := range reqs {
-		sh, h1, h2 := s.locate(&reqs[i].Key, reqs[i].Rule.Algorithm)
-		loc[i] = located{sh, h1, h2}
+		a := algorithms.Lookup(reqs[i].Rule.Algorithm) // known: reqs are valid
+		sh, h1, h2 := s.locate(&reqs[i].Key, a.Salt)
+		loc[i] = located{sh, h1, h2, a}
 		if !slices.Contains(locks[:n], sh) {
 			locks[n] = sh
 			n++
@@ -254,14 +239,14 @@ func (s *Store) TakeAll(_ context.Context, reqs []backend.Request) (backend.Resu
 	var results [backend.MaxRequests]backend.Result
 	all := true
 	for i := range reqs {
-		out := peekLocked(loc[i].sh, loc[i].h1, loc[i].h2, &reqs[i], now)
+		out := peekLocked(loc[i].sh, loc[i].h1, loc[i].h2, loc[i].a, &reqs[i], now)
 		results[i] = backend.ResultOf(reqs[i].Rule, out)
 		all = all && out.Allowed
 	}
 	if all {
 		// Look each key up again: an insert may have moved slots.
 		for i := range reqs {
-			out := s.takeLocked(loc[i].sh, loc[i].h1, loc[i].h2, &reqs[i], now)
+			out := s.takeLocked(loc[i].sh, loc[i].h1, loc[i].h2, loc[i].a, &reqs[i], now)
 			results[i] = backend.ResultOf(reqs[i].Rule, out)
 		}
 	}
@@ -276,9 +261,10 @@ func (s *Store) Peek(_ context.Context, req backend.Request) (backend.Result, er
 	if err := req.Validate(); err != nil {
 		return backend.Result{}, err
 	}
-	sh, h1, h2 := s.locate(&req.Key, req.Rule.Algorithm)
+	a := algorithms.Lookup(req.Rule.Algorithm) // known: req is valid
+	sh, h1, h2 := s.locate(&req.Key, a.Salt)
 	sh.mu.Lock()
-	out := peekLocked(sh, h1, h2, &req, req.Millis())
+	out := peekLocked(sh, h1, h2, a, &req, req.Millis())
 	sh.mu.Unlock()
 	return backend.ResultOf(req.Rule, out), nil
 }
@@ -291,7 +277,7 @@ func (s *Store) Reset(_ context.Context, key backend.Key, rule algorithms.Rule) 
 	if err := rule.Validate(); err != nil {
 		return err
 	}
-	sh, h1, h2 := s.locate(&key, rule.Algorithm)
+	sh, h1, h2 := s.locate(&key, algorithms.Lookup(rule.Algorithm).Salt) // known: rule is valid
 	sh.mu.Lock()
 	sh.remove(h1, h2)
 	sh.mu.Unlock()

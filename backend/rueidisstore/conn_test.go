@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/limitkit/limitkit/internal/redisscript"
-	"github.com/limitkit/limitkit/internal/redisscript/scripttest"
-	"github.com/limitkit/limitkit/internal/redistest"
+	"github.com/limitkit/limitkit/internal/testing/redistest"
+	"github.com/limitkit/limitkit/internal/testing/scripttest"
 )
 
 // TestConnMalformedReplies: replies of the wrong shape through the adapter

@@ -13,8 +13,8 @@ import (
 	"github.com/limitkit/limitkit/backend/rueidisstore"
 	"github.com/limitkit/limitkit/backend/storetest"
 	"github.com/limitkit/limitkit/internal/redisscript"
-	"github.com/limitkit/limitkit/internal/redisscript/scripttest"
-	"github.com/limitkit/limitkit/internal/redistest"
+	"github.com/limitkit/limitkit/internal/testing/redistest"
+	"github.com/limitkit/limitkit/internal/testing/scripttest"
 )
 
 func newClient(t testing.TB, opt rueidis.ClientOption) rueidis.Client {
@@ -80,7 +80,7 @@ func TestWritingScriptIsSentOnce(t *testing.T) {
 	}
 	_, err := s.Take(t.Context(), req("warm"))
 	require.NoError(t, err)
-	src, err := algorithms.LuaScript(algorithms.SlidingLog) // the control's script
+	src, err := redisscript.Script(algorithms.SlidingLog) // the control's script
 	require.NoError(t, err)
 	_, err = srv.Do("SCRIPT", "LOAD", src)
 	require.NoError(t, err)
@@ -92,7 +92,7 @@ func TestWritingScriptIsSentOnce(t *testing.T) {
 	srv.Pause()
 	go func() {
 		cmd := client.B().Evalsha().Sha1(scripttest.SHA1(t, algorithms.SlidingLog)).Numkeys(1).Key(controlKey).
-			Arg(rule.LuaArgs(now.UnixMilli(), 1, algorithms.LuaTake)...).Build().ToRetryable()
+			Arg(scripttest.Args(t, rule, now.UnixMilli(), 1, redisscript.ModeTake)...).Build().ToRetryable()
 		control <- client.Do(ctx, cmd).Error()
 	}()
 	time.Sleep(50 * time.Millisecond) // let the control reach the socket first (not required)

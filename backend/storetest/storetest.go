@@ -7,10 +7,12 @@
 //	}
 //
 // The suite drives the store directly, with the time of each request chosen
-// by the suite (a fake clock), through step tables written out by hand for
-// every algorithm (window boundaries, same-millisecond bursts, cost N,
-// exact RetryAfter and ResetAfter, Peek, Reset, independent keys, expiry, the
-// clock jumping back 5 s and forward an hour), through hostile key ids and
+// by the suite (a fake clock), through the step tables written out by hand in
+// every registered algorithm's Examples (window boundaries,
+// same-millisecond bursts, cost N, exact RetryAfter and ResetAfter, Peek),
+// through generic cases run for every registered algorithm (Reset,
+// independent keys, expiry, the clock jumping back 5 s and forward an
+// hour), through hostile key ids and
 // bad input, through concurrent callers on one key, and through a long random
 // sequence compared decision by decision with the algorithms' Go engine;
 // and TakeAll (several rules on several keys, all or nothing) through a
@@ -69,6 +71,16 @@ func Check(ctx context.Context, store backend.Store) []Failure {
 		}
 	}
 	return failures
+}
+
+// CaseNames returns the names of the cases Run and Check run, in order;
+// they follow the algorithms' registry (algorithms.Algorithms).
+func CaseNames() []string {
+	var names []string
+	for _, c := range cases() {
+		names = append(names, c.name)
+	}
+	return names
 }
 
 func newRunID() string {

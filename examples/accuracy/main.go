@@ -38,8 +38,8 @@ import (
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/backend/rueidisstore"
-	"github.com/limitkit/limitkit/internal/accuracy"
 	"github.com/limitkit/limitkit/internal/redisscript"
+	"github.com/limitkit/limitkit/internal/testing/accuracy"
 )
 
 type config struct {

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/limitkit/limitkit/algorithms"
-	"github.com/limitkit/limitkit/internal/accuracy"
-	"github.com/limitkit/limitkit/internal/redistest"
+	"github.com/limitkit/limitkit/internal/testing/accuracy"
+	"github.com/limitkit/limitkit/internal/testing/redistest"
 )
 
 func smallConfig() config {

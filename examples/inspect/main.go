@@ -47,6 +47,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/internal/redisscript"
 	"github.com/limitkit/limitkit/limiter"
 	"github.com/limitkit/limitkit/limiter/config"
 )
@@ -208,12 +209,12 @@ func scripts() []script {
 		out = append(out, script{name: name, body: body, sha: hex.EncodeToString(sum[:])})
 	}
 	for _, name := range algorithms.Names() {
-		if body, err := algorithms.LuaScript(name); err == nil {
+		if body, err := redisscript.Script(name); err == nil {
 			add(string(name), body)
 		}
 	}
-	add(multiScript, algorithms.LuaMultiScript())
-	add(batchScript, algorithms.LuaBatchScript())
+	add(multiScript, redisscript.MultiScript())
+	add(batchScript, redisscript.BatchScript())
 	return out
 }
 

@@ -14,7 +14,7 @@ import (
 // batcher sends concurrent Takes together. A Take that finds fewer than
 // maxInFlight batches in flight sends at once, itself and whatever is
 // queued (up to maxBatch Takes), as one batch script
-// (algorithms.LuaBatchScript), which decides the takes one after the other,
+// (BatchScript), which decides the takes one after the other,
 // exactly as separate scripts would. Otherwise it queues. When a batch
 // returns and Takes are queued, the first of them is woken to send the next
 // batch. A lone caller therefore sends its own request at once, with no
@@ -210,7 +210,7 @@ func (b *batcher) send(batch []*pendingTake) {
 	keys, args, buf := sc.keys, sc.args, sc.buf
 	for _, c := range batch {
 		keys = append(keys, c.key)
-		args, buf = c.req.Rule.LuaBatchArgs(args, buf, b.r.now(&c.req), c.req.Cost)
+		args, buf = BatchArgs(args, buf, c.req.Rule, b.r.now(&c.req), c.req.Cost)
 	}
 	sc.keys, sc.args, sc.buf = keys, args, buf
 	s, callKeys, callArgs := &b.r.batch, keys, args
@@ -226,14 +226,14 @@ func (b *batcher) send(batch []*pendingTake) {
 		vals, errs, err = b.r.conn.EvalBatch(ctx, cmd, script, callKeys, callArgs)
 		return err
 	})
-	if err == nil && len(vals) != algorithms.LuaReplyLen*len(batch) {
+	if err == nil && len(vals) != ReplyLen*len(batch) {
 		err = fmt.Errorf("%w: %d values for %d requests", ErrBadReply, len(vals), len(batch))
 	}
 	var alone []*pendingTake
 	for i, c := range batch {
 		e := err
 		if e == nil && errs != nil {
-			e = errs[i*algorithms.LuaReplyLen]
+			e = errs[i*ReplyLen]
 			if b.cluster && retryNonLocal && nonLocal(e) {
 				// Its slot moved: it wrote nothing; it goes again alone.
 				alone = append(alone, c)
@@ -242,7 +242,7 @@ func (b *batcher) send(batch []*pendingTake) {
 		}
 		var out algorithms.Outcome
 		if e == nil {
-			out, e = Decode(c.req.Rule, vals[i*algorithms.LuaReplyLen:(i+1)*algorithms.LuaReplyLen])
+			out, e = Decode(c.req.Rule, vals[i*ReplyLen:(i+1)*ReplyLen])
 		}
 		if e != nil {
 			c.res, c.err = backend.Result{}, fmt.Errorf("%s: %s batch %s: %w", b.r.name, cmd, c.req.Rule.Algorithm, e)

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 )
 
@@ -31,7 +30,7 @@ func (g *gatedConn) EvalBatch(_ context.Context, _ Command, _ string, keys, _ []
 	if g.reply != nil {
 		return g.reply(keys)
 	}
-	vals := make([]int64, 0, algorithms.LuaReplyLen*len(keys))
+	vals := make([]int64, 0, ReplyLen*len(keys))
 	for range keys {
 		vals = append(vals, 1, 4, 0, 10_000, 1)
 	}
@@ -132,12 +131,12 @@ func TestBatchFailures(t *testing.T) {
 		{"call fails", func([]string) ([]int64, []error, error) { return nil, nil, down },
 			func(t *testing.T, _ int, o outcome) { require.ErrorIs(t, o.err, down) }},
 		{"one request fails", func(keys []string) ([]int64, []error, error) {
-			vals := make([]int64, algorithms.LuaReplyLen*len(keys))
+			vals := make([]int64, ReplyLen*len(keys))
 			errs := make([]error, len(vals))
 			for i := range keys {
-				copy(vals[i*algorithms.LuaReplyLen:], []int64{0, 0, 500, 10_000, 1})
+				copy(vals[i*ReplyLen:], []int64{0, 0, 500, 10_000, 1})
 			}
-			errs[algorithms.LuaReplyLen] = wrongType
+			errs[ReplyLen] = wrongType
 			return vals, errs, nil
 		}, func(t *testing.T, i int, o outcome) {
 			if i == 1 {

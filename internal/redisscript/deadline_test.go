@@ -13,7 +13,7 @@ import (
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/internal/redisscript"
-	"github.com/limitkit/limitkit/internal/redistest"
+	"github.com/limitkit/limitkit/internal/testing/redistest"
 )
 
 // tightAndPatient runs 32 callers whose every Take has a deadline under a

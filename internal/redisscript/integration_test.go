@@ -26,8 +26,8 @@ import (
 	"github.com/limitkit/limitkit/backend/rueidisstore"
 	"github.com/limitkit/limitkit/backend/storetest"
 	"github.com/limitkit/limitkit/internal/redisscript"
-	"github.com/limitkit/limitkit/internal/redisscript/scripttest"
-	"github.com/limitkit/limitkit/internal/redistest"
+	"github.com/limitkit/limitkit/internal/testing/redistest"
+	"github.com/limitkit/limitkit/internal/testing/scripttest"
 )
 
 // stores returns two go-redis stores and two rueidis stores, each over its

@@ -19,7 +19,8 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/internal/redistest"
+	"github.com/limitkit/limitkit/internal/redisscript"
+	"github.com/limitkit/limitkit/internal/testing/redistest"
 )
 
 // BenchmarkLogs compares the sorted-set log with the compact log and the
@@ -122,7 +123,7 @@ return (tonumber(b[1]) - tonumber(a[1])) * 1000000 + tonumber(b[2]) - tonumber(a
 	for _, l := range []int{10, 100, 1000, 10_000} {
 		for _, alg := range algorithms.Names() {
 			b.Run(fmt.Sprintf("L=%d/%s", l, alg), func(b *testing.B) {
-				src, err := algorithms.LuaScript(alg)
+				src, err := redisscript.Script(alg)
 				require.NoError(b, err)
 				// The single-request script ends with single.lua: replace
 				// it with the loop.

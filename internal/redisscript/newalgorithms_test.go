@@ -20,8 +20,8 @@ import (
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/internal/redisscript"
-	"github.com/limitkit/limitkit/internal/redisscript/scripttest"
-	"github.com/limitkit/limitkit/internal/redistest"
+	"github.com/limitkit/limitkit/internal/testing/redistest"
+	"github.com/limitkit/limitkit/internal/testing/scripttest"
 )
 
 // stepper runs one algorithm's script in each mode.
@@ -55,7 +55,7 @@ func (s *stepper) run(ctx context.Context, rule algorithms.Rule, key string, arg
 	if err != nil {
 		return algorithms.Outcome{}, 0, err
 	}
-	return out, raw[algorithms.LuaReplyAt], nil
+	return out, raw[redisscript.ReplyAt], nil
 }
 
 // admission is a take to refund later.
@@ -74,7 +74,7 @@ func differentialWithRefunds(t *testing.T, s *stepper, seed uint64, steps int) {
 		time.Hour, algorithms.MaxWindow}
 	limits := []int64{1, 2, 3, 4, 7, 100, 128, 2000, algorithms.MaxSlidingLogLimit, 1 << 20, algorithms.MaxLimit}
 	starts := []int64{0, 1, 1_767_225_600_000, 1_767_225_600_000 + 123_457,
-		algorithms.MaxLuaTime - 2*algorithms.MaxWindow.Milliseconds()}
+		redisscript.MaxTime - 2*algorithms.MaxWindow.Milliseconds()}
 	pick := func(rule *algorithms.Rule) {
 		rule.Window = windows[rng.IntN(len(windows))]
 		rule.Limit = min(limits[rng.IntN(len(limits))], rule.LimitBound())
@@ -122,14 +122,14 @@ func differentialWithRefunds(t *testing.T, s *stepper, seed uint64, steps int) {
 				taken[id] = append(taken[id][:i], taken[id][i+1:]...)
 				op, cost = fmt.Sprintf("Refund(at %d)", a.at), min(a.cost, rule.Limit)
 				want = rule.Refund(st, now, a.at, cost)
-				args = rule.LuaRefundArgs(now, a.at, cost)
+				args = redisscript.RefundArgs(rule, now, a.at, cost)
 			case p < 40:
 				op = "Peek"
 				want = rule.Peek(st, now, cost)
-				args = rule.LuaArgs(now, cost, algorithms.LuaPeek)
+				args = scripttest.Args(t, rule, now, cost, redisscript.ModePeek)
 			default:
 				want = rule.Take(st, now, cost)
-				args = rule.LuaArgs(now, cost, algorithms.LuaTake)
+				args = scripttest.Args(t, rule, now, cost, redisscript.ModeTake)
 			}
 			got, at, err := s.run(ctx, rule, key, args)
 			what := fmt.Sprintf("round %d step %d: %s(%s, %+v, now %d, cost %d)", round, step, op, id, rule, now, cost)
@@ -194,13 +194,13 @@ func TestRefundNeverCreatesAllowance(t *testing.T) {
 				if rule.Take(&with, now, c).Allowed {
 					exact.Take(&without, now, c)
 				}
-				_, _, err := s.run(t.Context(), rule, key, rule.LuaArgs(now, c, algorithms.LuaTake))
+				_, _, err := s.run(t.Context(), rule, key, scripttest.Args(t, rule, now, c, redisscript.ModeTake))
 				require.NoError(t, err)
 			}
 			now += rng.Int64N(w)
 			c := 1 + rng.Int64N(rule.Limit)
 			out := rule.Take(&with, now, c)
-			lua, at, err := s.run(t.Context(), rule, key, rule.LuaArgs(now, c, algorithms.LuaTake))
+			lua, at, err := s.run(t.Context(), rule, key, scripttest.Args(t, rule, now, c, redisscript.ModeTake))
 			require.NoError(t, err)
 			require.Equal(t, out, lua)
 			if !out.Allowed {
@@ -213,11 +213,11 @@ func TestRefundNeverCreatesAllowance(t *testing.T) {
 				if rule.Take(&with, now, 1).Allowed {
 					exact.Take(&without, now, 1)
 				}
-				_, _, err := s.run(t.Context(), rule, key, rule.LuaArgs(now, 1, algorithms.LuaTake))
+				_, _, err := s.run(t.Context(), rule, key, scripttest.Args(t, rule, now, 1, redisscript.ModeTake))
 				require.NoError(t, err)
 			}
 			got := rule.Refund(&with, now, at, c)
-			lua, _, err = s.run(t.Context(), rule, key, rule.LuaRefundArgs(now, at, c))
+			lua, _, err = s.run(t.Context(), rule, key, redisscript.RefundArgs(rule, now, at, c))
 			require.NoError(t, err)
 			require.Equal(t, got, lua)
 			// From here on, with the refund is never more permissive.

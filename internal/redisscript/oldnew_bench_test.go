@@ -16,7 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/limitkit/limitkit/algorithms"
-	"github.com/limitkit/limitkit/internal/redistest"
+	"github.com/limitkit/limitkit/internal/redisscript"
+	"github.com/limitkit/limitkit/internal/testing/redistest"
 )
 
 // BenchmarkScriptsBeforeNow measures the logs' scripts before the cut
@@ -71,7 +72,7 @@ func BenchmarkScriptsBeforeNow(b *testing.B) {
 						src = string(bs)
 					} else {
 						var err error
-						src, err = algorithms.LuaScript(cl.alg)
+						src, err = redisscript.Script(cl.alg)
 						require.NoError(b, err)
 					}
 				}

@@ -19,8 +19,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/limitkit/limitkit/algorithms"
-	"github.com/limitkit/limitkit/internal/redisscript/scripttest"
-	"github.com/limitkit/limitkit/internal/redistest"
+	"github.com/limitkit/limitkit/internal/redisscript"
+	"github.com/limitkit/limitkit/internal/testing/redistest"
+	"github.com/limitkit/limitkit/internal/testing/scripttest"
 )
 
 // oldNewSteps is how many random steps TestScriptsMatchBefore drives:
@@ -204,7 +205,7 @@ func compareBeforeNow(ctx context.Context, c *redis.Client, alg algorithms.Name,
 	windows := []int64{1, 2, 7, 50, 1000, 1500, 3_600_000, algorithms.MaxWindow.Milliseconds()}
 	limits := []int64{1, 2, 3, 4, 5, 7, 16, 17, 31, 32, 33, 40, 64, 100, 127, 128, 129, 300, 1000, 2000, algorithms.MaxSlidingLogLimit}
 	starts := []int64{0, 1, 1_767_225_600_000, 1_767_225_600_000 + 123_457,
-		algorithms.MaxLuaTime - 2*algorithms.MaxWindow.Milliseconds()}
+		redisscript.MaxTime - 2*algorithms.MaxWindow.Milliseconds()}
 	var w, limit int64
 	pick := func() {
 		w = windows[rng.IntN(len(windows))]
@@ -231,7 +232,7 @@ func compareBeforeNow(ctx context.Context, c *redis.Client, alg algorithms.Name,
 					pick()
 				}
 				nowMs = scripttest.WalkTime(rng, nowMs, w, 1+rng.Int64N(4))
-				nowMs = min(max(nowMs, 0), algorithms.MaxLuaTime-2*w)
+				nowMs = min(max(nowMs, 0), redisscript.MaxTime-2*w)
 				id := rng.IntN(keys)
 				var cost int64
 				switch p := rng.IntN(10); {
@@ -305,8 +306,8 @@ func compareBeforeNow(ctx context.Context, c *redis.Client, alg algorithms.Name,
 				if !r.same {
 					return fmt.Errorf("%s: states differ\nbefore %.300q\nnow    %.300q", what, r.states[0], r.states[1])
 				}
-				if s.take && r.now[algorithms.LuaReplyAllowed] == 1 {
-					taken[s.id] = append(taken[s.id], admission{r.now[algorithms.LuaReplyAt], s.cost})
+				if s.take && r.now[redisscript.ReplyAllowed] == 1 {
+					taken[s.id] = append(taken[s.id], admission{r.now[redisscript.ReplyAt], s.cost})
 				}
 			}
 		}
@@ -330,7 +331,7 @@ func TestScriptsMatchBefore(t *testing.T) {
 		t.Run(string(alg), func(t *testing.T) {
 			before, err := os.ReadFile("testdata/before_" + string(alg) + ".lua")
 			require.NoError(t, err)
-			now, err := algorithms.LuaScript(alg)
+			now, err := redisscript.Script(alg)
 			require.NoError(t, err)
 			start := time.Now()
 			require.NoError(t, compareBeforeNow(t.Context(), c, alg, string(before), now, uint64(1000+i), steps/len(oldNewAlgorithms)))
@@ -348,12 +349,12 @@ func TestScriptsMatchBefore(t *testing.T) {
 			// A denial reports a retry one ms late.
 			{algorithms.SlidingLog, "retry = t[first - 1 + kept + cost - limit] + w - now", "retry = t[first - 1 + kept + cost - limit] + w - now + 1", ""},
 			// Keys kept one ms longer: only the expiry differs.
-			{algorithms.CompactLog, "local EXPIRY_MARGIN_MS = 1000", "local EXPIRY_MARGIN_MS = 1001", "expiry set"},
+			{algorithms.CompactLog, "return reset + 1 * w + 1000", "return reset + 1 * w + 1001", "expiry set"},
 		}
 		for _, m := range mutations {
 			before, err := os.ReadFile("testdata/before_" + string(m.alg) + ".lua")
 			require.NoError(t, err)
-			now, err := algorithms.LuaScript(m.alg)
+			now, err := redisscript.Script(m.alg)
 			require.NoError(t, err)
 			require.Contains(t, now, m.from, "the control's mutation no longer applies")
 			err = compareBeforeNow(t.Context(), c, m.alg, string(before), strings.Replace(now, m.from, m.to, 1), 7, 20_000)

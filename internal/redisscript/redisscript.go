@@ -1,11 +1,12 @@
 // Package redisscript is the one script runner behind both Redis stores
 // (backend/goredisstore and backend/rueidisstore). A store only adapts its
-// client library to Conn; validation, key names, ARGV, the EVALSHA/EVAL
-// policy and reply decoding all live here, once.
+// client library to Conn; validation, key names, the EVALSHA/EVAL policy
+// and the Redis wire format (the scripts as sent, their ARGV and their
+// replies: wire.go) all live here, once.
 //
 // The policy:
 //
-//   - Each algorithm's script (algorithms.LuaScript) is hashed once, when the
+//   - Each algorithm's script (Script) is hashed once, when the
 //     Runner is made. Calls send EVALSHA and fall back to EVAL only when the
 //     server answers NOSCRIPT (after a restart, SCRIPT FLUSH, a failover, or
 //     on a cluster node that never saw the script). NOSCRIPT proves the
@@ -85,7 +86,7 @@ type Conn interface {
 	// round trip, by WAIT replicas timeout. It returns the script's reply
 	// and the number of replicas that acknowledged its writes.
 	EvalWait(ctx context.Context, cmd Command, script string, keys, args []string, replicas int, timeout time.Duration) ([]int64, int64, error)
-	// EvalBatch is Eval for the batch script (algorithms.LuaBatchScript),
+	// EvalBatch is Eval for the batch script (BatchScript),
 	// whose reply may hold errors among its integers: errs is nil when it
 	// holds none, else errs[i] is the error in place of vals[i] (and
 	// vals[i] is 0). It is sent at most once, as a writing Eval is.
@@ -177,8 +178,8 @@ func New(conn Conn, name string, opts Options) (*Runner, error) {
 		return nil, fmt.Errorf("%s: replica acknowledgement (WAIT) needs a single-master client (standalone or sentinel); "+
 			"a Redis Cluster client cannot send WAIT to the master that ran the script", name)
 	}
-	r := &Runner{conn: conn, name: name, opts: opts, scripts: map[algorithms.Name]*script{}, multi: newScript(algorithms.LuaMultiScript()),
-		batch: newScript(algorithms.LuaBatchScript()), clusterBatch: newScript(clusterBatchScript(algorithms.LuaBatchScript()))}
+	r := &Runner{conn: conn, name: name, opts: opts, scripts: map[algorithms.Name]*script{}, multi: newScript(MultiScript()),
+		batch: newScript(BatchScript()), clusterBatch: newScript(clusterBatchScript(BatchScript()))}
 	if opts.Batch > 1 && opts.Ack.Replicas == 0 && !conn.Cluster() {
 		r.batcher = &batcher{r: r, maxBatch: opts.Batch, maxInFlight: batchesInFlight}
 	}
@@ -186,7 +187,7 @@ func New(conn Conn, name string, opts Options) (*Runner, error) {
 		r.nodes = &nodeBatchers{r: r, loc: loc}
 	}
 	for _, alg := range algorithms.Names() {
-		src, err := algorithms.LuaScript(alg)
+		src, err := Script(alg)
 		if err != nil {
 			return nil, err
 		}
@@ -232,7 +233,7 @@ func (r *Runner) Peek(ctx context.Context, req backend.Request) (backend.Result,
 	if err := r.check(&req); err != nil {
 		return backend.Result{}, err
 	}
-	res, _, err := r.single(ctx, &req, algorithms.LuaPeek, r.now(&req), 0)
+	res, _, err := r.single(ctx, &req, ModePeek, r.now(&req), 0)
 	return res, err
 }
 
@@ -290,9 +291,9 @@ func (r *Runner) check(req *backend.Request) error {
 	if err := req.Validate(); err != nil {
 		return err
 	}
-	if !r.opts.ServerTime && req.Millis() > algorithms.MaxLuaTime {
+	if !r.opts.ServerTime && req.Millis() > MaxTime {
 		return fmt.Errorf("%w: time %v is after the latest time Redis stores accept (%d ms since the epoch)",
-			algorithms.ErrInvalidRequest, req.Now, algorithms.MaxLuaTime)
+			algorithms.ErrInvalidRequest, req.Now, MaxTime)
 	}
 	return nil
 }
@@ -300,7 +301,7 @@ func (r *Runner) check(req *backend.Request) error {
 // now is the time argument of req's scripts.
 func (r *Runner) now(req *backend.Request) int64 {
 	if r.opts.ServerTime {
-		return algorithms.LuaServerTime
+		return ServerTime
 	}
 	return req.Millis()
 }
@@ -309,7 +310,7 @@ func (r *Runner) now(req *backend.Request) int64 {
 // and applies the short-acknowledgement policy. It returns where the
 // admission was recorded, for a refund.
 func (r *Runner) take(ctx context.Context, req *backend.Request) (backend.Result, int64, error) {
-	res, at, err := r.single(ctx, req, algorithms.LuaTake, r.now(req), 0)
+	res, at, err := r.single(ctx, req, ModeTake, r.now(req), 0)
 	if err != nil || !res.Unconfirmed || r.opts.Ack.OnShort == backend.AdmitUnconfirmed {
 		return res, at, err
 	}
@@ -343,7 +344,7 @@ const RefundTimeout = time.Second
 func (r *Runner) refund(ctx context.Context, req *backend.Request, at int64) (backend.Result, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RefundTimeout)
 	defer cancel()
-	res, _, err := r.single(ctx, req, algorithms.LuaRefund, r.now(req), at)
+	res, _, err := r.single(ctx, req, ModeRefund, r.now(req), at)
 	if err != nil {
 		r.failedRefunds.Add(1)
 		return res, fmt.Errorf("refund (its units stay taken until they expire): %w", err)
@@ -358,16 +359,19 @@ func (r *Runner) FailedRefunds() uint64 { return r.failedRefunds.Load() }
 
 // single runs req's script once in the given mode at now (at: a refund's
 // record). It returns where an admission was recorded.
-func (r *Runner) single(ctx context.Context, req *backend.Request, mode algorithms.LuaMode, now, at int64) (backend.Result, int64, error) {
+func (r *Runner) single(ctx context.Context, req *backend.Request, mode Mode, now, at int64) (backend.Result, int64, error) {
 	s := r.scripts[req.Rule.Algorithm]
 	keys := []string{Key(req.Key, req.Rule)}
 	var args []string
-	if mode == algorithms.LuaRefund {
-		args = req.Rule.LuaRefundArgs(now, at, req.Cost)
+	if mode == ModeRefund {
+		args = RefundArgs(req.Rule, now, at, req.Cost)
 	} else {
-		args = req.Rule.LuaArgs(now, req.Cost, mode)
+		var err error
+		if args, err = Args(req.Rule, now, req.Cost, mode); err != nil {
+			return backend.Result{}, 0, fmt.Errorf("%s: %w", r.name, err)
+		}
 	}
-	reply, acked, cmd, err := r.eval(ctx, s, keys, args, mode == algorithms.LuaTake, mode != algorithms.LuaPeek)
+	reply, acked, cmd, err := r.eval(ctx, s, keys, args, mode == ModeTake, mode != ModePeek)
 	if err != nil {
 		return backend.Result{}, 0, fmt.Errorf("%s: %s %s: %w", r.name, cmd, req.Rule.Algorithm, err)
 	}
@@ -376,8 +380,8 @@ func (r *Runner) single(ctx context.Context, req *backend.Request, mode algorith
 		return backend.Result{}, 0, fmt.Errorf("%s: %s %s: %w", r.name, cmd, req.Rule.Algorithm, err)
 	}
 	res := backend.ResultOf(req.Rule, out)
-	res.Unconfirmed = out.Allowed && mode == algorithms.LuaTake && acked < int64(r.opts.Ack.Replicas)
-	return res, reply[algorithms.LuaReplyAt], nil
+	res.Unconfirmed = out.Allowed && mode == ModeTake && acked < int64(r.opts.Ack.Replicas)
+	return res, reply[ReplyAt], nil
 }
 
 // takeTogether decides reqs with the multi script.
@@ -385,19 +389,19 @@ func (r *Runner) takeTogether(ctx context.Context, reqs []backend.Request, keys 
 	args := make([]string, 1, 1+4*len(reqs))
 	args[0] = strconv.FormatInt(r.now(&reqs[0]), 10)
 	for i := range reqs {
-		args = reqs[i].Rule.LuaMultiArgs(args, reqs[i].Cost)
+		args = MultiArgs(args, reqs[i].Rule, reqs[i].Cost)
 	}
 	reply, acked, cmd, err := r.eval(ctx, &r.multi, keys, args, true, true)
 	if err != nil {
 		return backend.Result{}, fmt.Errorf("%s: %s multi: %w", r.name, cmd, err)
 	}
-	if want := 1 + algorithms.LuaReplyLen*len(reqs); len(reply) != want || reply[0] < 0 || reply[0] > 1 {
+	if want := 1 + ReplyLen*len(reqs); len(reply) != want || reply[0] < 0 || reply[0] > 1 {
 		return backend.Result{}, fmt.Errorf("%s: %s multi: %w: %d integers, want %d", r.name, cmd, ErrBadReply, len(reply), want)
 	}
 	results := make([]backend.Result, len(reqs))
 	ats := make([]int64, len(reqs))
 	for i := range reqs {
-		vals := reply[1+algorithms.LuaReplyLen*i : 1+algorithms.LuaReplyLen*(i+1)]
+		vals := reply[1+ReplyLen*i : 1+ReplyLen*(i+1)]
 		out, err := Decode(reqs[i].Rule, vals)
 		if err != nil {
 			return backend.Result{}, fmt.Errorf("%s: %s multi: request %d: %w", r.name, cmd, i, err)
@@ -406,7 +410,7 @@ func (r *Runner) takeTogether(ctx context.Context, reqs []backend.Request, keys 
 			return backend.Result{}, fmt.Errorf("%s: %s multi: %w: request %d denied in an admitted reply", r.name, cmd, ErrBadReply, i)
 		}
 		results[i] = backend.ResultOf(reqs[i].Rule, out)
-		ats[i] = vals[algorithms.LuaReplyAt]
+		ats[i] = vals[ReplyAt]
 	}
 	res := backend.Combine(results)
 	if res.Allowed && acked < int64(r.opts.Ack.Replicas) {
@@ -427,7 +431,7 @@ func (r *Runner) takeInOrder(ctx context.Context, reqs []backend.Request) (backe
 	all := true
 	for i := range reqs {
 		var err error
-		if results[i], _, err = r.single(ctx, &reqs[i], algorithms.LuaPeek, r.now(&reqs[i]), 0); err != nil {
+		if results[i], _, err = r.single(ctx, &reqs[i], ModePeek, r.now(&reqs[i]), 0); err != nil {
 			return backend.Result{}, err
 		}
 		all = all && results[i].Allowed
@@ -458,7 +462,7 @@ func (r *Runner) takeInOrder(ctx context.Context, reqs []backend.Request) (backe
 		results[i] = res
 		for j := i + 1; j < len(reqs); j++ {
 			var err error
-			if results[j], _, err = r.single(ctx, &reqs[j], algorithms.LuaPeek, r.now(&reqs[j]), 0); err != nil {
+			if results[j], _, err = r.single(ctx, &reqs[j], ModePeek, r.now(&reqs[j]), 0); err != nil {
 				return backend.Result{}, err
 			}
 		}
@@ -500,15 +504,15 @@ func (r *Runner) send(s *script, write bool, do func(cmd Command, script string)
 }
 
 // Decode checks a script's reply for one request of rule and converts it:
-// exactly algorithms.LuaReplyLen integers, allowed 0 or 1, remaining in
+// exactly ReplyLen integers, allowed 0 or 1, remaining in
 // 0..limit, retry-after and reset-after in 0..2^53, retry-after 0 when
 // allowed, the record point >= 0. Anything else is an error wrapping
 // ErrBadReply.
 func Decode(rule algorithms.Rule, reply []int64) (algorithms.Outcome, error) {
-	if len(reply) != algorithms.LuaReplyLen {
-		return algorithms.Outcome{}, fmt.Errorf("%w: %d integers, want %d", ErrBadReply, len(reply), algorithms.LuaReplyLen)
+	if len(reply) != ReplyLen {
+		return algorithms.Outcome{}, fmt.Errorf("%w: %d integers, want %d", ErrBadReply, len(reply), ReplyLen)
 	}
-	if at := reply[algorithms.LuaReplyAt]; at < 0 || at > algorithms.MaxLimit {
+	if at := reply[ReplyAt]; at < 0 || at > algorithms.MaxLimit {
 		return algorithms.Outcome{}, fmt.Errorf("%w: record point %d is out of range", ErrBadReply, at)
 	}
 	return decodeOutcome(rule, reply)
@@ -516,8 +520,8 @@ func Decode(rule algorithms.Rule, reply []int64) (algorithms.Outcome, error) {
 
 // decodeOutcome checks and converts the four integers of one outcome.
 func decodeOutcome(rule algorithms.Rule, reply []int64) (algorithms.Outcome, error) {
-	allowed, remaining := reply[algorithms.LuaReplyAllowed], reply[algorithms.LuaReplyRemaining]
-	retry, reset := reply[algorithms.LuaReplyRetryAfter], reply[algorithms.LuaReplyResetAfter]
+	allowed, remaining := reply[ReplyAllowed], reply[ReplyRemaining]
+	retry, reset := reply[ReplyRetryAfter], reply[ReplyResetAfter]
 	switch {
 	case allowed != 0 && allowed != 1:
 		return algorithms.Outcome{}, fmt.Errorf("%w: allowed is %d, want 0 or 1", ErrBadReply, allowed)

@@ -105,7 +105,7 @@ func TestPeekIsReadOnly(t *testing.T) {
 	require.Equal(t, EvalSHARO, f.calls[0].cmd)
 	require.Equal(t, EvalRO, f.calls[1].cmd)
 	require.Equal(t, "0", f.calls[0].args[4])
-	src, err := algorithms.LuaScript(algorithms.SlidingLog)
+	src, err := Script(algorithms.SlidingLog)
 	require.NoError(t, err)
 	require.Equal(t, src, f.calls[1].script)
 }
@@ -191,7 +191,7 @@ func TestInvalidInput(t *testing.T) {
 	_, err := r.Take(t.Context(), req)
 	require.ErrorIs(t, err, algorithms.ErrInvalidRequest)
 	req = request(1)
-	req.Now = time.UnixMilli(algorithms.MaxLuaTime + 1)
+	req.Now = time.UnixMilli(MaxTime + 1)
 	_, err = r.Take(t.Context(), req)
 	require.ErrorIs(t, err, algorithms.ErrInvalidRequest)
 	req.Rule.Algorithm = "leaky"
@@ -209,7 +209,7 @@ func TestServerTimeSendsNoTime(t *testing.T) {
 	f := &fakeConn{}
 	r := newRunner(t, f, true)
 	req := request(1)
-	req.Now = time.UnixMilli(algorithms.MaxLuaTime + 1) // ignored
+	req.Now = time.UnixMilli(MaxTime + 1) // ignored
 	_, err := r.Take(t.Context(), req)
 	require.NoError(t, err)
 	require.Equal(t, "-1", f.calls[0].args[0])

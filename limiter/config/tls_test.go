@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/limitkit/limitkit/internal/redistest"
+	"github.com/limitkit/limitkit/internal/testing/redistest"
 )
 
 // TestRedissToPlainServer: rediss:// pointed at a redis-server without

@@ -358,38 +358,11 @@ func (m *Middleware) effectiveWindow(d limiter.Decision) (int64, bool) {
 	if d.Rule == limiter.GuardRule && m.guardName != "" {
 		ru = m.guard
 	}
-	switch ru.algorithm {
-	case algorithms.FixedWindow:
-		// The window's whole count goes at its end, and nothing before.
-		if d.ResetAfter > 0 {
-			return seconds(d.ResetAfter), true
-		}
-	case algorithms.GCRA:
-		return gcraNext(d, ru.window)
+	rule := algorithms.Rule{Algorithm: ru.algorithm, Limit: d.Limit, Window: ru.window}
+	if after, ok := rule.MoreAfter(d.Remaining, d.ResetAfter); ok {
+		return seconds(after), true
 	}
 	return 0, false
-}
-
-// gcraNext returns the seconds, rounded up, until a GCRA bucket's level
-// drops far enough for one more unit. The bucket drains one unit every
-// window/limit; ResetAfter is when it is empty, so the next unit is free
-// (limit-remaining-1) units' drain before that. ResetAfter is rounded up to
-// the millisecond, so t can be 1 s long when the unit comes less than 1 ms
-// before a whole second; never short.
-func gcraNext(d limiter.Decision, window time.Duration) (int64, bool) {
-	l, r := d.Limit, d.Remaining
-	w, reset := window.Milliseconds(), d.ResetAfter.Milliseconds()
-	if l <= 0 || r < 0 || r >= l || reset <= 0 || w <= 0 {
-		return 0, false
-	}
-	// In ms*limit units, all below 2^63: limit*window stays below 2^53
-	// (algorithms.Rule.LimitBound), and 1000*limit below 2^63 for limit
-	// up to 2^53.
-	num := reset*l - w*(l-r-1)
-	if num <= 0 {
-		return 0, false
-	}
-	return (num + 1000*l - 1) / (1000 * l), true
 }
 
 // setHeaders writes the rate-limit fields of d.

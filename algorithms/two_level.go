@@ -1,5 +1,86 @@
 package algorithms
 
+import (
+	_ "embed"
+	"time"
+	"unsafe"
+)
+
+// twoLevel is TwoLevel's descriptor.
+var twoLevel = Algorithm{
+	Name:       TwoLevel,
+	Suffix:     ":tl",
+	Salt:       0x85ebca77c2b2ae63,
+	Take:       twoLevelTake,
+	Peek:       twoLevelPeek,
+	Refund:     twoLevelRefund,
+	ChargedAt:  twoLevelChargedAt,
+	LimitBound: logLimitBound,
+	LimitNote:  logLimitNote,
+	Lua:        logLib + twoLevelLua,
+	Examples: Examples{Limit: 4, Window: 10 * time.Second, Steps: []Example{
+		// Light while each aligned window holds at most 4/2 = 2.
+		take(1*sec, 1, true, 3, 0, 10*sec),
+		take(4*sec, 1, true, 2, 0, 10*sec),
+		// A third unit in the window: the key turns heavy, its log
+		// seeded with both units at the window's newest time, 4 s.
+		take(5*sec, 1, true, 1, 0, 10*sec),
+		take(6*sec, 1, true, 0, 0, 10*sec),
+		// The unit taken at 1 s is seeded at 4 s, so it counts until
+		// 14 s: the exact log would admit this request, the two-level
+		// limiter waits for the seeds to slide out.
+		take(11500*msec, 1, false, 0, 2500*msec, 4500*msec),
+		peek(11500*msec, 1, false, 0, 2500*msec, 4500*msec),
+		take(14*sec, 1, true, 1, 0, 10*sec),
+		// Nothing since 14 s in the window of 31 s or the one before:
+		// light again, the log dropped.
+		take(31*sec, 1, true, 3, 0, 10*sec),
+		// Stamped before the window (30 s): charged to its start,
+		// the newest time stays 31 s.
+		take(29*sec, 1, true, 2, 0, 12*sec),
+		peek(31*sec, 3, false, 2, 10*sec, 10*sec),
+		// Next window: the two units at 31 s have slid out at 41 s.
+		peek(41*sec, 1, true, 4, 0, 0),
+	}},
+}
+
+//go:embed two_level.lua
+var twoLevelLua string
+
+// twoLevelState is TwoLevel's view of a State's words (its heavy keys' log
+// is the State's log).
+type twoLevelState struct {
+	// start is a light key's current window start, and a heavy key's
+	// floor (the start of the light window it was promoted from).
+	start int64
+	// cur and prev are a light key's current and previous windows.
+	cur, prev packedWindow
+}
+
+// twoLevel returns the State's words as TwoLevel's.
+func (s *State) twoLevel() *twoLevelState { return (*twoLevelState)(unsafe.Pointer(&s.words)) }
+
+// packedWindow is a light key's window in one word, so that a State stays
+// four words: its units in the low countBits bits (at most limit/2 <
+// 2^countBits), and above them the distance from the current window's
+// start to the newest time charged to the window.
+type packedWindow int64
+
+func packWindow(units, dist int64) packedWindow { return packedWindow(units | dist<<countBits) }
+
+func (p packedWindow) units() int64 { return int64(p) & countMask }
+
+func (p packedWindow) dist() int64 { return int64(p) >> countBits }
+
+// twoLevelChargedAt is a heavy key's log time (no earlier than its floor),
+// or a light key's window start tagged with lightCharge.
+func twoLevelChargedAt(s *State, now int64) int64 {
+	if s.log.size() > 0 {
+		return max(now, s.twoLevel().start)
+	}
+	return lightCharge + s.twoLevel().start
+}
+
 // Two-level limiting: a fixed-window counter screens every key, and only
 // keys that use more than half the limit in one aligned window get an exact
 // log.
@@ -38,16 +119,17 @@ package algorithms
 // previous window's newest time is clamped to the new window's start:
 // exact only for the window the units were counted in.
 //
-// Go state: light keys keep start (the current window's start), current =
-// units | (newest - start) << countBits and previous = units | (start -
-// newest) << countBits, with log empty; heavy keys keep log and, in start,
-// the floor.
+// Go state (twoLevelState): light keys keep start (the current window's
+// start) and each window's units and newest time packed in a word
+// (packedWindow), with the log empty; heavy keys keep the log and, in
+// start, the floor.
 
 const (
 	countBits = 16
 	countMask = 1<<countBits - 1
 	// lightCharge tags a light key's charge (a window start) apart from a
-	// heavy key's (a timestamp, below MaxLuaTime): see Rule.ChargedAt.
+	// heavy key's (a timestamp, below 2^51, the latest time the Redis
+	// stores accept): see Rule.ChargedAt.
 	lightCharge = int64(1) << 52
 )
 
@@ -60,19 +142,21 @@ type light struct {
 }
 
 func unpackLight(s *State) light {
-	l := light{start: s.start, cur: s.current & countMask, prev: s.previous & countMask}
-	l.newestCur = s.start + s.current>>countBits
-	l.newestPrev = s.start - s.previous>>countBits
+	t := s.twoLevel()
+	l := light{start: t.start, cur: t.cur.units(), prev: t.prev.units()}
+	l.newestCur = t.start + t.cur.dist()
+	l.newestPrev = t.start - t.prev.dist()
 	return l
 }
 
 func (l *light) pack(s *State) {
-	s.start, s.current, s.previous = l.start, 0, 0
+	t := s.twoLevel()
+	*t = twoLevelState{start: l.start}
 	if l.cur > 0 {
-		s.current = l.cur | (l.newestCur-l.start)<<countBits
+		t.cur = packWindow(l.cur, l.newestCur-l.start)
 	}
 	if l.prev > 0 {
-		s.previous = l.prev | (l.start-l.newestPrev)<<countBits
+		t.prev = packWindow(l.prev, l.start-l.newestPrev)
 	}
 }
 
@@ -132,7 +216,7 @@ func quiet(r ring, e, w int64) bool {
 // heavyTake decides a heavy key's request at its effective time, no
 // earlier than the floor, and reports the times from now.
 func heavyTake(s *State, now, w, limit, cost int64) Outcome {
-	e := max(now, s.start)
+	e := max(now, s.twoLevel().start)
 	return fromNow(slidingLogTake(s, e, w, limit, cost), e-now)
 }
 
@@ -150,7 +234,7 @@ func fromNow(out Outcome, d int64) Outcome {
 
 func twoLevelTake(s *State, now, w, limit, cost int64) Outcome {
 	if s.log.size() > 0 {
-		if !quiet(s.log, max(now, s.start), w) {
+		if !quiet(s.log, max(now, s.twoLevel().start), w) {
 			return heavyTake(s, now, w, limit, cost)
 		}
 		*s = State{}
@@ -168,13 +252,13 @@ func twoLevelTake(s *State, now, w, limit, cost int64) Outcome {
 		return l.outcome(now, w, limit)
 	}
 	l.seed(&s.log, limit)
-	s.start, s.current, s.previous = l.start, 0, 0
+	*s.twoLevel() = twoLevelState{start: l.start}
 	return heavyTake(s, now, w, limit, cost)
 }
 
 func twoLevelPeek(s *State, now, w, limit, cost int64) Outcome {
 	if s.log.size() > 0 {
-		e := max(now, s.start)
+		e := max(now, s.twoLevel().start)
 		if !quiet(s.log, e, w) {
 			return fromNow(slidingLogPeek(s, e, w, limit, cost), e-now)
 		}
@@ -185,9 +269,10 @@ func twoLevelPeek(s *State, now, w, limit, cost int64) Outcome {
 	if h := limit / 2; l.prev <= h && l.cur+cost <= h {
 		return l.outcome(now, w, limit)
 	}
-	view := State{start: l.start}
+	var view State
+	view.twoLevel().start = l.start
 	l.seed(&view.log, limit)
-	e := max(now, view.start)
+	e := max(now, l.start)
 	return fromNow(slidingLogPeek(&view, e, w, limit, cost), e-now)
 }
 
@@ -195,7 +280,7 @@ func twoLevelPeek(s *State, now, w, limit, cost int64) Outcome {
 // window counter (at tagged with lightCharge) or a heavy key's log. A
 // refund that finds the key switched since (light to heavy or back) gives
 // nothing back: the units stay counted, which is safe.
-func twoLevelRefund(s *State, at, w, cost int64) {
+func twoLevelRefund(s *State, at, w, _, cost int64) {
 	if at < lightCharge {
 		// A log emptied this way leaves a light key whose window starts
 		// at the floor.

@@ -1,6 +1,57 @@
 package algorithms
 
-import "math/bits"
+import (
+	_ "embed"
+	"math/bits"
+	"time"
+)
+
+// slidingCounter is SlidingCounter's descriptor.
+var slidingCounter = Algorithm{
+	Name:       SlidingCounter,
+	Suffix:     ":sc",
+	Salt:       0xc2b2ae3d27d4eb4f,
+	Take:       slidingCounterTake,
+	Peek:       slidingCounterPeek,
+	Refund:     slidingCounterRefund,
+	ChargedAt:  countersChargedAt,
+	LimitBound: func(int64) int64 { return MaxLimit },
+	Lua:        slidingCounterLua,
+	Examples: Examples{Limit: 3, Window: 10 * time.Second, Steps: []Example{
+		// The current window runs 0-10 s; its count weighs on the
+		// next window, so the key is free at 20 s.
+		take(0, 1, true, 2, 0, 20*sec),
+		take(0, 1, true, 1, 0, 20*sec),
+		take(1*sec, 1, true, 0, 0, 19*sec),
+		// In the next window the 3 weigh 3*(10 s-e)/10 s; they fall
+		// to 2 (room for 1) at e = 3.334 s, i.e. at 13.334 s.
+		take(2*sec, 1, false, 0, 11334*msec, 18*sec),
+		peek(2*sec, 1, false, 0, 11334*msec, 18*sec),
+		take(9999*msec, 1, false, 0, 3335*msec, 10001*msec),
+		take(10*sec, 1, false, 0, 3334*msec, 10*sec),
+		take(13334*msec, 1, true, 0, 0, 16666*msec),
+		// At 15 s the previous 3 weigh 1.5, counted as 2; with the 1
+		// in this window there is no room until they weigh 1, at
+		// e = 6.667 s.
+		take(15*sec, 1, false, 0, 1667*msec, 15*sec),
+		take(16667*msec, 1, true, 0, 0, 13333*msec),
+		peek(30*sec, 3, true, 3, 0, 0),
+	}},
+}
+
+//go:embed sliding_counter.lua
+var slidingCounterLua string
+
+// slidingCounterRefund gives units back to the window that took them: the
+// current one, or the previous one after a roll.
+func slidingCounterRefund(s *State, at, w, _, cost int64) {
+	switch c := s.counters(); {
+	case c.start == at:
+		c.current -= min(cost, c.current)
+	case c.start == at+w:
+		c.previous -= min(cost, c.previous)
+	}
+}
 
 // The sliding window counter keeps two fixed windows: current (units admitted
 // in the window that holds now) and previous (units in the one before). The
@@ -20,7 +71,7 @@ const weightScale = 1 << 16
 // time into it. When now is before the recorded window (the clock went back),
 // the state is left alone and the elapsed time is 0: the previous window then
 // counts in full.
-func slidingCounterRoll(s *State, now, w int64) int64 {
+func slidingCounterRoll(s *counters, now, w int64) int64 {
 	ws := windowStart(s.start, now, w)
 	if ws < s.start {
 		return 0
@@ -60,17 +111,18 @@ func earliestElapsed(count, room, w int64) int64 {
 }
 
 func slidingCounterTake(s *State, now, w, limit, cost int64) Outcome {
-	e := slidingCounterRoll(s, now, w)
-	return slidingCounterDecide(s, now, e, w, limit, cost, true)
+	c := s.counters()
+	e := slidingCounterRoll(c, now, w)
+	return slidingCounterDecide(c, now, e, w, limit, cost, true)
 }
 
 func slidingCounterPeek(s *State, now, w, limit, cost int64) Outcome {
-	view := State{start: s.start, current: s.current, previous: s.previous}
+	view := *s.counters()
 	e := slidingCounterRoll(&view, now, w)
 	return slidingCounterDecide(&view, now, e, w, limit, cost, false)
 }
 
-func slidingCounterDecide(s *State, now, e, w, limit, cost int64, consume bool) Outcome {
+func slidingCounterDecide(s *counters, now, e, w, limit, cost int64, consume bool) Outcome {
 	room := limit - weighted(s.previous, e, w) - s.current
 	var out Outcome
 	if cost <= room {
@@ -94,7 +146,7 @@ func slidingCounterDecide(s *State, now, e, w, limit, cost int64, consume bool) 
 
 // slidingCounterWait returns how long after elapsed time e a denied request
 // of the given cost would first be admitted if nothing else were.
-func slidingCounterWait(s *State, e, w, limit, cost int64) int64 {
+func slidingCounterWait(s *counters, e, w, limit, cost int64) int64 {
 	// Later in the current window: the previous window's weight shrinks.
 	if room := limit - s.current - cost; room >= 0 {
 		if at := earliestElapsed(s.previous, room, w); at < w {

@@ -2,68 +2,6 @@ package algorithms
 
 import "unsafe"
 
-// The sliding log records one timestamp per admitted unit of cost, oldest
-// first, and admits a request when the units with a timestamp after
-// now-window, plus its cost, fit within the limit. A timestamp t has slid out
-// at now when t <= now-window. Timestamps later than now (the clock went
-// back) keep counting until they slide out.
-//
-// Requests can arrive out of timestamp order (callers read their clocks
-// before their requests reach the store). So that every window of
-// timestamps holds at most the limit whatever the arrival order, a timestamp
-// that slid out is kept for one more window, where a late request's window
-// can still see it; only older ones are forgotten, and those beyond the
-// newest limit, which can never decide anything: a window that holds one of
-// them holds the newest limit too. The log never holds more than limit.
-
-func slidingLogTake(s *State, now, w, limit, cost int64) Outcome {
-	l := &s.log
-	l.shrinkTo(limit)
-	// Forget what slid out a window ago, count what slid out since: by
-	// binary search, since a busy key keeps up to a window of slid-out
-	// entries; the oldest alone answers when nothing slid out.
-	size := l.size()
-	forgotten, expired := int64(0), int64(0)
-	if size > 0 && l.at(0) <= now-w {
-		forgotten = l.countUpTo(now - 2*w)
-		expired = l.countUpTo(now - w)
-	}
-	l.dropOldest(forgotten)
-	size -= forgotten
-	expired -= forgotten
-	live := size - expired
-	out := Outcome{Remaining: limit - live}
-	if cost <= out.Remaining {
-		// Room for cost, taken from slid-out timestamps only: live+cost <= limit.
-		if drop := size + cost - limit; drop > 0 {
-			l.dropOldest(drop)
-			size -= drop
-		}
-		l.insert(now, cost, limit)
-		size += cost
-		out.Allowed = true
-		out.Remaining -= cost
-	} else {
-		out.RetryAfter = l.at(size+cost-limit-1) + w - now
-	}
-	out.ResetAfter = l.at(size-1) + w - now
-	return out
-}
-
-func slidingLogPeek(s *State, now, w, limit, cost int64) Outcome {
-	l := s.log
-	expired := l.countUpTo(now - w)
-	live := l.size() - expired
-	out := Outcome{Allowed: live+cost <= limit, Remaining: max(limit-live, 0)}
-	if !out.Allowed {
-		out.RetryAfter = l.at(expired+live+cost-limit-1) + w - now
-	}
-	if live > 0 {
-		out.ResetAfter = l.at(l.size()-1) + w - now
-	}
-	return out
-}
-
 // ring is a circular buffer of timestamps in ascending order, kept in one
 // allocation: a ringHead, then the slots. A ring is only a pointer to it, so
 // that a State stays four words (a memory store slot, one cache line). Its

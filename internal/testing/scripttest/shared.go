@@ -15,7 +15,7 @@ import (
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/internal/redisscript"
-	"github.com/limitkit/limitkit/internal/redistest"
+	"github.com/limitkit/limitkit/internal/testing/redistest"
 )
 
 // EvalCalls returns how many EVAL (not EVALSHA) calls srv ran: the NOSCRIPT
@@ -137,15 +137,15 @@ func ConnBatchReplies(t *testing.T, a redisscript.Conn, srv *redistest.Server) {
 	var args []string
 	var buf []byte
 	for range 3 {
-		args, buf = rule.LuaBatchArgs(args, buf, now, 1)
+		args, buf = redisscript.BatchArgs(args, buf, rule, now, 1)
 	}
-	args, _ = other.LuaBatchArgs(args, buf, now, 2)
+	args, _ = redisscript.BatchArgs(args, buf, other, now, 2)
 	args[2*5+1] = "no_such_algorithm"
 	keys := []string{"batch:a", "batch:bad", "batch:c", "batch:d"}
-	vals, errs, err := a.EvalBatch(t.Context(), redisscript.Eval, algorithms.LuaBatchScript(), keys, args)
+	vals, errs, err := a.EvalBatch(t.Context(), redisscript.Eval, redisscript.BatchScript(), keys, args)
 	require.NoError(t, err)
-	require.Len(t, vals, 4*algorithms.LuaReplyLen)
-	require.Len(t, errs, 4*algorithms.LuaReplyLen)
+	require.Len(t, vals, 4*redisscript.ReplyLen)
+	require.Len(t, errs, 4*redisscript.ReplyLen)
 	admitted := []int64{1, 9, 0, rule.Window.Milliseconds(), now}
 	require.Equal(t, admitted, vals[0:5])
 	require.ErrorContains(t, errs[5], "WRONGTYPE")
@@ -158,7 +158,7 @@ func ConnBatchReplies(t *testing.T, a redisscript.Conn, srv *redistest.Server) {
 		}
 	}
 	// Without failures there is no error slice.
-	vals, errs, err = a.EvalBatch(t.Context(), redisscript.Eval, algorithms.LuaBatchScript(), keys[:1], args[:5])
+	vals, errs, err = a.EvalBatch(t.Context(), redisscript.Eval, redisscript.BatchScript(), keys[:1], args[:5])
 	require.NoError(t, err)
 	require.Nil(t, errs)
 	require.Equal(t, []int64{1, 8, 0, rule.Window.Milliseconds(), now}, vals)

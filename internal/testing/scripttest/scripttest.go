@@ -13,6 +13,7 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/internal/redisscript"
 )
 
 // Reporter receives failures; *testing.T is one.
@@ -26,6 +27,12 @@ type Reporter interface {
 // key prefix.
 func Differential(ctx context.Context, r Reporter, store backend.Store, seed uint64, steps int) {
 	r.Helper()
+	DifferentialOf(ctx, r, store, seed, steps, algorithms.Names())
+}
+
+// DifferentialOf is Differential over the named algorithms only.
+func DifferentialOf(ctx context.Context, r Reporter, store backend.Store, seed uint64, steps int, names []algorithms.Name) {
+	r.Helper()
 	rng := rand.New(rand.NewPCG(seed, 7))
 	run := fmt.Sprintf("scripttest:%d:%d:", seed, time.Now().UnixNano())
 	windows := []time.Duration{
@@ -36,7 +43,7 @@ func Differential(ctx context.Context, r Reporter, store backend.Store, seed uin
 	logLimits := []int64{1, 2, 5, 128, 2000, algorithms.MaxSlidingLogLimit}
 	starts := []int64{
 		0, 1, 1_767_225_600_000, 1_767_225_600_000 + 123_457,
-		algorithms.MaxLuaTime - 2*algorithms.MaxWindow.Milliseconds(),
+		redisscript.MaxTime - 2*algorithms.MaxWindow.Milliseconds(),
 	}
 	ids := []string{"a", "b{", "}c"}
 	pick := func(rule *algorithms.Rule) {
@@ -53,7 +60,7 @@ func Differential(ctx context.Context, r Reporter, store backend.Store, seed uin
 	// window changing under the same keys.
 	for round, step := 0, 0; step < steps; round++ {
 		prefix := fmt.Sprintf("%s%d:", run, round)
-		rule := algorithms.Rule{Algorithm: algorithms.Names()[rng.IntN(len(algorithms.Names()))]}
+		rule := algorithms.Rule{Algorithm: names[rng.IntN(len(names))]}
 		pick(&rule)
 		states := map[string]*algorithms.State{}
 		now := starts[rng.IntN(len(starts))] + rng.Int64N(3*rule.Window.Milliseconds()+1)
@@ -119,5 +126,5 @@ func WalkTime(rng *rand.Rand, now, w, drift int64) int64 {
 	default:
 		now += rng.Int64N(3*w + 1)
 	}
-	return min(max(now, 0), algorithms.MaxLuaTime)
+	return min(max(now, 0), redisscript.MaxTime)
 }

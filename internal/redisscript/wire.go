@@ -1,0 +1,165 @@
+package redisscript
+
+import (
+	_ "embed"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/limitkit/limitkit/algorithms"
+)
+
+// The Redis wire format: the scripts as sent (each algorithm's body from
+// the registry, after algorithms.LuaPrelude, wrapped by single.lua; all of
+// them at once for multi.lua and batch.lua), their ARGV and their replies.
+// It lives here, next to the runner, so that the algorithms package holds
+// only math.
+
+//go:embed single.lua
+var singleLua string
+
+//go:embed multi.lua
+var multiLua string
+
+//go:embed batch.lua
+var batchLua string
+
+// scripts are the scripts as sent to Redis, built on first use from the
+// registry (after any algorithms.Register from an init function).
+var scripts = sync.OnceValue(func() *scriptSet {
+	set := &scriptSet{single: map[algorithms.Name]string{}}
+	prelude := algorithms.LuaPrelude()
+	steps := "local STEPS = {}\n"
+	multi := prelude
+	for _, a := range algorithms.Algorithms() {
+		set.single[a.Name] = prelude + luaStep("step", a.Lua) + singleLua
+		fn := "step_" + string(a.Name)
+		multi += luaStep(fn, a.Lua)
+		steps += "STEPS['" + string(a.Name) + "'] = " + fn + "\n"
+	}
+	set.multi = multi + steps + multiLua
+	set.batch = multi + steps + batchLua
+	return set
+})
+
+type scriptSet struct {
+	single       map[algorithms.Name]string
+	multi, batch string
+}
+
+// luaStep wraps an algorithm's body as the local function fn.
+func luaStep(fn, body string) string {
+	return "local function " + fn + "(key, now, w, limit, cost, take, refund, at)\n" + body + "end\n"
+}
+
+// Script returns the source of the named algorithm's single-request
+// script (ARGV from Args). The error wraps algorithms.ErrInvalidRule for
+// an unknown name.
+func Script(name algorithms.Name) (string, error) {
+	if s, ok := scripts().single[name]; ok {
+		return s, nil
+	}
+	return "", fmt.Errorf("%w: no Lua script for algorithm %q", algorithms.ErrInvalidRule, string(name))
+}
+
+// MultiScript returns the script that decides several requests all or
+// nothing: KEYS are the requests' keys, ARGV is now (ms, or ServerTime)
+// followed by each request's MultiArgs. Its reply is 1 when all were
+// admitted (else 0) and ReplyLen integers per request.
+func MultiScript() string { return scripts().multi }
+
+// BatchScript returns the script that decides several independent takes
+// one after the other in one call: KEYS are the requests' keys, ARGV holds
+// each request's BatchArgs. Its reply holds ReplyLen values per request: a
+// take's integers, or, for a request whose step failed (a key of the wrong
+// type), the error in place of the first value and 0s.
+func BatchScript() string { return scripts().batch }
+
+// ServerTime, passed as now to Args, makes the script read the Redis
+// server's clock (TIME) instead of taking the time as an argument.
+const ServerTime int64 = -1
+
+// MaxTime is the latest time, in ms since the Unix epoch, the scripts
+// accept (about the year 70,000). With two windows added it stays below
+// 2^53, where Lua numbers stop being exact integers.
+const MaxTime = int64(1)<<51 - 1
+
+// The positions of an Outcome's fields in a script's reply for one request,
+// and of where its admission was recorded (see algorithms.Rule.ChargedAt),
+// which a refund must name.
+const (
+	ReplyAllowed = iota
+	ReplyRemaining
+	ReplyRetryAfter
+	ReplyResetAfter
+	// ReplyAt is where an admission was recorded.
+	ReplyAt
+	// ReplyLen is the number of integers in a reply for one request.
+	ReplyLen
+)
+
+// Mode says what one call of a single-request script does.
+type Mode uint8
+
+// The modes of a single-request script.
+const (
+	// ModePeek reports without writing (it may run with EVALSHA_RO).
+	ModePeek Mode = iota
+	// ModeTake decides and, when admitted, consumes.
+	ModeTake
+	// ModeRefund gives back what a take admitted (see algorithms.Rule.Refund),
+	// then reports as ModePeek does. Its arguments come from RefundArgs.
+	ModeRefund
+)
+
+var modeArgs = [...]string{ModePeek: "0", ModeTake: "1", ModeRefund: "2"}
+
+// Args returns the ARGV of one call of the rule's script: a step in the
+// given mode (ModePeek or ModeTake; a refund's come from RefundArgs) at now (ms
+// since the Unix epoch, or ServerTime) for a request of the given cost.
+// The rule, cost and now must be valid; see algorithms.Rule.Validate,
+// algorithms.Rule.ValidateCost and MaxTime. An unknown mode is an error.
+func Args(rule algorithms.Rule, now, cost int64, mode Mode) ([]string, error) {
+	if int(mode) >= len(modeArgs) {
+		return nil, fmt.Errorf("redisscript: mode %d is not ModePeek (0), ModeTake (1) or ModeRefund (2)", mode)
+	}
+	// One buffer and one string for the numbers, sliced into the four
+	// numeric arguments.
+	var buf [4 * 20]byte
+	b := buf[:0]
+	var ends [4]int
+	for i, v := range [4]int64{now, rule.Window.Milliseconds(), rule.Limit, cost} {
+		b = strconv.AppendInt(b, v, 10)
+		ends[i] = len(b)
+	}
+	s := string(b)
+	return []string{s[:ends[0]], s[ends[0]:ends[1]], s[ends[1]:ends[2]], s[ends[2]:ends[3]], modeArgs[mode]}, nil
+}
+
+// RefundArgs returns the ARGV of a refund of cost units that a take
+// recorded at at (its reply's ReplyAt), reporting at now.
+func RefundArgs(rule algorithms.Rule, now, at, cost int64) []string {
+	args, _ := Args(rule, now, cost, ModeRefund) // a valid mode
+	return append(args, strconv.FormatInt(at, 10))
+}
+
+// BatchArgs appends to args the five values batch.lua reads for a take of
+// cost units of rule at now (ms, or ServerTime). buf is scratch space the
+// numbers are formatted in; the returned strings share one allocation.
+func BatchArgs(args []string, buf []byte, rule algorithms.Rule, now, cost int64) ([]string, []byte) {
+	start := len(buf)
+	var ends [4]int
+	for i, v := range [4]int64{now, rule.Window.Milliseconds(), rule.Limit, cost} {
+		buf = strconv.AppendInt(buf, v, 10)
+		ends[i] = len(buf) - start
+	}
+	s := string(buf[start:])
+	return append(args, s[:ends[0]], string(rule.Algorithm), s[ends[0]:ends[1]], s[ends[1]:ends[2]], s[ends[2]:ends[3]]), buf[:start]
+}
+
+// MultiArgs appends to args the four values multi.lua reads for one
+// request of rule with the given cost.
+func MultiArgs(args []string, rule algorithms.Rule, cost int64) []string {
+	return append(args, string(rule.Algorithm), strconv.FormatInt(rule.Window.Milliseconds(), 10),
+		strconv.FormatInt(rule.Limit, 10), strconv.FormatInt(cost, 10))
+}
