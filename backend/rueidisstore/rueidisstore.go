@@ -61,6 +61,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -246,6 +247,9 @@ func (a conn) EvalBatch(ctx context.Context, cmd redisscript.Command, script str
 				errs = make([]error, len(arr))
 			}
 			errs[i] = err
+			if a.slots != nil && strings.Contains(err.Error(), "non local key") {
+				a.slots.failed() // a slot moved: refresh the copy soon
+			}
 			continue
 		}
 		if vals[i], err = arr[i].AsInt64(); err != nil {
