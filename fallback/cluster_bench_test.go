@@ -19,6 +19,7 @@ import (
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/backend/rueidisstore"
 	"github.com/limitkit/limitkit/internal/testing/redistest"
+	"github.com/limitkit/limitkit/internal/testing/scripttest"
 )
 
 // BenchmarkClusterTake compares Takes on a 3-master cluster with Takes on
@@ -50,7 +51,7 @@ func BenchmarkClusterTake(b *testing.B) {
 				for i := range keys {
 					keys[i] = backend.Key{Prefix: prefix, ID: "k" + strconv.Itoa(i)}
 				}
-				cpu0 := serversCPU(b, nodes)
+				cpu0, calls0 := serversCPU(b, nodes), evalshaCalls(b, nodes)
 				var next atomic.Int64
 				b.SetParallelism(max(1, nodeCallers/runtime.GOMAXPROCS(0)))
 				b.ResetTimer()
@@ -67,7 +68,9 @@ func BenchmarkClusterTake(b *testing.B) {
 				elapsed := time.Since(start)
 				b.StopTimer()
 				cpu := serversCPU(b, nodes) - cpu0
+				calls := evalshaCalls(b, nodes) - calls0
 				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
+				b.ReportMetric(float64(calls)/float64(b.N), "evalsha/decision")
 				b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "server-µs/decision")
 			})
 		}
@@ -96,6 +99,15 @@ func benchStore(b *testing.B, client string, cluster bool, addrs []string) backe
 		require.NoError(b, err)
 		return s
 	}
+}
+
+// evalshaCalls sums the EVALSHA calls the servers ran.
+func evalshaCalls(b *testing.B, nodes []*redistest.Server) int {
+	n := 0
+	for _, s := range nodes {
+		n += scripttest.CommandCalls(b, s, "evalsha")
+	}
+	return n
 }
 
 // serversCPU sums the user and system CPU time of the servers' processes.
