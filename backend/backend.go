@@ -72,6 +72,11 @@ type Request struct {
 	// request while its primary store is unavailable. The zero value
 	// leaves it to the fallback store's own policy; other stores ignore it.
 	OnFailure FailurePolicy
+	// Shadow marks a request for a limit in shadow mode: the store decides
+	// and counts it as usual, and the caller will not enforce a denial.
+	// Stores ignore it; wrappers that report decisions (package
+	// limiter/observe) tell shadow denials apart by it.
+	Shadow bool
 }
 
 // Validate reports whether the request can be decided. Errors wrap
@@ -133,6 +138,11 @@ type Result struct {
 	// backend/denycache) from an earlier denial of the same key, without
 	// a store call. It is the Result the store would have given.
 	Cached bool
+	// ShadowDenied reports that a limit in shadow mode (limiter.Config.Mode)
+	// would have denied the request: it was decided and counted as if
+	// enforced, and admitted anyway (Allowed says what the enforced limits
+	// decided). Set by the limiter, never by a store.
+	ShadowDenied bool
 	// Rule is, for a decision over several requests (Store.TakeAll), the
 	// index of the request the other fields describe: when denied, the
 	// denying request that must wait longest; when admitted, the one with

@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/clock"
@@ -25,11 +26,14 @@ import (
 // whose keys share a hash slot are decided by one script, and otherwise the
 // limits are taken in order and refunded when a later one denies (see the
 // Redis stores' TakeAll). A Composite is safe for concurrent use.
+//
+// A limit whose Mode is Shadow is decided and counted after the enforced
+// ones admitted, and never denies (see Decision.ShadowDenied): a new limit
+// can be tried beside those in force.
 type Composite struct {
-	store   backend.Store
-	configs []Config
-	parts   []part
-	clock   clock.Clock
+	store backend.Store
+	cur   atomic.Pointer[compiled]
+	clock clock.Clock
 }
 
 // NewComposite returns a Composite of configs (1 to backend.MaxRequests of
@@ -40,26 +44,13 @@ func NewComposite(store backend.Store, configs []Config, opts ...Option) (*Compo
 	if store == nil {
 		return nil, fmt.Errorf("%w: store is nil; pass a backend.Store such as memorystore.New()", ErrInvalidConfig)
 	}
-	if len(configs) == 0 || len(configs) > backend.MaxRequests {
-		return nil, fmt.Errorf("%w: %d limits in a composite; give 1 to %d", ErrInvalidConfig, len(configs), backend.MaxRequests)
+	cc, err := compileComposite(configs)
+	if err != nil {
+		return nil, err
 	}
+	cc.gen = 1
 	c := &Composite{store: store, clock: clock.System}
-	for i, cfg := range configs {
-		cfg = cfg.withDefaults()
-		if err := cfg.Validate(); err != nil {
-			return nil, fmt.Errorf("limit %d: %w", i, err)
-		}
-		if cfg.Guard != nil {
-			return nil, fmt.Errorf("%w: limit %d has a guard; in a composite, add the guard as a limit of its own", ErrInvalidConfig, i)
-		}
-		for j, prev := range c.configs {
-			if prev.Prefix == cfg.Prefix {
-				return nil, fmt.Errorf("%w: limits %d and %d share the prefix %q; give each its own", ErrInvalidConfig, j, i, cfg.Prefix)
-			}
-		}
-		c.configs = append(c.configs, cfg)
-		c.parts = append(c.parts, cfg.parts(i)...)
-	}
+	c.cur.Store(cc)
 	// Options are written for a Limiter; apply them to one and copy.
 	l := &Limiter{clock: c.clock}
 	for _, opt := range opts {
@@ -69,8 +60,58 @@ func NewComposite(store backend.Store, configs []Config, opts ...Option) (*Compo
 	return c, nil
 }
 
-// Configs returns the composite's limits, defaults filled in.
-func (c *Composite) Configs() []Config { return append([]Config(nil), c.configs...) }
+// compileComposite validates a composite's configs and prepares them.
+func compileComposite(configs []Config) (*compiled, error) {
+	if len(configs) == 0 || len(configs) > backend.MaxRequests {
+		return nil, fmt.Errorf("%w: %d limits in a composite; give 1 to %d", ErrInvalidConfig, len(configs), backend.MaxRequests)
+	}
+	cc := &compiled{}
+	var parts []part
+	for i, cfg := range configs {
+		cfg = cfg.withDefaults()
+		if err := cfg.Validate(); err != nil {
+			return nil, fmt.Errorf("limit %d: %w", i, err)
+		}
+		if cfg.Guard != nil {
+			return nil, fmt.Errorf("%w: limit %d has a guard; in a composite, add the guard as a limit of its own", ErrInvalidConfig, i)
+		}
+		for j, prev := range cc.configs {
+			if prev.Prefix == cfg.Prefix {
+				return nil, fmt.Errorf("%w: limits %d and %d share the prefix %q; give each its own", ErrInvalidConfig, j, i, cfg.Prefix)
+			}
+		}
+		cc.configs = append(cc.configs, cfg)
+		parts = append(parts, cfg.parts(i)...)
+	}
+	cc.setParts(parts)
+	return cc, nil
+}
+
+// Configs returns the composite's limits in force, defaults filled in.
+func (c *Composite) Configs() []Config { return append([]Config(nil), c.cur.Load().configs...) }
+
+// SetConfigs changes the composite's limits while it serves, as
+// Limiter.SetConfig does for one limit (counts kept as described there):
+// configs are validated as NewComposite validates them, and must be as
+// many as before (callers pass one key per limit); then all are swapped in
+// one atomic step. When any is invalid, nothing changes.
+func (c *Composite) SetConfigs(configs []Config) error {
+	old := c.cur.Load()
+	if len(configs) != len(old.configs) {
+		return fmt.Errorf("%w: %d limits for a composite of %d; keep the number (callers pass one key per limit)", ErrInvalidConfig, len(configs), len(old.configs))
+	}
+	cc, err := compileComposite(configs)
+	if err != nil {
+		return err
+	}
+	for {
+		cc.gen = old.gen + 1
+		if c.cur.CompareAndSwap(old, cc) {
+			return nil
+		}
+		old = c.cur.Load()
+	}
+}
 
 // Allow decides one request: keys[i] is the key of limit i.
 func (c *Composite) Allow(ctx context.Context, keys ...string) (Decision, error) {
@@ -80,31 +121,34 @@ func (c *Composite) Allow(ctx context.Context, keys ...string) (Decision, error)
 // AllowN decides a request of n units: keys[i] is the key of limit i. n must
 // be between 1 and the smallest limit.
 func (c *Composite) AllowN(ctx context.Context, n int64, keys ...string) (Decision, error) {
-	if err := c.checkKeys(keys); err != nil {
+	cc := c.cur.Load()
+	if err := checkKeys(cc, keys); err != nil {
 		return Decision{}, err
 	}
-	return allow(ctx, c.store, c.clock, c.parts, keys, n)
+	return decide(ctx, c.store, c.clock, cc, keys, n)
 }
 
 // Peek reports what Allow would decide for keys, without counting anything.
 func (c *Composite) Peek(ctx context.Context, keys ...string) (Decision, error) {
-	if err := c.checkKeys(keys); err != nil {
+	cc := c.cur.Load()
+	if err := checkKeys(cc, keys); err != nil {
 		return Decision{}, err
 	}
-	return peek(ctx, c.store, c.clock, c.parts, keys)
+	return peekAll(ctx, c.store, c.clock, cc, keys)
 }
 
 // Reset forgets what every limit counted for its key in keys.
 func (c *Composite) Reset(ctx context.Context, keys ...string) error {
-	if err := c.checkKeys(keys); err != nil {
+	cc := c.cur.Load()
+	if err := checkKeys(cc, keys); err != nil {
 		return err
 	}
-	return reset(ctx, c.store, c.parts, keys)
+	return reset(ctx, c.store, cc.all, keys)
 }
 
-func (c *Composite) checkKeys(keys []string) error {
-	if len(keys) != len(c.configs) {
-		return fmt.Errorf("%w: %d keys for %d limits; give one key per limit", ErrInvalidRequest, len(keys), len(c.configs))
+func checkKeys(cc *compiled, keys []string) error {
+	if len(keys) != len(cc.configs) {
+		return fmt.Errorf("%w: %d keys for %d limits; give one key per limit", ErrInvalidRequest, len(keys), len(cc.configs))
 	}
 	return nil
 }

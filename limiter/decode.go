@@ -13,8 +13,8 @@ import (
 // limiter/config's files: decodeConfig below, registered with package
 // settings so that limiter/config decodes its policies through it too.
 const (
-	ruleFields   = "algorithm, limit, window, on_failure"
-	configFields = "algorithm, limit, window, prefix, on_failure, guard"
+	ruleFields   = "algorithm, limit, window, on_failure, mode"
+	configFields = "algorithm, limit, window, prefix, on_failure, mode, guard"
 )
 
 func init() {
@@ -43,7 +43,7 @@ func (c *Config) UnmarshalJSON(data []byte) error {
 func decodeConfig(d settings.Decoder, n *settings.Node, path string) (Config, error) {
 	var c Config
 	err := d.Each(n, path, func(f settings.Pair, p string) error {
-		ok, err := decodeRule(d, f, p, &c.Algorithm, &c.Limit, &c.Window, &c.OnFailure)
+		ok, err := decodeRule(d, f, p, &c.Algorithm, &c.Limit, &c.Window, &c.OnFailure, &c.Mode)
 		if !ok {
 			switch f.Key {
 			case "prefix":
@@ -51,7 +51,7 @@ func decodeConfig(d settings.Decoder, n *settings.Node, path string) (Config, er
 			case "guard":
 				g := &Guard{}
 				err = d.Each(f.Val, p, func(f settings.Pair, p string) error {
-					ok, err := decodeRule(d, f, p, &g.Algorithm, &g.Limit, &g.Window, &g.OnFailure)
+					ok, err := decodeRule(d, f, p, &g.Algorithm, &g.Limit, &g.Window, &g.OnFailure, &g.Mode)
 					if !ok {
 						err = d.Unknown(f, settings.Join(path, "guard"), ruleFields)
 					}
@@ -69,7 +69,7 @@ func decodeConfig(d settings.Decoder, n *settings.Node, path string) (Config, er
 
 // decodeRule decodes f into the fields a limit and its guard share when it
 // is one of them, and reports whether it was.
-func decodeRule(d settings.Decoder, f settings.Pair, p string, alg *algorithms.Name, limit *int64, window *time.Duration, onFailure *backend.FailurePolicy) (bool, error) {
+func decodeRule(d settings.Decoder, f settings.Pair, p string, alg *algorithms.Name, limit *int64, window *time.Duration, onFailure *backend.FailurePolicy, mode *Mode) (bool, error) {
 	var err error
 	switch f.Key {
 	case "algorithm":
@@ -82,6 +82,10 @@ func decodeRule(d settings.Decoder, f settings.Pair, p string, alg *algorithms.N
 		*window, err = d.Duration(f.Val, p)
 	case "on_failure":
 		*onFailure, err = d.FailurePolicy(f.Val, p)
+	case "mode":
+		var s string
+		s, err = d.Str(f.Val, p)
+		*mode = Mode(s)
 	default:
 		return false, nil
 	}

@@ -32,6 +32,11 @@
 // AllowN takes several units at once, all or nothing. Peek reports without
 // consuming. Reset forgets a key. Wait blocks until a request is admitted.
 //
+// Limits live: SetConfig changes a limiter's limit, window or guard while
+// it serves, keeping what was counted (a Group changes several at once);
+// Plans picks per request which named limit applies; a limit in Shadow
+// mode counts but never denies, and says when it would have.
+//
 // A denial is a Decision with Allowed false, never an error. Errors mean the
 // request could not be decided: bad input (errors.Is ErrInvalidRequest) or a
 // failing store.
@@ -89,6 +94,11 @@ type Config struct {
 	// "fail_closed" (see package fallback). Default: the fallback store's
 	// own policy. Stores other than fallback ignore it.
 	OnFailure backend.FailurePolicy
+	// Mode is Enforce (default) or Shadow: a shadow limit decides and
+	// counts every request as if enforced but never denies one; the
+	// Decision says when it would have (ShadowDenied). The guard has its
+	// own Mode.
+	Mode Mode
 	// Guard, when set, is a second, independent limit on the same keys,
 	// such as 1,000 a day on top of 100 a minute. A request is admitted
 	// only when both admit; a denial by either consumes nothing from the
@@ -117,6 +127,8 @@ type Guard struct {
 	// Config.OnFailure); a payment guard can fail closed while the main
 	// limit goes local. Default: the fallback store's own policy.
 	OnFailure backend.FailurePolicy
+	// Mode is the guard's own Enforce (default) or Shadow mode.
+	Mode Mode
 	// Store, when set, keeps the guard's counts there instead of in the
 	// limiter's store, such as a second Redis. A request then costs three
 	// calls instead of one: the guard is peeked, the main limit taken, and
@@ -142,6 +154,7 @@ type ruleJSON struct {
 	Limit     int64                 `json:"limit"`
 	Window    string                `json:"window"`
 	OnFailure backend.FailurePolicy `json:"on_failure,omitzero"`
+	Mode      Mode                  `json:"mode,omitempty"`
 }
 
 // configJSON is Config as written in JSON.
@@ -153,15 +166,15 @@ type configJSON struct {
 
 type guardJSON struct{ ruleJSON }
 
-func toRuleJSON(alg algorithms.Name, limit int64, window time.Duration, onFailure backend.FailurePolicy) ruleJSON {
-	return ruleJSON{Algorithm: alg, Limit: limit, Window: window.String(), OnFailure: onFailure}
+func toRuleJSON(alg algorithms.Name, limit int64, window time.Duration, onFailure backend.FailurePolicy, mode Mode) ruleJSON {
+	return ruleJSON{Algorithm: alg, Limit: limit, Window: window.String(), OnFailure: onFailure, Mode: mode}
 }
 
 // MarshalJSON writes a Config with windows as duration strings.
 func (c Config) MarshalJSON() ([]byte, error) {
-	j := configJSON{ruleJSON: toRuleJSON(c.Algorithm, c.Limit, c.Window, c.OnFailure), Prefix: c.Prefix}
+	j := configJSON{ruleJSON: toRuleJSON(c.Algorithm, c.Limit, c.Window, c.OnFailure, c.Mode), Prefix: c.Prefix}
 	if g := c.Guard; g != nil {
-		j.Guard = &guardJSON{toRuleJSON(g.Algorithm, g.Limit, g.Window, g.OnFailure)}
+		j.Guard = &guardJSON{toRuleJSON(g.Algorithm, g.Limit, g.Window, g.OnFailure, g.Mode)}
 	}
 	return json.Marshal(j)
 }
@@ -190,12 +203,18 @@ func (c Config) Validate() error {
 	if err := c.rule().Validate(); err != nil {
 		return err
 	}
+	if err := c.Mode.validate("mode"); err != nil {
+		return err
+	}
 	if err := (backend.Key{Prefix: c.Prefix, ID: "-"}).Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if g := c.Guard; g != nil {
 		if err := (algorithms.Rule{Algorithm: g.Algorithm, Limit: g.Limit, Window: g.Window}).Validate(); err != nil {
 			return fmt.Errorf("guard: %w", err)
+		}
+		if err := g.Mode.validate("guard.mode"); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -208,11 +227,11 @@ func (c Config) rule() algorithms.Rule {
 // parts returns the rules a limiter with c applies to each key: the main
 // one, then the guard's. c has its defaults.
 func (c Config) parts(key int) []part {
-	ps := []part{{key: key, prefix: c.Prefix, rule: c.rule(), onFailure: c.OnFailure}}
+	ps := []part{{key: key, prefix: c.Prefix, rule: c.rule(), onFailure: c.OnFailure, shadow: c.Mode == Shadow}}
 	if g := c.Guard; g != nil {
 		ps = append(ps, part{key: key, prefix: c.Prefix + guardPrefix,
 			rule: algorithms.Rule{Algorithm: g.Algorithm, Limit: g.Limit, Window: g.Window}, onFailure: g.OnFailure,
-			store: g.Store})
+			shadow: g.Mode == Shadow, store: g.Store})
 	}
 	return ps
 }
@@ -223,6 +242,10 @@ type part struct {
 	prefix    string
 	rule      algorithms.Rule
 	onFailure backend.FailurePolicy
+	// shadow marks a rule in shadow mode; index is the rule's position
+	// among all of the limiter's rules (Decision.Rule).
+	shadow bool
+	index  int
 	// store is the part's own store (a guard's Guard.Store); nil for the
 	// store of the call.
 	store backend.Store
@@ -255,12 +278,16 @@ func WithClock(c clock.Clock) Option {
 // Composite, which rule it describes (Rule: GuardRule for the guard).
 type Decision = backend.Result
 
-// Limiter enforces one Config on a Store.
+// Limiter enforces one Config on a Store. SetConfig changes it while it
+// serves.
 type Limiter struct {
-	store  backend.Store
-	config Config
-	parts  []part
-	clock  clock.Clock
+	store backend.Store
+	clock clock.Clock
+	// src holds the configuration: the limiter's own, or shared by the
+	// limiters of a Group so that they change together; idx is this
+	// limiter's place in it.
+	src *source
+	idx int
 }
 
 // New returns a limiter for cfg on store, or an error wrapping
@@ -273,16 +300,17 @@ func New(store backend.Store, cfg Config, opts ...Option) (*Limiter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	l := &Limiter{store: store, config: cfg, parts: cfg.parts(0), clock: clock.System}
+	l := &Limiter{store: store, clock: clock.System, src: newSource([]*compiled{compile(cfg)})}
 	for _, opt := range opts {
 		opt(l)
 	}
 	return l, nil
 }
 
-// Config returns the limiter's configuration, defaults filled in.
+// Config returns the limiter's configuration, defaults filled in: the one
+// in force now (see SetConfig).
 func (l *Limiter) Config() Config {
-	c := l.config
+	c := l.current().config
 	if c.Guard != nil {
 		g := *c.Guard
 		c.Guard = &g
@@ -294,32 +322,34 @@ func (l *Limiter) Config() Config {
 func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 	// Without a guard, call the store from here: each call level copies
 	// the Decision (56 bytes) once more. A cost of 1 is always valid.
-	if len(l.parts) == 1 && key != "" {
+	c := l.current()
+	if c.simple && key != "" {
 		keys := [1]string{key}
-		return l.store.Take(ctx, l.parts[0].request(keys[:], 1, l.clock.Now()))
+		return l.store.Take(ctx, c.all[0].request(keys[:], 1, l.clock.Now()))
 	}
-	return l.AllowN(ctx, key, 1)
+	keys := [1]string{key}
+	return decide(ctx, l.store, l.clock, c, keys[:], 1)
 }
 
 // AllowN decides a request of n units for key: all n are admitted and
 // counted, or none. n must be between 1 and the limit.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
 	keys := [1]string{key}
-	return allow(ctx, l.store, l.clock, l.parts, keys[:], n)
+	return decide(ctx, l.store, l.clock, l.current(), keys[:], n)
 }
 
 // Peek reports what Allow would decide for key now, without counting
 // anything. Its Remaining is the allowance before the request.
 func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
 	keys := [1]string{key}
-	return peek(ctx, l.store, l.clock, l.parts, keys[:])
+	return peekAll(ctx, l.store, l.clock, l.current(), keys[:])
 }
 
 // Reset forgets what was counted for key, giving it its full allowance.
 // With a guard, the guard's count is forgotten too.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	keys := [1]string{key}
-	return reset(ctx, l.store, l.parts, keys[:])
+	return reset(ctx, l.store, l.current().all, keys[:])
 }
 
 // Wait blocks until one request for key is admitted, and returns that
@@ -356,34 +386,36 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 	}
 }
 
-// allow decides a request of n units for keys against every part, through
-// Take for one part and TakeAll for several.
-func allow(ctx context.Context, store backend.Store, clk clock.Clock, parts []part, keys []string, n int64) (Decision, error) {
-	now := clk.Now()
+// allow decides a request of n units for keys against every part at now,
+// through Take for one part and TakeAll for several. The Decision's Rule is
+// the deciding part's index. Parts must have been checked.
+func allow(ctx context.Context, store backend.Store, parts []part, keys []string, n int64, now time.Time) (Decision, error) {
 	if len(parts) == 1 {
 		// The request is built in the call, not returned by request:
-		// copying it (112 bytes) is a good part of a memory store's cost.
+		// copying it (120 bytes) is a good part of a memory store's cost.
 		p := &parts[0]
-		if err := p.check(keys, n); err != nil {
-			return Decision{}, err
-		}
-		return store.Take(ctx, p.request(keys, n, now))
+		d, err := p.storeOf(store).Take(ctx, p.request(keys, n, now))
+		d.Rule = p.index
+		return d, err
 	}
 	var buf [backend.MaxRequests]backend.Request
 	reqs := buf[:len(parts)]
 	split := false
 	for i := range parts {
-		p := &parts[i]
-		if err := p.check(keys, n); err != nil {
-			return Decision{}, err
-		}
-		reqs[i] = p.request(keys, n, now)
-		split = split || p.store != nil
+		reqs[i] = parts[i].request(keys, n, now)
+		split = split || parts[i].store != nil
 	}
+	var d Decision
+	var err error
 	if split {
-		return allowSplit(ctx, store, parts, reqs)
+		d, err = allowSplit(ctx, store, parts, reqs)
+	} else {
+		d, err = store.TakeAll(ctx, reqs)
 	}
-	return store.TakeAll(ctx, reqs)
+	if err == nil && d.Rule >= 0 && d.Rule < len(parts) {
+		d.Rule = parts[d.Rule].index
+	}
+	return d, err
 }
 
 // allowSplit decides a main rule (reqs[0], on store) and a guard on a
@@ -417,22 +449,21 @@ func allowSplit(ctx context.Context, store backend.Store, parts []part, reqs []b
 	return backend.Combine(results[:]), nil
 }
 
-// peek reports what allow would decide for one unit, without consuming.
-func peek(ctx context.Context, store backend.Store, clk clock.Clock, parts []part, keys []string) (Decision, error) {
-	now := clk.Now()
+// peek reports what allow would decide for one unit at now, without
+// consuming. Parts must have been checked.
+func peek(ctx context.Context, store backend.Store, parts []part, keys []string, now time.Time) (Decision, error) {
 	var buf [backend.MaxRequests]Decision
 	results := buf[:len(parts)]
 	for i := range parts {
-		p := &parts[i]
-		if err := p.check(keys, 1); err != nil {
-			return Decision{}, err
-		}
 		var err error
+		p := &parts[i]
 		if results[i], err = p.storeOf(store).Peek(ctx, p.request(keys, 1, now)); err != nil {
 			return Decision{}, err
 		}
 	}
-	return backend.Combine(results), nil
+	d := backend.Combine(results)
+	d.Rule = parts[d.Rule].index
+	return d, nil
 }
 
 // reset forgets what every part counted for keys.
@@ -465,5 +496,6 @@ func (p *part) request(keys []string, n int64, now time.Time) backend.Request {
 		Now:       now,
 		Cost:      n,
 		OnFailure: p.onFailure,
+		Shadow:    p.shadow,
 	}
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/url"
@@ -116,6 +117,17 @@ func (b *Backend) redisTarget(kind storeKind, u *url.URL, scheme string) (target
 	}
 	user, password, v := credentials(u)
 	v.Scheme = scheme
+	q := v.Query()
+	ts, err := takeTLSOptions(q)
+	if err != nil {
+		return t, err
+	}
+	if ts.set() && scheme != "rediss" {
+		return t, fmt.Errorf("the tls_ options need TLS: write rediss://, rediss+cluster:// or rediss+sentinel:// (not %s)", clip(u.Scheme, 24))
+	}
+	if ts.set() {
+		v.RawQuery = q.Encode()
+	}
 	if kind == sentinelKind {
 		// go-redis calls the monitored master's name master_name, rueidis
 		// master_set; accept either and hand each parser its own.
@@ -137,7 +149,6 @@ func (b *Backend) redisTarget(kind storeKind, u *url.URL, scheme string) (target
 		v.RawQuery = q.Encode()
 	}
 	raw := v.String()
-	var err error
 	switch b.client() {
 	case GoRedis:
 		switch kind {
@@ -188,7 +199,27 @@ func (b *Backend) redisTarget(kind storeKind, u *url.URL, scheme string) (target
 	if err != nil {
 		return t, fmt.Errorf("%s: %w", b.client(), scrubbed(err, secretsOf(b.URL, u)))
 	}
+	if ts.set() {
+		if err := ts.apply(t.tlsConfig()); err != nil {
+			return t, err
+		}
+	}
 	return t, nil
+}
+
+// tlsConfig returns the TLS configuration the client parser made for a
+// rediss URL (nil for redis://): the one its dialer gets for every node
+// and, with go-redis, every sentinel.
+func (t *target) tlsConfig() *tls.Config {
+	switch {
+	case t.single != nil:
+		return t.single.TLSConfig
+	case t.cluster != nil:
+		return t.cluster.TLSConfig
+	case t.failover != nil:
+		return t.failover.TLSConfig
+	}
+	return t.rueidis.TLSConfig
 }
 
 // BuildOption configures Build.
@@ -216,6 +247,8 @@ func WithFallbackOptions(opts ...fallback.Option) BuildOption {
 type Set struct {
 	store    backend.Store
 	fallback *fallback.Store
+	backend  Backend
+	group    *limiter.Group
 	names    []string
 	limiters map[string]*limiter.Limiter
 	close    func() error
@@ -243,17 +276,17 @@ func (c *Config) Build(ctx context.Context, opts ...BuildOption) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Set{store: store, fallback: fb, limiters: map[string]*limiter.Limiter{}, close: closeFn}
-	for _, p := range c.Policies {
-		cfg := p.Config
-		cfg.Prefix = policyPrefix(p.Name, cfg)
-		lim, err := limiter.New(store, cfg, o.limiter...)
-		if err != nil {
-			_ = s.Close()
-			return nil, c.fieldError("policies."+p.Name, err)
-		}
-		s.names = append(s.names, p.Name)
-		s.limiters[p.Name] = lim
+	s := &Set{store: store, fallback: fb, backend: c.Backend, limiters: map[string]*limiter.Limiter{}, close: closeFn}
+	// One group, so that Reload changes every policy in one step.
+	s.group, err = limiter.NewGroup(store, c.limiterConfigs(), o.limiter...)
+	if err != nil {
+		_ = s.Close()
+		return nil, c.fieldError("policies", err)
+	}
+	for i, lim := range s.group.Limiters() {
+		name := c.Policies[i].Name
+		s.names = append(s.names, name)
+		s.limiters[name] = lim
 	}
 	return s, nil
 }

@@ -57,6 +57,11 @@
 // rediss:// URL pointed at a server without TLS fails with an error that
 // says so.
 //
+// Every rediss form takes tls_ca (the CA's PEM file), tls_cert and tls_key
+// (a client certificate and its key) and tls_server_name (the name the
+// server's certificate must hold), with both clients; errors name the one
+// at fault.
+//
 // The go-redis clients get ContextTimeoutEnabled, so that a fallback's
 // deadline also ends the call inside the client. Build does not contact
 // Redis with go-redis (the first decision does); rueidis connects in

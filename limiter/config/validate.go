@@ -88,6 +88,9 @@ func (c *Config) validatePolicy(l *errorList, path, name string, cfg limiter.Con
 		alg = algorithms.SlidingLog
 	}
 	c.validateRule(l, path, alg, cfg.Limit, cfg.Window)
+	if err := validMode(cfg.Mode); err != nil {
+		l.add(c.fieldError(path+".mode", err))
+	}
 	if err := (backend.Key{Prefix: policyPrefix(name, cfg), ID: "-"}).Validate(); err != nil {
 		l.add(c.fieldError(path+".prefix", fmt.Errorf("%w: prefix %q contains '{' or '}'; remove them", limiter.ErrInvalidConfig, clip(cfg.Prefix, 64))))
 	}
@@ -97,6 +100,9 @@ func (c *Config) validatePolicy(l *errorList, path, name string, cfg limiter.Con
 			galg = algorithms.FixedWindow
 		}
 		c.validateRule(l, path+".guard", galg, g.Limit, g.Window)
+		if err := validMode(g.Mode); err != nil {
+			l.add(c.fieldError(path+".guard.mode", err))
+		}
 	}
 	if len(l.errs) > before || l.has(path) {
 		return

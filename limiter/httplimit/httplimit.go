@@ -41,6 +41,10 @@
 // X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset (seconds
 // until the key's full allowance is back, or Retry-After when denied).
 //
+// The policy follows the limiter's configuration: after
+// limiter.Limiter.SetConfig (or a configuration file's reload), responses
+// describe the new limit, window and guard.
+//
 // A limiter with a guard (limiter.Config.Guard) lists both policies, the
 // guard's named after the main one with "-guard"; RateLimit describes the
 // one the decision names (the denying one, or the one with least left).
@@ -69,6 +73,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
@@ -207,15 +212,11 @@ type Middleware struct {
 	missingKey http.Handler
 	logger     *slog.Logger
 	lists      lists
+	quotedName string
 
-	// Precomputed from the limiter's configuration.
-	policy      string // RateLimit-Policy value
-	limit       string // X-RateLimit-Limit value
-	quotedName  string
-	guardName   string    // the guard's policy name, quoted; "" without a guard
-	policyLabel string    // the limiter's key prefix, for logs
-	main, guard rule      // the rules the policies describe
-	problem     [2]string // problem+json bodies up to "detail", for the main rule and the guard
+	// view is derived from the limiter's configuration, and made again
+	// when that changes (limiter.Limiter.SetConfig).
+	view atomic.Pointer[view]
 }
 
 // rule is what the headers need to know of one of the limiter's rules.
@@ -248,22 +249,8 @@ func New(lim *limiter.Limiter, opts ...Option) (*Middleware, error) {
 	if m.onError == nil {
 		m.onError = m.logAndServe
 	}
-	cfg := lim.Config()
 	m.quotedName = quote(m.policyName)
-	m.policy = m.quotedName + ";q=" + strconv.FormatInt(cfg.Limit, 10) + ";w=" + strconv.FormatInt(max(seconds(cfg.Window), 1), 10)
-	if g := cfg.Guard; g != nil {
-		// The guard is a policy of its own, named after the main one.
-		m.guardName = quote(m.policyName + "-guard")
-		m.policy += ", " + m.guardName + ";q=" + strconv.FormatInt(g.Limit, 10) + ";w=" + strconv.FormatInt(max(seconds(g.Window), 1), 10)
-	}
-	m.limit = strconv.FormatInt(cfg.Limit, 10)
-	m.policyLabel = cfg.Prefix
-	m.main = rule{cfg.Algorithm, cfg.Window}
-	m.problem[0] = problemHead(m.policyName)
-	if g := cfg.Guard; g != nil {
-		m.guard = rule{g.Algorithm, g.Window}
-		m.problem[1] = problemHead(m.policyName + "-guard")
-	}
+	m.current()
 	return m, nil
 }
 
@@ -330,11 +317,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request) (*http.Reques
 			return nil, false
 		}
 		if m.headers&DraftHeaders != 0 {
-			w.Header().Add("RateLimit-Policy", m.policy)
+			w.Header().Add("RateLimit-Policy", m.current().policy)
 		}
 		return r, m.onError(w, r, err)
 	}
-	m.setHeaders(w.Header(), d)
+	m.setHeaders(w.Header(), m.current(), d)
 	r = r.WithContext(&decisionCtx{r.Context(), d})
 	if !d.Allowed {
 		w.Header().Set("Retry-After", strconv.FormatInt(RetryAfter(d.RetryAfter), 10))
@@ -347,16 +334,16 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request) (*http.Reques
 // effectiveWindow returns the draft's t for d: the whole seconds, rounded
 // up, until the decided policy has more quota available, and whether d
 // tells that exactly.
-func (m *Middleware) effectiveWindow(d limiter.Decision) (int64, bool) {
+func (v *view) effectiveWindow(d limiter.Decision) (int64, bool) {
 	if !d.Allowed {
 		// The denied request costs 1: it would be admitted the moment one
 		// more unit is available. Equal to Retry-After, as the draft wants
 		// Retry-After no earlier than the end of the effective window.
 		return RetryAfter(d.RetryAfter), true
 	}
-	ru := m.main
-	if d.Rule == limiter.GuardRule && m.guardName != "" {
-		ru = m.guard
+	ru := v.main
+	if d.Rule == limiter.GuardRule && v.guardName != "" {
+		ru = v.guard
 	}
 	rule := algorithms.Rule{Algorithm: ru.algorithm, Limit: d.Limit, Window: ru.window}
 	if after, ok := rule.MoreAfter(d.Remaining, d.ResetAfter); ok {
@@ -366,7 +353,7 @@ func (m *Middleware) effectiveWindow(d limiter.Decision) (int64, bool) {
 }
 
 // setHeaders writes the rate-limit fields of d.
-func (m *Middleware) setHeaders(h http.Header, d limiter.Decision) {
+func (m *Middleware) setHeaders(h http.Header, v *view, d limiter.Decision) {
 	if m.headers == 0 {
 		return
 	}
@@ -374,10 +361,10 @@ func (m *Middleware) setHeaders(h http.Header, d limiter.Decision) {
 		// A fallback failing open admitted without counting: there is no
 		// current limit to report, and r=0 would tell clients to stop.
 		if m.headers&DraftHeaders != 0 {
-			h.Add("RateLimit-Policy", m.policy)
+			h.Add("RateLimit-Policy", v.policy)
 		}
 		if m.headers&XRateLimitHeaders != 0 {
-			h.Set("X-RateLimit-Limit", m.limit)
+			h.Set("X-RateLimit-Limit", v.limit)
 		}
 		return
 	}
@@ -389,13 +376,13 @@ func (m *Middleware) setHeaders(h http.Header, d limiter.Decision) {
 		reset = strconv.FormatInt(RetryAfter(d.RetryAfter), 10)
 	}
 	// The decision describes the closer limit: the guard's, when it is.
-	name, limit := m.quotedName, m.limit
-	if d.Rule == limiter.GuardRule && m.guardName != "" {
-		name, limit = m.guardName, strconv.FormatInt(d.Limit, 10)
+	name, limit := m.quotedName, v.limit
+	if d.Rule == limiter.GuardRule && v.guardName != "" {
+		name, limit = v.guardName, strconv.FormatInt(d.Limit, 10)
 	}
 	if m.headers&DraftHeaders != 0 {
-		h.Add("RateLimit-Policy", m.policy)
-		if t, ok := m.effectiveWindow(d); ok {
+		h.Add("RateLimit-Policy", v.policy)
+		if t, ok := v.effectiveWindow(d); ok {
 			h.Add("RateLimit", name+";r="+remaining+";t="+strconv.FormatInt(t, 10))
 		} else {
 			h.Add("RateLimit", name+";r="+remaining)
@@ -420,7 +407,7 @@ func (m *Middleware) logAndServe(_ http.ResponseWriter, r *http.Request, err err
 		path = r.URL.Path
 	}
 	m.logger.Log(r.Context(), level, "limitkit: rate limit not decided; request let through",
-		"policy", m.policyLabel, "method", r.Method, "path", path, "error", err)
+		"policy", m.current().policyLabel, "method", r.Method, "path", path, "error", err)
 	return true
 }
 
@@ -467,9 +454,10 @@ func (m *Middleware) tooManyRequests(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "429 too many requests: retry after "+retry+" s", http.StatusTooManyRequests)
 		return
 	}
-	body := m.problem[0]
-	if d, ok := DecisionFrom(r.Context()); ok && d.Rule == limiter.GuardRule && m.problem[1] != "" {
-		body = m.problem[1]
+	v := m.current()
+	body := v.problem[0]
+	if d, ok := DecisionFrom(r.Context()); ok && d.Rule == limiter.GuardRule && v.problem[1] != "" {
+		body = v.problem[1]
 	}
 	h := w.Header()
 	h.Del("Content-Length")

@@ -64,6 +64,10 @@ type Decision struct {
 	// Degraded reports a decision made by a fallback policy while the
 	// primary store was unavailable.
 	Degraded bool
+	// Shadow reports a request for a limit in shadow mode
+	// (limiter.Shadow): a denial was not enforced (outcome
+	// "shadow_denied").
+	Shadow bool
 	// Cached reports a denial answered by a deny cache
 	// (backend/denycache) without a store call.
 	Cached bool
@@ -76,8 +80,9 @@ type Decision struct {
 	Err error
 }
 
-// Outcome classifies d as "allowed", "denied" or "error", the values of the
-// outcome label of metrics; a Reset that succeeded is "reset".
+// Outcome classifies d as "allowed", "denied", "shadow_denied" (a limit in
+// shadow mode would have denied) or "error", the values of the outcome
+// label of metrics; a Reset that succeeded is "reset".
 func (d Decision) Outcome() string {
 	switch {
 	case d.Err != nil:
@@ -86,6 +91,8 @@ func (d Decision) Outcome() string {
 		return "reset"
 	case d.Allowed:
 		return "allowed"
+	case d.Shadow:
+		return "shadow_denied"
 	default:
 		return "denied"
 	}
@@ -210,7 +217,7 @@ func (s *store) Take(ctx context.Context, req backend.Request) (backend.Result, 
 	}
 	start := time.Now()
 	res, err := s.Store.Take(ctx, req)
-	s.report(ctx, Take, req.Key.Prefix, req.Cost, start, res, err)
+	s.report(ctx, Take, req.Key.Prefix, req.Cost, start, res, err, req.Shadow)
 	return res, err
 }
 
@@ -221,7 +228,7 @@ func (s *store) Peek(ctx context.Context, req backend.Request) (backend.Result, 
 	}
 	start := time.Now()
 	res, err := s.Store.Peek(ctx, req)
-	s.report(ctx, Peek, req.Key.Prefix, req.Cost, start, res, err)
+	s.report(ctx, Peek, req.Key.Prefix, req.Cost, start, res, err, req.Shadow)
 	return res, err
 }
 
@@ -232,16 +239,17 @@ func (s *store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule
 	}
 	start := time.Now()
 	err := s.Store.Reset(ctx, key, rule)
-	s.report(ctx, Reset, key.Prefix, 0, start, backend.Result{}, err)
+	s.report(ctx, Reset, key.Prefix, 0, start, backend.Result{}, err, false)
 	return err
 }
 
-func (s *store) report(ctx context.Context, op Op, policy string, cost int64, start time.Time, res backend.Result, err error) {
+func (s *store) report(ctx context.Context, op Op, policy string, cost int64, start time.Time, res backend.Result, err error, shadow bool) {
 	s.obs.OnDecision(ctx, Decision{
 		Op:       op,
 		Policy:   policy,
 		Allowed:  err == nil && res.Allowed,
 		Degraded: err == nil && res.Degraded,
+		Shadow:   shadow,
 		Cached:   err == nil && res.Cached,
 		Cost:     cost,
 		Latency:  time.Since(start),

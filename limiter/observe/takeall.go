@@ -22,6 +22,7 @@ func (s *store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 	} else if len(reqs) > 0 {
 		policy = reqs[0].Key.Prefix
 	}
-	s.report(ctx, TakeAll, policy, int64(len(reqs)), start, res, err)
+	// The limiter sends its shadow rules in a call of their own.
+	s.report(ctx, TakeAll, policy, int64(len(reqs)), start, res, err, len(reqs) > 0 && reqs[0].Shadow)
 	return res, err
 }

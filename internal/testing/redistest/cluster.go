@@ -76,7 +76,7 @@ func StartCluster(t testing.TB, masters, replicasPerMaster int, opts ...Option) 
 
 	nodes := make([]*Server, masters*(1+replicasPerMaster))
 	for i := range nodes {
-		spec := dataSpec(clusterNodeKind, extra)
+		spec := o.tlsSpec(dataSpec(clusterNodeKind, extra))
 		spec.pickPort = freeClusterPort
 		// A failed attempt on another port may have left a nodes.conf.
 		spec.prepare = func(s *Server, _ int) error {
@@ -90,7 +90,7 @@ func StartCluster(t testing.TB, masters, replicasPerMaster int, opts ...Option) 
 	}
 	c := &Cluster{t: t}
 
-	out, err := createCluster(nodes, replicasPerMaster)
+	out, err := createCluster(nodes, replicasPerMaster, o.tls)
 	if err != nil {
 		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s\n%s", err, out, logTails(nodes))
 	}
@@ -199,12 +199,16 @@ func (c *Cluster) WaitOK() {
 func KeySlot(key string) int { return rediskey.Slot(key) }
 
 // createCluster runs redis-cli --cluster create over the nodes.
-func createCluster(nodes []*Server, replicasPerMaster int) (string, error) {
+func createCluster(nodes []*Server, replicasPerMaster int, tls *tlsOptions) (string, error) {
 	cli, err := exec.LookPath(redisCLIBin)
 	if err != nil {
 		return "", err
 	}
-	args := []string{"--cluster", "create"}
+	var args []string
+	if tls != nil {
+		args = append(args, "--tls", "--cacert", tls.ca, "--cert", tls.cert, "--key", tls.key)
+	}
+	args = append(args, "--cluster", "create")
 	for _, n := range nodes {
 		args = append(args, n.Addr())
 	}

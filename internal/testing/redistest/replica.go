@@ -14,8 +14,8 @@ import (
 func StartReplica(t testing.TB, master *Server, opts ...Option) *Server {
 	t.Helper()
 	o := applyOptions(opts)
-	replica := startServer(t, dataSpec("replica",
-		append([]string{"--replicaof", loopback, strconv.Itoa(master.Port())}, o.args...)))
+	replica := startServer(t, o.tlsSpec(dataSpec("replica",
+		append([]string{"--replicaof", loopback, strconv.Itoa(master.Port())}, o.args...))))
 	WaitInSync(t, master, replica)
 	return replica
 }

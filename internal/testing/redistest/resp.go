@@ -3,6 +3,7 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -35,7 +36,7 @@ const maxBulk = 512 << 20
 
 // do dials addr, sends one command and reads one reply. It returns a reply
 // (see DoValue for the Go types) and, for an error reply, a ReplyError.
-func do(ctx context.Context, addr string, args []string) (any, error) {
+func do(ctx context.Context, addr string, conf *tls.Config, args []string) (any, error) {
 	if len(args) == 0 {
 		return nil, errors.New("redistest: no command")
 	}
@@ -44,7 +45,7 @@ func do(ctx context.Context, addr string, args []string) (any, error) {
 		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
 		defer cancel()
 	}
-	v, err := roundTrip(ctx, addr, args)
+	v, err := roundTrip(ctx, addr, conf, args)
 	if err != nil {
 		var re ReplyError
 		if errors.As(err, &re) {
@@ -72,7 +73,8 @@ func contextError(ctx context.Context, err error) error {
 	return nil
 }
 
-func roundTrip(ctx context.Context, addr string, args []string) (any, error) {
+// roundTrip does do's exchange, over TLS when conf is not nil.
+func roundTrip(ctx context.Context, addr string, conf *tls.Config, args []string) (any, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -87,6 +89,17 @@ func roundTrip(ctx context.Context, addr string, args []string) (any, error) {
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
+	if conf != nil {
+		if conf.ServerName == "" {
+			conf = conf.Clone()
+			conf.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		tc := tls.Client(conn, conf)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return nil, fmt.Errorf("TLS handshake: %w", err)
+		}
+		conn = tc
+	}
 	if _, err := conn.Write(encodeCommand(args)); err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -45,7 +46,9 @@ type Sentinel struct {
 	Sentinels  []*Server
 	MasterName string
 
-	t testing.TB
+	t        testing.TB
+	mu       sync.Mutex
+	tlsPorts map[*Server]int // each sentinel's TLS port, with WithTLSSentinels
 }
 
 // StartSentinel starts a master, a replica (started with --replicaof the
@@ -67,7 +70,7 @@ func StartSentinel(t testing.TB, opts ...Option) *Sentinel {
 	t.Helper()
 	Require(t, redisServerBin)
 	o := applyOptions(opts)
-	master := startServer(t, dataSpec("master", o.args))
+	master := startServer(t, o.tlsSpec(dataSpec("master", o.args)))
 	replica := StartReplica(t, master, opts...)
 	deadline := time.Now().Add(sentinelTimeout)
 
@@ -78,7 +81,20 @@ func StartSentinel(t testing.TB, opts ...Option) *Sentinel {
 			return []string{filepath.Join(s.dir, sentinelConfigFile), "--sentinel"}
 		},
 		prepare: func(s *Server, port int) error {
-			return writeSentinelConfig(s, port, master.Port())
+			tlsPort := 0
+			if o.tls != nil && o.tls.sentinels {
+				var err error
+				if tlsPort, err = freePort(); err != nil {
+					return err
+				}
+				sn.mu.Lock()
+				if sn.tlsPorts == nil {
+					sn.tlsPorts = map[*Server]int{}
+				}
+				sn.tlsPorts[s] = tlsPort
+				sn.mu.Unlock()
+			}
+			return writeSentinelConfig(s, port, master.Port(), o.tls, tlsPort)
 		},
 		pickPort: freePort,
 	}
@@ -99,6 +115,33 @@ func (s *Sentinel) SentinelAddrs() []string {
 		addrs[i] = sn.Addr()
 	}
 	return addrs
+}
+
+// SentinelTLSAddrs returns the addresses where the sentinels take TLS
+// connections, with WithTLSSentinels (nil without): beside their plain
+// port, for clients that dial sentinels with TLS.
+func (s *Sentinel) SentinelTLSAddrs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tlsPorts == nil {
+		return nil
+	}
+	addrs := make([]string, len(s.Sentinels))
+	for i, sn := range s.Sentinels {
+		addrs[i] = net.JoinHostPort(loopback, strconv.Itoa(s.tlsPorts[sn]))
+	}
+	return addrs
+}
+
+// announcedPort is the port a sentinel gives the others: its TLS port
+// with WithTLSSentinels.
+func (s *Sentinel) announcedPort(sn *Server) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p, ok := s.tlsPorts[sn]; ok {
+		return p
+	}
+	return sn.Port()
 }
 
 // CurrentMaster returns the master's address ("127.0.0.1:PORT") according to
@@ -137,7 +180,7 @@ func (s *Sentinel) CurrentMaster() (string, error) {
 func (s *Sentinel) problem() error {
 	ports := make([]int, 0, len(s.Sentinels))
 	for _, sn := range s.Sentinels {
-		ports = append(ports, sn.Port())
+		ports = append(ports, s.announcedPort(sn))
 	}
 	for _, sn := range s.Sentinels {
 		ctx, cancel := context.WithTimeout(context.Background(), sentinelQueryLimit)
@@ -194,7 +237,7 @@ func (s *Sentinel) sentinelProblem(ctx context.Context, sn *Server, sentinelPort
 	}
 	for _, o := range others {
 		port, _ := strconv.Atoi(o["port"])
-		if o["ip"] != loopback || o["flags"] != "sentinel" || port == sn.Port() || !slices.Contains(sentinelPorts, port) {
+		if o["ip"] != loopback || o["flags"] != "sentinel" || port == s.announcedPort(sn) || !slices.Contains(sentinelPorts, port) {
 			return fmt.Errorf("unexpected sentinel %s:%s flags %q", o["ip"], o["port"], o["flags"])
 		}
 	}
@@ -259,7 +302,7 @@ func replicaInSync(master, replica *Server) error {
 
 // writeSentinelConfig writes a sentinel's configuration, which the sentinel
 // rewrites as it learns (hence a file of its own, writable).
-func writeSentinelConfig(s *Server, port, masterPort int) error {
+func writeSentinelConfig(s *Server, port, masterPort int, tls *tlsOptions, tlsPort int) error {
 	var b strings.Builder
 	line := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	line("port %d", port)
@@ -271,6 +314,18 @@ func writeSentinelConfig(s *Server, port, masterPort int) error {
 	if serverVersion(s.bin).atLeast(6, 2) {
 		line("sentinel resolve-hostnames no")
 		line("sentinel announce-hostnames no")
+	}
+	if tls != nil {
+		// The sentinel reaches the data nodes (and, when they announce
+		// their TLS ports, the other sentinels) over TLS, with the
+		// server's certificate as its client one.
+		if tlsPort > 0 {
+			line("tls-port %d", tlsPort)
+		}
+		line("tls-replication yes")
+		line("tls-cert-file %s", quoteConfig(tls.cert))
+		line("tls-key-file %s", quoteConfig(tls.key))
+		line("tls-ca-cert-file %s", quoteConfig(tls.ca))
 	}
 	line("sentinel monitor %s %s %d %d", SentinelMasterName, loopback, masterPort, SentinelQuorum)
 	line("sentinel down-after-milliseconds %s %d", SentinelMasterName, SentinelDownAfter.Milliseconds())

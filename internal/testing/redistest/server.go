@@ -3,6 +3,7 @@ package redistest
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -56,6 +57,7 @@ type Option func(*options)
 
 type options struct {
 	args []string
+	tls  *tlsOptions
 }
 
 // WithArgs appends arguments to the redis-server command line, after the
@@ -94,7 +96,8 @@ type Server struct {
 	args     func(port int) []string
 	prepare  func(port int) error // before a launch on a newly picked port
 	pickPort func() (int, error)
-	port     int // set by the first successful launch, then fixed
+	port     int         // set by the first successful launch, then fixed
+	client   *tls.Config // the TLS side of Do (WithTLS); nil for plain RESP
 
 	mu     sync.Mutex
 	proc   *process // nil when not running
@@ -114,6 +117,7 @@ type serverSpec struct {
 	args     func(s *Server, port int) []string
 	prepare  func(s *Server, port int) error
 	pickPort func() (int, error)
+	client   *tls.Config // WithTLS
 }
 
 // Start starts a redis-server on a free port of 127.0.0.1, with persistence
@@ -125,7 +129,11 @@ type serverSpec struct {
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	o := applyOptions(opts)
-	return startServer(t, dataSpec(redisServerBin, o.args))
+	spec := dataSpec(redisServerBin, o.args)
+	if o.tls != nil {
+		spec = o.tls.spec(spec)
+	}
+	return startServer(t, spec)
 }
 
 // dataSpec runs a data node (not a sentinel) with extra arguments after the
@@ -154,6 +162,7 @@ func startServer(t testing.TB, spec serverSpec) *Server {
 		logPath:  filepath.Join(dir, serverLogName),
 		outPath:  filepath.Join(dir, processOutName),
 		pickPort: spec.pickPort,
+		client:   spec.client,
 	}
 	s.args = func(port int) []string { return spec.args(s, port) }
 	if spec.prepare != nil {
@@ -329,7 +338,7 @@ func (s *Server) DoContext(ctx context.Context, args ...string) (string, error) 
 // ReplyError). An error reply is returned as a ReplyError error. It suits
 // structured replies such as CLUSTER SLOTS or SENTINEL MASTER.
 func (s *Server) DoValue(ctx context.Context, args ...string) (any, error) {
-	return do(ctx, s.Addr(), args)
+	return do(ctx, s.Addr(), s.client, args)
 }
 
 // LogTail returns the last lines of the server's log file and of its

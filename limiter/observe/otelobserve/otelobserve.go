@@ -12,7 +12,7 @@
 // The instruments (attribute names match promobserve's labels, so one
 // dashboard reads both):
 //
-//	limitkit.decisions                    counter {decision}  policy, outcome (allowed, denied, error), degraded (bool)
+//	limitkit.decisions                    counter {decision}  policy, outcome (allowed, denied, shadow_denied, error), degraded (bool)
 //	limitkit.cached_denials               counter {decision}  policy: denials a deny cache answered without a store call
 //	limitkit.decision.duration            histogram s         policy: the store call's latency, errors included
 //	limitkit.breaker.state                gauge               breaker, state: 1 for the current state, 0 for the others
@@ -136,7 +136,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 	add := func(err error) { errs = append(errs, err) }
 	var err error
 	m.decisions, err = meter.Int64Counter("limitkit.decisions", metric.WithUnit("{decision}"),
-		metric.WithDescription("Rate limit decisions, by policy (key prefix), outcome (allowed, denied, error) and whether a fallback policy made them (degraded)."))
+		metric.WithDescription("Rate limit decisions, by policy (key prefix), outcome (allowed, denied, shadow_denied, error) and whether a fallback policy made them (degraded)."))
 	add(err)
 	m.cached, err = meter.Int64Counter("limitkit.cached_denials", metric.WithUnit("{decision}"),
 		metric.WithDescription("Denials a deny cache (backend/denycache) answered without a store call, by policy."))
@@ -200,7 +200,7 @@ func (m *Metrics) WatchMemoryStore(name string, s *memorystore.Store) error {
 	return nil
 }
 
-var outcomes = [...]string{"allowed", "denied", "error"}
+var outcomes = [...]string{"allowed", "denied", "error", "shadow_denied"}
 
 func outcomeIndex(d observe.Decision) int {
 	switch {
@@ -208,6 +208,8 @@ func outcomeIndex(d observe.Decision) int {
 		return 2
 	case d.Allowed:
 		return 0
+	case d.Shadow:
+		return 3 // a limit in shadow mode would have denied
 	default:
 		return 1
 	}

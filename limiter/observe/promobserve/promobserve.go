@@ -11,7 +11,7 @@
 //	http.Handle("/metrics", promhttp.Handler())
 //
 // The metrics (policy is the limit's key prefix; outcome is "allowed",
-// "denied" or "error"):
+// "denied", "shadow_denied" for a limit in shadow mode, or "error"):
 //
 //	limitkit_decisions_total{policy,outcome}           counter: Take and TakeAll calls
 //	limitkit_degraded_decisions_total{policy,outcome}  counter: those decided by a fallback policy
@@ -70,7 +70,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limitkit_decisions_total",
-			Help: "Rate limit decisions, by policy (key prefix) and outcome (allowed, denied, error).",
+			Help: "Rate limit decisions, by policy (key prefix) and outcome (allowed, denied, shadow_denied, error).",
 		}, []string{"policy", "outcome"}),
 		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limitkit_degraded_decisions_total",

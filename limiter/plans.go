@@ -1,0 +1,110 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// ErrUnknownPlan reports a plan name that a Plans does not have: the
+// resolver returned a name no plan is registered under.
+var ErrUnknownPlan = errors.New("limitkit: unknown plan")
+
+// Resolver chooses the plan that applies to a request for key: the
+// caller's tier (free, pro), looked up by API key or tenant. ctx is the
+// request's, for resolvers that read what a middleware put there. An error
+// is returned to the caller of Plans.Allow as it is.
+type Resolver func(ctx context.Context, key string) (plan string, err error)
+
+// Plans applies, per request, the limit of the plan a Resolver chooses:
+// 10 a minute for free tenants and 1,000 for pro ones, on one store.
+//
+//	free, _ := limiter.New(store, limiter.Config{Limit: 10, Window: time.Minute, Prefix: "api:free:"})
+//	pro, _ := limiter.New(store, limiter.Config{Limit: 1000, Window: time.Minute, Prefix: "api:pro:"})
+//	plans, err := limiter.NewPlans(map[string]*limiter.Limiter{"free": free, "pro": pro},
+//		func(ctx context.Context, tenant string) (string, error) { return tierOf(tenant), nil })
+//	d, plan, err := plans.Allow(ctx, tenant)
+//
+// Each plan counts under its own prefix, so counts stay per key and plan: a
+// tenant moved from free to pro starts pro with a full allowance, and its
+// free counts expire on their own. Each plan's limiter can change its
+// configuration (SetConfig) like any other. A Plans is safe for concurrent
+// use.
+type Plans struct {
+	plans   map[string]*Limiter
+	resolve Resolver
+	names   []string
+}
+
+// NewPlans returns a Plans of the named limiters, chosen per request by
+// resolve. Every plan needs a name and a limiter, and no two plans may count
+// under one key prefix (their counts would mix).
+func NewPlans(plans map[string]*Limiter, resolve Resolver) (*Plans, error) {
+	if resolve == nil {
+		return nil, fmt.Errorf("%w: plan resolver is nil", ErrInvalidConfig)
+	}
+	if len(plans) == 0 {
+		return nil, fmt.Errorf("%w: no plans; give at least one", ErrInvalidConfig)
+	}
+	names := slices.Sorted(maps.Keys(plans))
+	prefixes := map[string]string{}
+	for _, name := range names {
+		l := plans[name]
+		if name == "" {
+			return nil, fmt.Errorf("%w: a plan has an empty name", ErrInvalidConfig)
+		}
+		if l == nil {
+			return nil, fmt.Errorf("%w: plan %q has no limiter", ErrInvalidConfig, name)
+		}
+		prefix := l.Config().Prefix
+		if other, ok := prefixes[prefix]; ok {
+			return nil, fmt.Errorf("%w: plans %q and %q both count under the prefix %q; give each plan its own", ErrInvalidConfig, other, name, prefix)
+		}
+		prefixes[prefix] = name
+	}
+	return &Plans{plans: maps.Clone(plans), resolve: resolve, names: names}, nil
+}
+
+// Names lists the plans, sorted.
+func (p *Plans) Names() []string { return slices.Clone(p.names) }
+
+// Plan returns the limiter of the named plan, or an error wrapping
+// ErrUnknownPlan.
+func (p *Plans) Plan(name string) (*Limiter, error) {
+	if l, ok := p.plans[name]; ok {
+		return l, nil
+	}
+	if len(name) > 64 {
+		name = name[:64] + "..."
+	}
+	return nil, fmt.Errorf("%w %q; the plans are %q", ErrUnknownPlan, name, p.names)
+}
+
+// Resolve returns the plan that applies to key, and its limiter.
+func (p *Plans) Resolve(ctx context.Context, key string) (string, *Limiter, error) {
+	name, err := p.resolve(ctx, key)
+	if err != nil {
+		return "", nil, err
+	}
+	l, err := p.Plan(name)
+	return name, l, err
+}
+
+// Allow decides one request for key under the plan the resolver chooses,
+// and returns the plan's name with the decision.
+func (p *Plans) Allow(ctx context.Context, key string) (Decision, string, error) {
+	return p.AllowN(ctx, key, 1)
+}
+
+// AllowN decides a request of n units for key under the plan the resolver
+// chooses (see Limiter.AllowN).
+func (p *Plans) AllowN(ctx context.Context, key string, n int64) (Decision, string, error) {
+	name, l, err := p.Resolve(ctx, key)
+	if err != nil {
+		return Decision{}, name, err
+	}
+	d, err := l.AllowN(ctx, key, n)
+	return d, name, err
+}
