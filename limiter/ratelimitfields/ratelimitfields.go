@@ -161,11 +161,11 @@ func (p *Policy) RateLimit(d limiter.Decision) string {
 	if p.IsGuard(d) {
 		name = p.guardName
 	}
-	v := name + ";r=" + strconv.FormatInt(max(d.Remaining, 0), 10)
+	r := strconv.FormatInt(max(d.Remaining, 0), 10)
 	if t, ok := p.EffectiveWindow(d); ok {
-		v += ";t=" + strconv.FormatInt(t, 10)
+		return name + ";r=" + r + ";t=" + strconv.FormatInt(t, 10) // one allocation
 	}
-	return v
+	return name + ";r=" + r
 }
 
 // XRateLimit returns the X-RateLimit-Limit, X-RateLimit-Remaining and
