@@ -27,4 +27,7 @@ type StateChange struct {
 	// Cause is, when To is Open, the primary's error that opened it (the
 	// last of the failures that tripped it, or the failed probe's).
 	Cause error
+	// Node is the Redis Cluster node whose breaker changed (its address),
+	// or "" for a store's only breaker (see fallback.NodeLocator).
+	Node string
 }

@@ -41,9 +41,26 @@
 // stopped. The client keeps it (and a connection) until its own timeout, so
 // give go-redis clients ContextTimeoutEnabled or a short ReadTimeout; and a
 // Take that reached Redis after its deadline is counted there as well as by
-// the policy. One breaker covers the whole primary: when one master of a
-// Redis Cluster is down, the failures it causes open the breaker for keys on
-// the healthy masters too. Use one fallback store per independent Redis.
+// the policy. A primary that cannot tell which Redis Cluster node owns a key
+// gets one breaker: when one master is down, the failures it causes open it
+// for keys on the healthy masters too. Use one fallback store per
+// independent Redis.
+//
+// # Redis Cluster: a breaker per node
+//
+// When the primary (or a store it wraps, through Unwrap) implements
+// NodeLocator, as both Redis stores do, and names a node, each master gets
+// a breaker of its own: a dead master sends only its own keys to the
+// policy, and keys on the healthy masters keep being decided by Redis. A
+// key's node is the master its client's slot map names for it; after a
+// failover or a reshard the slot moves to another node, whose breaker is
+// closed unless that node fails too. A node breaker no request reached for
+// two open timeouts is dropped (its node lost its slots, or its keys are
+// idle); if it was not closed, the hook sees it change to Closed, and the
+// next request to that node starts with a closed breaker, as a probe
+// would. State, Stats and the hook report each node (StateChange.Node,
+// Stats.Nodes). On a single node (NodeOf returns "") there is one breaker,
+// as without a locator.
 package fallback
 
 import (
@@ -51,6 +68,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -108,6 +127,21 @@ func stateOf(s gobreaker.State) State {
 // StateChange describes one transition of the breaker; it is
 // backend.StateChange (see State).
 type StateChange = backend.StateChange
+
+// NodeLocator is implemented by primaries that know which server owns a key:
+// both Redis stores with a cluster client (the master of the key's hash
+// slot, from the client's slot map). NodeOf returns that node's address, or
+// "" when the store has one node or cannot tell; it must not wait on the
+// network for long, since it runs before every call. fallback.New finds it
+// on the primary or on a store it wraps (an Unwrap() backend.Store method).
+type NodeLocator interface {
+	NodeOf(ctx context.Context, key backend.Key) string
+}
+
+// forgetAfter is how long a node's breaker is kept after the last request
+// routed to it: two open timeouts, so that a breaker that opened lives
+// through one probe period (see the package doc).
+func (c *config) forgetAfter() int64 { return int64(2 * c.openTimeout) }
 
 // Policy decides requests the primary cannot. It is backend.FailurePolicy,
 // so a request can carry its own (backend.Request.OnFailure); requests that
@@ -251,11 +285,19 @@ type Store struct {
 type shared struct {
 	primary backend.Store
 	local   backend.Store
-	cb      *gobreaker.CircuitBreaker[backend.Result]
 	cfg     config
 
-	// openedAt is the Unix nanosecond time the breaker last opened.
-	openedAt atomic.Int64
+	// one is the breaker of every request when there is no locator.
+	one     *breaker
+	locator NodeLocator
+	// cluster is set once the locator named a node: from then on each node
+	// has a breaker.
+	cluster atomic.Bool
+	// nodes holds a breaker per cluster node, by address.
+	nodesMu sync.RWMutex
+	nodes   map[string]*breaker
+	// swept is when nodes was last swept for breakers to forget (Unix ns).
+	swept atomic.Int64
 
 	eventsMu   sync.Mutex
 	events     []StateChange
@@ -269,7 +311,19 @@ type shared struct {
 	direct bool
 	// abandoned counts calls still running after their caller left.
 	abandoned atomic.Int32
-	// lastErr is the primary's last failure, the cause of an opening.
+}
+
+// breaker is the circuit breaker of one node (or of the whole primary).
+type breaker struct {
+	node string
+	cb   *gobreaker.CircuitBreaker[backend.Result]
+	// openedAt is the Unix nanosecond time the breaker last opened.
+	openedAt atomic.Int64
+	// used is when a request was last routed to it (Unix ns).
+	used     atomic.Int64
+	degraded atomic.Uint64
+	failures atomic.Uint64
+	// lastErr is the node's last failure, the cause of an opening.
 	lastErr atomic.Pointer[error]
 }
 
@@ -301,18 +355,132 @@ func New(primary backend.Store, opts ...Option) (*Store, error) {
 		}
 		c.local = m
 	}
-	sh := &shared{primary: primary, local: c.local, cfg: c, direct: honoursContext(primary)}
-	sh.cb = gobreaker.NewCircuitBreaker[backend.Result](gobreaker.Settings{
-		Name:        c.name,
-		MaxRequests: c.probes,
-		Timeout:     c.openTimeout,
-		ReadyToTrip: func(counts gobreaker.Counts) bool {
-			return counts.ConsecutiveFailures >= c.threshold
-		},
-		IsExcluded:    func(err error) bool { return errors.As(err, new(callerError)) },
-		OnStateChange: sh.queue,
-	})
+	sh := &shared{primary: primary, local: c.local, cfg: c, direct: honoursContext(primary), locator: locatorOf(primary)}
+	sh.one = sh.newBreaker("")
 	return &Store{shared: sh, policy: c.policy}, nil
+}
+
+// newBreaker returns a closed breaker for node ("" for the only one).
+func (s *shared) newBreaker(node string) *breaker {
+	b := &breaker{node: node}
+	name := s.cfg.name
+	if node != "" {
+		name += "/" + node
+	}
+	b.cb = gobreaker.NewCircuitBreaker[backend.Result](gobreaker.Settings{
+		Name:        name,
+		MaxRequests: s.cfg.probes,
+		Timeout:     s.cfg.openTimeout,
+		ReadyToTrip: func(counts gobreaker.Counts) bool {
+			return counts.ConsecutiveFailures >= s.cfg.threshold
+		},
+		IsExcluded: func(err error) bool { return errors.As(err, new(callerError)) },
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			s.queue(b, stateOf(from), stateOf(to))
+		},
+	})
+	return b
+}
+
+// locatorOf returns the NodeLocator of s or of a store it wraps.
+func locatorOf(s backend.Store) NodeLocator {
+	for range 8 {
+		if l, ok := s.(NodeLocator); ok {
+			return l
+		}
+		u, ok := s.(interface{ Unwrap() backend.Store })
+		if !ok {
+			return nil
+		}
+		s = u.Unwrap()
+	}
+	return nil
+}
+
+// breakerFor returns the breaker of the node that owns key.
+func (s *shared) breakerFor(ctx context.Context, key backend.Key) *breaker {
+	if s.locator == nil {
+		return s.one
+	}
+	node := s.locator.NodeOf(ctx, key)
+	if !s.cluster.Load() {
+		if node == "" {
+			return s.one // a single node, or a cluster whose map is not known yet
+		}
+		s.becomeCluster()
+	}
+	// From here on, keys whose node the locator cannot tell ("") get a
+	// breaker of their own, forgotten like the others when unused.
+	now := time.Now().UnixNano()
+	s.nodesMu.RLock()
+	b := s.nodes[node]
+	s.nodesMu.RUnlock()
+	if b == nil {
+		s.nodesMu.Lock()
+		if b = s.nodes[node]; b == nil {
+			if s.nodes == nil {
+				s.nodes = make(map[string]*breaker)
+			}
+			b = s.newBreaker(node)
+			b.used.Store(now) // before a sweep can see it
+			s.nodes[node] = b
+		}
+		s.nodesMu.Unlock()
+	}
+	if b.used.Load() < now-int64(time.Millisecond) {
+		b.used.Store(now) // at most one store a millisecond: less contention
+	}
+	if last := s.swept.Load(); now-last > s.cfg.forgetAfter()/4 && s.swept.CompareAndSwap(last, now) {
+		s.sweep(now)
+	}
+	return b
+}
+
+// sweep forgets the node breakers unused for forgetAfter; those not closed
+// are reported as changing to Closed.
+func (s *shared) sweep(now int64) {
+	var gone []*breaker
+	s.nodesMu.Lock()
+	for node, b := range s.nodes {
+		if now-b.used.Load() > s.cfg.forgetAfter() {
+			delete(s.nodes, node)
+			gone = append(gone, b)
+		}
+	}
+	s.nodesMu.Unlock()
+	for _, b := range gone {
+		if st := stateOf(b.cb.State()); st != Closed {
+			s.queue(b, st, Closed)
+		}
+	}
+}
+
+// becomeCluster switches to a breaker per node, when the locator first
+// names a node. The only breaker is no longer used: if it is not closed,
+// the hook sees it close.
+func (s *shared) becomeCluster() {
+	s.nodesMu.Lock()
+	first := !s.cluster.Swap(true)
+	s.nodesMu.Unlock()
+	if st := stateOf(s.one.cb.State()); first && st != Closed {
+		s.queue(s.one, st, Closed)
+	}
+}
+
+// breakers returns the only breaker, or on a cluster the node breakers,
+// sorted by node.
+func (s *shared) breakers() []*breaker {
+	if !s.cluster.Load() {
+		return []*breaker{s.one}
+	}
+	s.nodesMu.RLock()
+	bs := make([]*breaker, 0, len(s.nodes))
+	for _, b := range s.nodes {
+		bs = append(bs, b)
+	}
+	s.nodesMu.RUnlock()
+	slices.SortFunc(bs, func(a, b *breaker) int { return strings.Compare(a.node, b.node) })
+	return bs
 }
 
 // Policy returns a view of s that decides by p while the primary is
@@ -326,11 +494,36 @@ func (s *Store) Policy(p Policy) *Store {
 	return &Store{shared: s.shared, policy: p}
 }
 
-// State returns the breaker's current state.
+// State returns the breaker's current state. With a breaker per node it is
+// the worst of them: Open when any is open, else HalfOpen when any is
+// half-open, else Closed. Stats.Nodes tells them apart.
 func (s *Store) State() State {
-	st := stateOf(s.cb.State())
+	if s.cluster.Load() {
+		s.sweep(time.Now().UnixNano())
+	}
+	st := Closed
+	for _, b := range s.breakers() {
+		st = worse(st, stateOf(b.cb.State()))
+	}
 	s.deliver()
 	return st
+}
+
+// worse returns the worse of two states.
+func worse(a, b State) State {
+	rank := func(s State) int {
+		switch s {
+		case Open:
+			return 2
+		case HalfOpen:
+			return 1
+		}
+		return 0
+	}
+	if rank(b) > rank(a) {
+		return b
+	}
+	return a
 }
 
 // Stats counts what the store did since it was created.
@@ -345,6 +538,22 @@ type Stats struct {
 	// (units left taken until they expire), when the primary counts them
 	// (both Redis stores do: their FailedRefunds method).
 	FailedRefunds uint64
+	// Nodes has the breaker of each Redis Cluster node, sorted by node,
+	// once the primary (a NodeLocator) named a node; nil otherwise. The
+	// counters above include theirs. Node "" is the breaker of the keys
+	// whose node the locator could not tell.
+	Nodes []NodeStats
+}
+
+// NodeStats is one node's breaker and counters, since its breaker was made.
+type NodeStats struct {
+	// Node is the node's address, as its NodeLocator names it.
+	Node  string
+	State State
+	// PrimaryFailures counts the node's calls that failed or timed out.
+	PrimaryFailures uint64
+	// Degraded counts decisions of the node's keys made by a policy.
+	Degraded uint64
 }
 
 // Stats returns the store's counters.
@@ -352,6 +561,13 @@ func (s *Store) Stats() Stats {
 	st := Stats{State: s.State(), PrimaryFailures: s.failures.Load(), Degraded: s.degraded.Load()}
 	if r, ok := s.primary.(interface{ FailedRefunds() uint64 }); ok {
 		st.FailedRefunds = r.FailedRefunds()
+	}
+	if s.cluster.Load() {
+		for _, b := range s.breakers() {
+			st.Nodes = append(st.Nodes, NodeStats{Node: b.node, State: stateOf(b.cb.State()),
+				PrimaryFailures: b.failures.Load(), Degraded: b.degraded.Load()})
+		}
+		s.deliver()
 	}
 	return st
 }
@@ -374,14 +590,15 @@ func (s *Store) step(ctx context.Context, req backend.Request, take bool) (backe
 	if take {
 		call = s.primary.Take
 	}
-	res, err := s.execute(ctx, func(ctx context.Context) (backend.Result, error) { return call(ctx, req) })
+	b := s.breakerFor(ctx, req.Key)
+	res, err := s.execute(ctx, b, func(ctx context.Context) (backend.Result, error) { return call(ctx, req) })
 	if err == nil {
 		return res, nil
 	}
 	if ce, ok := errors.AsType[callerError](err); ok {
 		return backend.Result{}, ce.err
 	}
-	return s.decide(ctx, req, take)
+	return s.decide(ctx, b, req, take)
 }
 
 // Reset implements backend.Store. It resets the key on the local store too,
@@ -397,7 +614,7 @@ func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule
 	if err := s.local.Reset(ctx, key, rule); err != nil {
 		return err
 	}
-	_, err := s.execute(ctx, func(ctx context.Context) (backend.Result, error) {
+	_, err := s.execute(ctx, s.breakerFor(ctx, key), func(ctx context.Context) (backend.Result, error) {
 		return backend.Result{}, s.primary.Reset(ctx, key, rule)
 	})
 	if err == nil {
@@ -416,13 +633,14 @@ type callerError struct{ err error }
 func (e callerError) Error() string { return e.err.Error() }
 func (e callerError) Unwrap() error { return e.err }
 
-// execute runs fn on the primary through the breaker, within the deadline.
-func (s *shared) execute(ctx context.Context, fn func(context.Context) (backend.Result, error)) (backend.Result, error) {
-	res, err := s.cb.Execute(func() (backend.Result, error) {
+// execute runs fn on the primary through breaker b, within the deadline.
+func (s *shared) execute(ctx context.Context, b *breaker, fn func(context.Context) (backend.Result, error)) (backend.Result, error) {
+	res, err := b.cb.Execute(func() (backend.Result, error) {
 		res, err := s.withDeadline(ctx, fn)
 		if err != nil && !errors.As(err, new(callerError)) {
 			s.failures.Add(1)
-			s.lastErr.Store(&err)
+			b.failures.Add(1)
+			b.lastErr.Store(&err)
 		}
 		return res, err
 	})
@@ -542,28 +760,29 @@ func (s *Store) policyOf(req *backend.Request) Policy {
 // byPolicy answers req without the primary when its policy needs no local
 // store (fail open, fail closed, or a cost beyond this instance's share),
 // and otherwise scales req's limit to the share and reports local.
-func (s *Store) byPolicy(req *backend.Request) (res backend.Result, local bool) {
+func (s *Store) byPolicy(b *breaker, req *backend.Request) (res backend.Result, local bool) {
 	p := s.policyOf(req)
 	switch p.Mode() {
 	case backend.ModeOpen:
 		return backend.Result{Allowed: true, Limit: req.Rule.Limit, Degraded: true}, false
 	case backend.ModeClosed:
-		return backend.Result{Limit: req.Rule.Limit, RetryAfter: s.untilProbe(), Degraded: true}, false
+		return backend.Result{Limit: req.Rule.Limit, RetryAfter: b.untilProbe(s.cfg.openTimeout), Degraded: true}, false
 	}
 	share := (req.Rule.Limit + p.Instances() - 1) / p.Instances()
 	if req.Cost > share {
 		// This instance's share can never admit it: deny until the
 		// primary is back.
-		return backend.Result{Limit: share, RetryAfter: s.untilProbe(), Degraded: true}, false
+		return backend.Result{Limit: share, RetryAfter: b.untilProbe(s.cfg.openTimeout), Degraded: true}, false
 	}
 	req.Rule.Limit = share
 	return backend.Result{}, true
 }
 
 // decide answers by policy, with Degraded set.
-func (s *Store) decide(ctx context.Context, req backend.Request, take bool) (backend.Result, error) {
+func (s *Store) decide(ctx context.Context, b *breaker, req backend.Request, take bool) (backend.Result, error) {
 	s.degraded.Add(1)
-	res, local := s.byPolicy(&req)
+	b.degraded.Add(1)
+	res, local := s.byPolicy(b, &req)
 	if !local {
 		return res, nil
 	}
@@ -589,7 +808,10 @@ func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 	if err := backend.ValidateAll(reqs); err != nil {
 		return backend.Result{}, err
 	}
-	res, err := s.execute(ctx, func(ctx context.Context) (backend.Result, error) { return s.primary.TakeAll(ctx, reqs) })
+	// Keys on several nodes are not one call's; the first key's node
+	// answers for them (see the Redis stores' TakeAll).
+	b := s.breakerFor(ctx, reqs[0].Key)
+	res, err := s.execute(ctx, b, func(ctx context.Context) (backend.Result, error) { return s.primary.TakeAll(ctx, reqs) })
 	if err == nil {
 		return res, nil
 	}
@@ -597,12 +819,13 @@ func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 		return backend.Result{}, ce.err
 	}
 	s.degraded.Add(1)
+	b.degraded.Add(1)
 	results := make([]backend.Result, len(reqs))
 	local := make([]backend.Request, 0, len(reqs))
 	index := make([]int, 0, len(reqs))
 	for i := range reqs {
 		req := reqs[i]
-		r, isLocal := s.byPolicy(&req)
+		r, isLocal := s.byPolicy(b, &req)
 		results[i] = r
 		if isLocal {
 			// Decided below; it does not deny on its own.
@@ -624,27 +847,28 @@ func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 }
 
 // untilProbe estimates how long until the breaker lets a probe through.
-func (s *shared) untilProbe() time.Duration {
-	opened := s.openedAt.Load()
+func (b *breaker) untilProbe(openTimeout time.Duration) time.Duration {
+	opened := b.openedAt.Load()
 	if opened == 0 {
-		return s.cfg.openTimeout
+		return openTimeout
 	}
-	return max(time.Until(time.Unix(0, opened).Add(s.cfg.openTimeout)), time.Millisecond)
+	return max(time.Until(time.Unix(0, opened).Add(openTimeout)), time.Millisecond)
 }
 
-// queue records a state change. gobreaker calls it with its lock held, so it
-// only appends; deliver runs the hook and the log later, lock-free.
-func (s *shared) queue(_ string, from, to gobreaker.State) {
+// queue records a state change of b. gobreaker calls it with its lock
+// held, so it only appends; deliver runs the hook and the log later,
+// lock-free.
+func (s *shared) queue(b *breaker, from, to State) {
 	now := time.Now()
 	var cause error
-	if to == gobreaker.StateOpen {
-		s.openedAt.Store(now.UnixNano())
-		if p := s.lastErr.Load(); p != nil {
+	if to == Open {
+		b.openedAt.Store(now.UnixNano())
+		if p := b.lastErr.Load(); p != nil {
 			cause = *p
 		}
 	}
 	s.eventsMu.Lock()
-	s.events = append(s.events, StateChange{From: stateOf(from), To: stateOf(to), At: now, Cause: cause})
+	s.events = append(s.events, StateChange{From: from, To: to, At: now, Cause: cause, Node: b.node})
 	s.eventsMu.Unlock()
 	s.pending.Add(1)
 }
@@ -669,6 +893,9 @@ func (s *shared) deliver() {
 			attrs := []any{"breaker", s.cfg.name, "from", string(e.From), "to", string(e.To)}
 			if e.Cause != nil {
 				attrs = append(attrs, "cause", e.Cause.Error())
+			}
+			if e.Node != "" {
+				attrs = append(attrs, "node", e.Node)
 			}
 			s.cfg.logger.Log(context.Background(), level, "limitkit: circuit breaker state changed", attrs...)
 			if s.cfg.hook != nil {

@@ -200,6 +200,9 @@ type countingStore struct {
 	errs    map[string]int
 }
 
+// Unwrap returns the counted store, so that fallback finds its NodeOf.
+func (c *countingStore) Unwrap() backend.Store { return c.Store }
+
 func (c *countingStore) enter(ctx context.Context) {
 	now := time.Now()
 	c.calls.Add(1)

@@ -48,8 +48,16 @@
 // in one call of a batch script, which decides them one after the other,
 // each as atomically as a call of its own (see WithBatching). Nothing waits
 // for a batch to fill: a Take that finds a free slot sends at once, and
-// those arriving meanwhile go in the next call. Cluster clients and
-// WithReplicaAck send each Take alone.
+// those arriving meanwhile go in the next call. WithReplicaAck sends each
+// Take alone.
+//
+// On a Redis Cluster, Takes are batched per master: a batch holds keys of
+// several slots of one master, declares only its first key (a script's
+// declared keys must share a slot; one without flags, as limitkit's are,
+// may touch other keys its node serves) and passes the others as
+// arguments. A request whose slot has moved meanwhile is refused by the
+// node before it writes anything ("non local key") and is sent again
+// alone, following MOVED/ASK.
 //
 // # Time
 //
@@ -70,14 +78,16 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/internal/rediskey"
 	"github.com/limitkit/limitkit/internal/redisopt"
 	"github.com/limitkit/limitkit/internal/redisscript"
 )
 
 // Store is a backend.Store in Redis. It is safe for concurrent use.
 type Store struct {
-	runner *redisscript.Runner
-	client redis.UniversalClient
+	runner  *redisscript.Runner
+	client  redis.UniversalClient
+	cluster *redis.ClusterClient // nil unless a cluster client
 }
 
 var _ backend.Store = (*Store)(nil)
@@ -96,7 +106,30 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{runner: r, client: client}, nil
+	cluster, _ := client.(*redis.ClusterClient)
+	return &Store{runner: r, client: client, cluster: cluster}, nil
+}
+
+// NodeOf returns the address of the cluster master that owns key's hash
+// slot, from the client's slot map, or "" for a single-master client or
+// when the client has no slot map (fallback.NodeLocator: package fallback
+// keeps a breaker per node). It waits on the network only for the client's
+// first slot map.
+func (s *Store) NodeOf(ctx context.Context, key backend.Key) string {
+	if s.cluster == nil {
+		return ""
+	}
+	// The slot depends on the hash tag alone.
+	return masterOf(ctx, s.cluster, rediskey.Build("", key.ID, ""))
+}
+
+// masterOf returns the address of the master of key's slot, or "".
+func masterOf(ctx context.Context, cluster *redis.ClusterClient, key string) string {
+	c, err := cluster.MasterForKey(ctx, key)
+	if err != nil {
+		return ""
+	}
+	return c.Options().Addr
 }
 
 // Take implements backend.Store.
@@ -280,6 +313,17 @@ func (a conn) reply(ctx context.Context, c *redis.Cmd, err error) ([]int64, erro
 func (a conn) Cluster() bool {
 	_, ok := a.c.(*redis.ClusterClient)
 	return ok
+}
+
+// NodeOf returns the master of key's slot, for batching per node
+// (redisscript.NodeLocator); "" for a single-master client. It waits on
+// the network only for the client's first slot map.
+func (a conn) NodeOf(key string) string {
+	cluster, ok := a.c.(*redis.ClusterClient)
+	if !ok {
+		return ""
+	}
+	return masterOf(context.Background(), cluster, key)
 }
 
 func (a conn) Del(ctx context.Context, key string) error {

@@ -18,8 +18,8 @@ func TestConnMalformedReplies(t *testing.T) {
 	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
 	require.NoError(t, err)
 	defer client.Close()
-	scripttest.ConnRejectsMalformedReplies(t, conn{client})
-	scripttest.ConnBatchReplies(t, conn{client}, srv)
-	_, err = conn{client}.Eval(t.Context(), redisscript.Command(9), "", []string{"k"}, nil)
+	scripttest.ConnRejectsMalformedReplies(t, conn{c: client})
+	scripttest.ConnBatchReplies(t, conn{c: client}, srv)
+	_, err = conn{c: client}.Eval(t.Context(), redisscript.Command(9), "", []string{"k"}, nil)
 	require.Error(t, err)
 }

@@ -42,8 +42,9 @@ const DefaultBatch = redisopt.DefaultBatch
 // own request. Under load this cuts the work per decision on the server and
 // in the client (one command parsed, sent and read for many decisions); a
 // lone caller is sent at once, with nothing to wait for. 1 sends every Take
-// alone; New refuses a max below 1. Batching applies to single-master
-// clients (standalone or sentinel) without WithReplicaAck; Peek, TakeAll
+// alone; New refuses a max below 1. Batching applies without
+// WithReplicaAck; on a Redis Cluster, Takes are batched per master (the
+// master of each key's slot, from the client's slot map). Peek, TakeAll
 // and Reset are always sent alone. A batch is sent with the values of the
 // Take with the latest deadline and that deadline (at least 50ms), never a
 // Take's cancellation, so a Take's error depends only on its own context

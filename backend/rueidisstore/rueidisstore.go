@@ -36,8 +36,16 @@
 // in one call of a batch script, which decides them one after the other,
 // each as atomically as a call of its own (see WithBatching). Nothing waits
 // for a batch to fill: a Take that finds a free slot sends at once, and
-// those arriving meanwhile go in the next call. Cluster clients and
-// WithReplicaAck send each Take alone.
+// those arriving meanwhile go in the next call. WithReplicaAck sends each
+// Take alone.
+//
+// On a Redis Cluster, Takes are batched per master: a batch holds keys of
+// several slots of one master, declares only its first key (a script's
+// declared keys must share a slot; one without flags, as limitkit's are,
+// may touch other keys its node serves) and passes the others as
+// arguments. A request whose slot has moved meanwhile is refused by the
+// node before it writes anything ("non local key") and is sent again
+// alone, following MOVED/ASK.
 //
 // # Time
 //
@@ -53,12 +61,14 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/internal/rediskey"
 	"github.com/limitkit/limitkit/internal/redisopt"
 	"github.com/limitkit/limitkit/internal/redisscript"
 )
@@ -66,6 +76,7 @@ import (
 // Store is a backend.Store in Redis. It is safe for concurrent use.
 type Store struct {
 	runner *redisscript.Runner
+	slots  *slotMap // nil unless a cluster client
 }
 
 var _ backend.Store = (*Store)(nil)
@@ -80,11 +91,29 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := redisscript.New(conn{client}, "rueidisstore", ropts)
+	var slots *slotMap
+	if client.Mode() == rueidis.ClientModeCluster {
+		slots = &slotMap{client: client}
+	}
+	r, err := redisscript.New(conn{client, slots}, "rueidisstore", ropts)
 	if err != nil {
 		return nil, err
 	}
-	return &Store{runner: r}, nil
+	return &Store{runner: r, slots: slots}, nil
+}
+
+// NodeOf returns the address of the cluster master that owns key's hash
+// slot, or "" for a single-master client (fallback.NodeLocator: package
+// fallback keeps a breaker per node). rueidis does not share its slot map,
+// so the store keeps a copy from CLUSTER SLOTS, refreshed in the background
+// every second while used and soon after an error; NodeOf never waits for
+// it, and returns "" until the first copy arrives.
+func (s *Store) NodeOf(_ context.Context, key backend.Key) string {
+	if s.slots == nil {
+		return ""
+	}
+	// The slot depends on the hash tag alone.
+	return s.slots.nodeOf(rediskey.Build("", key.ID, ""))
 }
 
 // Take implements backend.Store.
@@ -148,7 +177,24 @@ func ServerTime(client rueidis.Client) func(context.Context) (time.Time, error) 
 
 // conn adapts a rueidis client to the script runner.
 type conn struct {
-	c rueidis.Client
+	c     rueidis.Client
+	slots *slotMap // nil unless a cluster client
+}
+
+// failed brings the slot map's refresh closer after an error that is not
+// the script's own.
+func (a conn) failed(err error) {
+	if a.slots == nil || err == nil {
+		return
+	}
+	if e, ok := rueidis.IsRedisErr(err); ok {
+		_, moved := e.IsMoved()
+		_, ask := e.IsAsk()
+		if !moved && !ask && !e.IsClusterDown() && !e.IsTryAgain() {
+			return // the script's own error, or NOSCRIPT: the map is fine
+		}
+	}
+	a.slots.failed()
 }
 
 // evalCmd builds cmd as a rueidis command. rueidis never retries a
@@ -174,7 +220,9 @@ func (a conn) Eval(ctx context.Context, cmd redisscript.Command, script string, 
 	if err != nil {
 		return nil, err
 	}
-	return ints(a.c.Do(ctx, c))
+	vals, err := ints(a.c.Do(ctx, c))
+	a.failed(err)
+	return vals, err
 }
 
 func (a conn) EvalBatch(ctx context.Context, cmd redisscript.Command, script string, keys, args []string) ([]int64, []error, error) {
@@ -184,6 +232,7 @@ func (a conn) EvalBatch(ctx context.Context, cmd redisscript.Command, script str
 	}
 	resp := a.c.Do(ctx, c)
 	if err := resp.Error(); err != nil {
+		a.failed(err)
 		return nil, nil, err
 	}
 	arr, err := resp.ToArray()
@@ -198,6 +247,9 @@ func (a conn) EvalBatch(ctx context.Context, cmd redisscript.Command, script str
 				errs = make([]error, len(arr))
 			}
 			errs[i] = err
+			if a.slots != nil && strings.Contains(err.Error(), "non local key") {
+				a.slots.failed() // a slot moved: refresh the copy soon
+			}
 			continue
 		}
 		if vals[i], err = arr[i].AsInt64(); err != nil {
@@ -250,6 +302,15 @@ func ints(resp rueidis.RedisResult) ([]int64, error) {
 }
 
 func (a conn) Cluster() bool { return a.c.Mode() == rueidis.ClientModeCluster }
+
+// NodeOf returns the master of key's slot, for batching per node
+// (redisscript.NodeLocator); "" for a single-master client.
+func (a conn) NodeOf(key string) string {
+	if a.slots == nil {
+		return ""
+	}
+	return a.slots.nodeOf(key)
+}
 
 func (a conn) Del(ctx context.Context, key string) error {
 	return a.c.Do(ctx, a.c.B().Del().Key(key).Build()).Error()

@@ -25,6 +25,9 @@ type batcher struct {
 	r           *Runner
 	maxBatch    int
 	maxInFlight int
+	// cluster: the batcher of one cluster node, whose batches declare only
+	// their first key (see nodebatch.go).
+	cluster bool
 
 	mu       sync.Mutex
 	queue    []*pendingTake
@@ -210,20 +213,32 @@ func (b *batcher) send(batch []*pendingTake) {
 		args, buf = BatchArgs(args, buf, c.req.Rule, b.r.now(&c.req), c.req.Cost)
 	}
 	sc.keys, sc.args, sc.buf = keys, args, buf
+	s, callKeys, callArgs := &b.r.batch, keys, args
+	if b.cluster {
+		s = &b.r.clusterBatch
+		callKeys, sc.call = clusterBatchCall(sc.call, keys, args)
+		callArgs = sc.call
+	}
 	var vals []int64
 	var errs []error
-	cmd, err := b.r.send(&b.r.batch, true, func(cmd Command, script string) error {
+	cmd, err := b.r.send(s, true, func(cmd Command, script string) error {
 		var err error
-		vals, errs, err = b.r.conn.EvalBatch(ctx, cmd, script, keys, args)
+		vals, errs, err = b.r.conn.EvalBatch(ctx, cmd, script, callKeys, callArgs)
 		return err
 	})
 	if err == nil && len(vals) != ReplyLen*len(batch) {
 		err = fmt.Errorf("%w: %d values for %d requests", ErrBadReply, len(vals), len(batch))
 	}
+	var alone []*pendingTake
 	for i, c := range batch {
 		e := err
 		if e == nil && errs != nil {
 			e = errs[i*ReplyLen]
+			if b.cluster && retryNonLocal && nonLocal(e) {
+				// Its slot moved: it wrote nothing; it goes again alone.
+				alone = append(alone, c)
+				continue
+			}
 		}
 		var out algorithms.Outcome
 		if e == nil {
@@ -236,13 +251,17 @@ func (b *batcher) send(batch []*pendingTake) {
 		}
 		c.done <- struct{}{}
 	}
+	for _, c := range alone {
+		c.res, _, c.err = b.r.take(ctx, &c.req)
+		c.done <- struct{}{}
+	}
 }
 
 // scratch holds the slices one batch call is built in, reused across
 // batches.
 type scratch struct {
-	keys, args []string
-	buf        []byte
+	keys, args, call []string
+	buf              []byte
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -251,7 +270,8 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 func (s *scratch) put() {
 	clear(s.keys)
 	clear(s.args)
-	s.keys, s.args, s.buf = s.keys[:0], s.args[:0], s.buf[:0]
+	clear(s.call)
+	s.keys, s.args, s.call, s.buf = s.keys[:0], s.args[:0], s.call[:0], s.buf[:0]
 	scratchPool.Put(s)
 }
 

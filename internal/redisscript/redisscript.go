@@ -119,8 +119,9 @@ type Options struct {
 	// Ack turns on replica-acknowledged admission.
 	Ack Ack
 	// Batch, when above 1, lets Take send up to Batch concurrent requests
-	// in one script call (see batcher). It applies to single-master
-	// clients without Ack; Peek, TakeAll and Reset are always sent alone.
+	// in one script call (see batcher), per master on a cluster whose Conn
+	// is a NodeLocator (see nodebatch.go). It applies without Ack; Peek,
+	// TakeAll and Reset are always sent alone.
 	Batch int
 }
 
@@ -147,6 +148,10 @@ type Runner struct {
 	multi   script
 	batch   script
 	batcher *batcher // nil when Take sends each request alone
+	// clusterBatch and nodes batch Takes per node on a Redis Cluster
+	// (nodebatch.go); nodes is nil elsewhere.
+	clusterBatch script
+	nodes        *nodeBatchers
 
 	failedRefunds atomic.Uint64
 }
@@ -174,9 +179,12 @@ func New(conn Conn, name string, opts Options) (*Runner, error) {
 			"a Redis Cluster client cannot send WAIT to the master that ran the script", name)
 	}
 	r := &Runner{conn: conn, name: name, opts: opts, scripts: map[algorithms.Name]*script{}, multi: newScript(MultiScript()),
-		batch: newScript(BatchScript())}
+		batch: newScript(BatchScript()), clusterBatch: newScript(clusterBatchScript(BatchScript()))}
 	if opts.Batch > 1 && opts.Ack.Replicas == 0 && !conn.Cluster() {
 		r.batcher = &batcher{r: r, maxBatch: opts.Batch, maxInFlight: batchesInFlight}
+	}
+	if loc, ok := conn.(NodeLocator); ok && opts.Batch > 1 && opts.Ack.Replicas == 0 && conn.Cluster() {
+		r.nodes = &nodeBatchers{r: r, loc: loc}
 	}
 	for _, alg := range algorithms.Names() {
 		src, err := Script(alg)
@@ -210,6 +218,11 @@ func (r *Runner) Take(ctx context.Context, req backend.Request) (backend.Result,
 	}
 	if r.batcher != nil {
 		return r.batcher.take(ctx, &req)
+	}
+	if r.nodes != nil {
+		if b := r.nodes.batcherFor(Key(req.Key, req.Rule)); b != nil {
+			return b.take(ctx, &req)
+		}
 	}
 	res, _, err := r.take(ctx, &req)
 	return res, err

@@ -38,7 +38,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -50,8 +49,8 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/limiter"
+	"github.com/limitkit/limitkit/limiter/ratelimitfields"
 )
 
 // Headers selects which rate-limit fields response metadata carries;
@@ -130,13 +129,8 @@ func WithoutMethods(patterns ...string) Option {
 // ASCII.
 func WithPolicyName(name string) Option {
 	return func(i *Interceptor) error {
-		if name == "" {
-			return errors.New("grpclimit: policy name is empty")
-		}
-		for j := 0; j < len(name); j++ {
-			if c := name[j]; c < 0x20 || c > 0x7e {
-				return fmt.Errorf("grpclimit: policy name %q has a byte %#x; use printable ASCII", name, c)
-			}
+		if err := ratelimitfields.CheckName(name); err != nil {
+			return fmt.Errorf("grpclimit: %w", err)
 		}
 		i.policyName = name
 		return nil
@@ -192,18 +186,8 @@ type Interceptor struct {
 	logger     *slog.Logger
 
 	// Precomputed from the limiter's configuration.
-	policy      string // ratelimit-policy value
-	limit       string // x-ratelimit-limit value
-	quotedName  string
-	guardName   string   // the guard's policy name, quoted; "" without a guard
-	quotas      [2]quota // the main limit's and the guard's
-	main, guard rule     // the rules the policies describe
-}
-
-// rule is what the metadata needs to know of one of the limiter's rules.
-type rule struct {
-	algorithm algorithms.Name
-	window    time.Duration
+	policy *ratelimitfields.Policy // the rate-limit field values
+	quotas [2]quota                // the main limit's and the guard's
 }
 
 // New returns interceptors enforcing lim. It returns an error for a nil
@@ -225,18 +209,11 @@ func New(lim *limiter.Limiter, opts ...Option) (*Interceptor, error) {
 		}
 	}
 	cfg := lim.Config()
+	i.policy = ratelimitfields.NewPolicy(i.policyName, cfg)
 	i.quotas[0] = newQuota(i.policyName, cfg.Limit, cfg.Window)
-	i.main = rule{cfg.Algorithm, cfg.Window}
-	i.quotedName = quote(i.policyName)
-	i.policy = i.quotedName + ";q=" + strconv.FormatInt(cfg.Limit, 10) + ";w=" + strconv.FormatInt(max(seconds(cfg.Window), 1), 10)
 	if g := cfg.Guard; g != nil {
-		// The guard is a policy of its own, named after the main one.
-		i.guardName = quote(i.policyName + "-guard")
-		i.quotas[1] = newQuota(i.policyName+"-guard", g.Limit, g.Window)
-		i.guard = rule{g.Algorithm, g.Window}
-		i.policy += ", " + i.guardName + ";q=" + strconv.FormatInt(g.Limit, 10) + ";w=" + strconv.FormatInt(max(seconds(g.Window), 1), 10)
+		i.quotas[1] = newQuota(i.policyName+ratelimitfields.GuardSuffix, g.Limit, g.Window)
 	}
-	i.limit = strconv.FormatInt(cfg.Limit, 10)
 	return i, nil
 }
 
@@ -340,7 +317,7 @@ func (i *Interceptor) decide(ctx context.Context, method string) (d limiter.Deci
 			return d, false, nil, errNoKey
 		}
 		if i.headers&DraftHeaders != 0 {
-			md = metadata.MD{"ratelimit-policy": {i.policy}}
+			md = metadata.MD{"ratelimit-policy": {i.policy.Policy()}}
 		}
 		return d, false, md, i.storeError(ctx, method, err)
 	}
@@ -351,7 +328,7 @@ func (i *Interceptor) decide(ctx context.Context, method string) (d limiter.Deci
 	if md == nil {
 		md = metadata.MD{}
 	}
-	md["retry-after"] = []string{strconv.FormatInt(retryAfter(d.RetryAfter), 10)}
+	md["retry-after"] = []string{strconv.FormatInt(ratelimitfields.RetryAfter(d.RetryAfter), 10)}
 	return d, true, md, i.denial(d)
 }
 
@@ -380,7 +357,7 @@ func (i *Interceptor) storeError(ctx context.Context, method string, err error) 
 // sends, so the constant parts are made once (see quotas).
 func (i *Interceptor) denial(d limiter.Decision) error {
 	q := &i.quotas[0]
-	if d.Rule == limiter.GuardRule && i.guardName != "" {
+	if i.policy.IsGuard(d) {
 		q = &i.quotas[1]
 	}
 	retry := max(d.RetryAfter, 0)
@@ -421,91 +398,10 @@ func (i *Interceptor) fields(d limiter.Decision) metadata.MD {
 		return nil
 	}
 	md := make(metadata.MD, 5)
-	if d.Degraded && d.Allowed && d.Remaining == 0 && d.ResetAfter == 0 {
-		// A fallback failing open admitted without counting: there is no
-		// current limit to report, and r=0 would tell clients to stop.
-		if i.headers&DraftHeaders != 0 {
-			md["ratelimit-policy"] = []string{i.policy}
-		}
-		if i.headers&XRateLimitHeaders != 0 {
-			md["x-ratelimit-limit"] = []string{i.limit}
-		}
-		return md
-	}
-	remaining := strconv.FormatInt(max(d.Remaining, 0), 10)
-	// x-ratelimit-reset: when admitted, until the key's full allowance is
-	// back; when denied, the retry delay.
-	reset := strconv.FormatInt(seconds(d.ResetAfter), 10)
-	if !d.Allowed {
-		reset = strconv.FormatInt(retryAfter(d.RetryAfter), 10)
-	}
-	name, limit := i.quotedName, i.limit
-	if d.Rule == limiter.GuardRule && i.guardName != "" {
-		name, limit = i.guardName, strconv.FormatInt(d.Limit, 10)
-	}
-	if i.headers&DraftHeaders != 0 {
-		md["ratelimit-policy"] = []string{i.policy}
-		if t, ok := i.effectiveWindow(d); ok {
-			md["ratelimit"] = []string{name + ";r=" + remaining + ";t=" + strconv.FormatInt(t, 10)}
-		} else {
-			md["ratelimit"] = []string{name + ";r=" + remaining}
-		}
-	}
-	if i.headers&XRateLimitHeaders != 0 {
-		md["x-ratelimit-limit"] = []string{limit}
-		md["x-ratelimit-remaining"] = []string{remaining}
-		md["x-ratelimit-reset"] = []string{reset}
-	}
+	// A fallback failing open that counted nothing gets no ratelimit:
+	// r=0 would tell clients to stop (ratelimitfields.Counted).
+	i.policy.Fields(d, i.headers&DraftHeaders != 0, i.headers&XRateLimitHeaders != 0, func(f ratelimitfields.Field, value string) {
+		md[f.LowerName()] = []string{value}
+	})
 	return md
-}
-
-// effectiveWindow returns the draft's t for d, as limiter/httplimit
-// computes it: the whole seconds, rounded up, until the decided policy has
-// more quota available, and whether d tells that exactly (on a denial, and
-// on admissions under fixed_window and gcra).
-func (i *Interceptor) effectiveWindow(d limiter.Decision) (int64, bool) {
-	if !d.Allowed {
-		return retryAfter(d.RetryAfter), true
-	}
-	ru := i.main
-	if d.Rule == limiter.GuardRule && i.guardName != "" {
-		ru = i.guard
-	}
-	rule := algorithms.Rule{Algorithm: ru.algorithm, Limit: d.Limit, Window: ru.window}
-	if after, ok := rule.MoreAfter(d.Remaining, d.ResetAfter); ok {
-		return seconds(after), true
-	}
-	return 0, false
-}
-
-// retryAfter converts a retry delay into whole seconds for metadata:
-// rounded up, at least 1, as limiter/httplimit's Retry-After.
-func retryAfter(d time.Duration) int64 {
-	return max(seconds(d), 1)
-}
-
-// seconds rounds d up to whole seconds; negative durations count as 0.
-func seconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	s := int64(d / time.Second)
-	if d%time.Second != 0 {
-		s++
-	}
-	return s
-}
-
-// quote writes s as a structured-field String (RFC 8941).
-func quote(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for j := 0; j < len(s); j++ {
-		if c := s[j]; c == '"' || c == '\\' {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(s[j])
-	}
-	b.WriteByte('"')
-	return b.String()
 }

@@ -11,6 +11,8 @@ import (
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+
+	"github.com/limitkit/limitkit/limiter/internal/ipmask"
 )
 
 // KeyFunc names the subject a call is limited as: a client address, an
@@ -71,23 +73,14 @@ func addrOf(addr net.Addr) (netip.Addr, bool) {
 // choice. IPv4 keys, and keys that are not addresses, are kept as they
 // are. bits must be 1 to 128.
 func IPv6Prefix(bits int, key KeyFunc) (KeyFunc, error) {
-	if bits < 1 || bits > 128 {
-		return nil, fmt.Errorf("grpclimit: IPv6 prefix length is %d; give 1 to 128 (64 is usual)", bits)
+	if err := ipmask.CheckBits(bits); err != nil {
+		return nil, fmt.Errorf("grpclimit: %w", err)
 	}
 	if key == nil {
 		return nil, errors.New("grpclimit: key func is nil")
 	}
 	return func(ctx context.Context, method string) string {
-		k := key(ctx, method)
-		a, err := netip.ParseAddr(k)
-		if err != nil || !a.Is6() || a.Is4In6() {
-			return k
-		}
-		p, err := a.WithZone("").Prefix(bits)
-		if err != nil {
-			return k
-		}
-		return p.String()
+		return ipmask.Mask(key(ctx, method), bits)
 	}, nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/limiter"
+	"github.com/limitkit/limitkit/limiter/ratelimitfields"
 )
 
 // TestEffectiveWindow drives each algorithm with irregular traffic and
@@ -65,7 +66,7 @@ func TestEffectiveWindow(t *testing.T) {
 				w := do(h, request("192.0.2.1:1"))
 				pols, svcs, err := parseDraftFields(w.Header().Values("RateLimit-Policy"), w.Header().Values("RateLimit"))
 				require.NoError(t, err, "request %d", i)
-				require.Equal(t, map[string]policy{"default": {tc.limit, seconds(tc.window)}}, pols)
+				require.Equal(t, map[string]policy{"default": {tc.limit, ratelimitfields.Seconds(tc.window)}}, pols)
 				s, ok := svcs["default"]
 				require.True(t, ok)
 				now := fake.Now()
@@ -104,7 +105,7 @@ func TestEffectiveWindowControl(t *testing.T) {
 	require.NoError(t, err)
 	do(mw.Handler(inner), request("192.0.2.1:1"))
 	require.True(t, d.Allowed)
-	oldT := seconds(d.ResetAfter) // 60: the second request leaves at +60 s
+	oldT := ratelimitfields.Seconds(d.ResetAfter) // 60: the second request leaves at +60 s
 	peek := func(after time.Duration) int64 {
 		fake.Advance(after)
 		defer fake.Advance(-after)

@@ -72,12 +72,11 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/limiter"
+	"github.com/limitkit/limitkit/limiter/ratelimitfields"
 )
 
 // Headers selects which rate-limit header fields responses carry; combine
@@ -123,13 +122,8 @@ func WithKey(k KeyFunc) Option {
 // carry several. The name must be printable ASCII.
 func WithPolicyName(name string) Option {
 	return func(m *Middleware) error {
-		if name == "" {
-			return errors.New("httplimit: policy name is empty")
-		}
-		for i := 0; i < len(name); i++ {
-			if c := name[i]; c < 0x20 || c > 0x7e {
-				return fmt.Errorf("httplimit: policy name %q has a byte %#x; use printable ASCII", name, c)
-			}
+		if err := ratelimitfields.CheckName(name); err != nil {
+			return fmt.Errorf("httplimit: %w", err)
 		}
 		m.policyName = name
 		return nil
@@ -212,17 +206,10 @@ type Middleware struct {
 	missingKey http.Handler
 	logger     *slog.Logger
 	lists      lists
-	quotedName string
 
 	// view is derived from the limiter's configuration, and made again
 	// when that changes (limiter.Limiter.SetConfig).
 	view atomic.Pointer[view]
-}
-
-// rule is what the headers need to know of one of the limiter's rules.
-type rule struct {
-	algorithm algorithms.Name
-	window    time.Duration
 }
 
 // New returns middleware enforcing lim. It returns an error for a nil
@@ -249,7 +236,6 @@ func New(lim *limiter.Limiter, opts ...Option) (*Middleware, error) {
 	if m.onError == nil {
 		m.onError = m.logAndServe
 	}
-	m.quotedName = quote(m.policyName)
 	m.current()
 	return m, nil
 }
@@ -317,7 +303,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request) (*http.Reques
 			return nil, false
 		}
 		if m.headers&DraftHeaders != 0 {
-			w.Header().Add("RateLimit-Policy", m.current().policy)
+			w.Header().Add("RateLimit-Policy", m.current().fields.Policy())
 		}
 		return r, m.onError(w, r, err)
 	}
@@ -331,68 +317,20 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request) (*http.Reques
 	return r, true
 }
 
-// effectiveWindow returns the draft's t for d: the whole seconds, rounded
-// up, until the decided policy has more quota available, and whether d
-// tells that exactly.
-func (v *view) effectiveWindow(d limiter.Decision) (int64, bool) {
-	if !d.Allowed {
-		// The denied request costs 1: it would be admitted the moment one
-		// more unit is available. Equal to Retry-After, as the draft wants
-		// Retry-After no earlier than the end of the effective window.
-		return RetryAfter(d.RetryAfter), true
-	}
-	ru := v.main
-	if d.Rule == limiter.GuardRule && v.guardName != "" {
-		ru = v.guard
-	}
-	rule := algorithms.Rule{Algorithm: ru.algorithm, Limit: d.Limit, Window: ru.window}
-	if after, ok := rule.MoreAfter(d.Remaining, d.ResetAfter); ok {
-		return seconds(after), true
-	}
-	return 0, false
-}
-
 // setHeaders writes the rate-limit fields of d.
 func (m *Middleware) setHeaders(h http.Header, v *view, d limiter.Decision) {
 	if m.headers == 0 {
 		return
 	}
-	if d.Degraded && d.Allowed && d.Remaining == 0 && d.ResetAfter == 0 {
-		// A fallback failing open admitted without counting: there is no
-		// current limit to report, and r=0 would tell clients to stop.
-		if m.headers&DraftHeaders != 0 {
-			h.Add("RateLimit-Policy", v.policy)
-		}
-		if m.headers&XRateLimitHeaders != 0 {
-			h.Set("X-RateLimit-Limit", v.limit)
-		}
-		return
-	}
-	remaining := strconv.FormatInt(max(d.Remaining, 0), 10)
-	// X-RateLimit-Reset keeps its own meaning: when admitted, until the
-	// key's full allowance is back; when denied, the Retry-After.
-	reset := strconv.FormatInt(seconds(d.ResetAfter), 10)
-	if !d.Allowed {
-		reset = strconv.FormatInt(RetryAfter(d.RetryAfter), 10)
-	}
-	// The decision describes the closer limit: the guard's, when it is.
-	name, limit := m.quotedName, v.limit
-	if d.Rule == limiter.GuardRule && v.guardName != "" {
-		name, limit = v.guardName, strconv.FormatInt(d.Limit, 10)
-	}
-	if m.headers&DraftHeaders != 0 {
-		h.Add("RateLimit-Policy", v.policy)
-		if t, ok := v.effectiveWindow(d); ok {
-			h.Add("RateLimit", name+";r="+remaining+";t="+strconv.FormatInt(t, 10))
+	// A fallback failing open that counted nothing gets no RateLimit:
+	// r=0 would tell clients to stop (ratelimitfields.Counted).
+	v.fields.Fields(d, m.headers&DraftHeaders != 0, m.headers&XRateLimitHeaders != 0, func(f ratelimitfields.Field, value string) {
+		if f.Draft() {
+			h.Add(f.Name(), value) // stacked middleware each add a policy
 		} else {
-			h.Add("RateLimit", name+";r="+remaining)
+			h.Set(f.Name(), value)
 		}
-	}
-	if m.headers&XRateLimitHeaders != 0 {
-		h.Set("X-RateLimit-Limit", limit)
-		h.Set("X-RateLimit-Remaining", remaining)
-		h.Set("X-RateLimit-Reset", reset)
-	}
+	})
 }
 
 // logAndServe is the default ErrorHandler: a store failure must not take the
@@ -415,34 +353,7 @@ func (m *Middleware) logAndServe(_ http.ResponseWriter, r *http.Request, err err
 // header: rounded up, at least 1 (a client told 0 would retry at once and
 // be denied again).
 func RetryAfter(d time.Duration) int64 {
-	return max(seconds(d), 1)
-}
-
-// seconds rounds d up to whole seconds; negative durations count as 0.
-func seconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	s := int64(d / time.Second)
-	if d%time.Second != 0 {
-		s++
-	}
-	return s
-}
-
-// quote writes s as a structured-field String (RFC 8941): in double quotes,
-// with '"' and '\' escaped.
-func quote(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c == '"' || c == '\\' {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(s[i])
-	}
-	b.WriteByte('"')
-	return b.String()
+	return ratelimitfields.RetryAfter(d)
 }
 
 // tooManyRequests is the default denied handler.
@@ -456,7 +367,7 @@ func (m *Middleware) tooManyRequests(w http.ResponseWriter, r *http.Request) {
 	}
 	v := m.current()
 	body := v.problem[0]
-	if d, ok := DecisionFrom(r.Context()); ok && d.Rule == limiter.GuardRule && v.problem[1] != "" {
+	if d, ok := DecisionFrom(r.Context()); ok && v.fields.IsGuard(d) {
 		body = v.problem[1]
 	}
 	h := w.Header()

@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/limitkit/limitkit/limiter/internal/ipmask"
 )
 
 // KeyFunc names the subject a request is limited as: a client address, an
@@ -234,23 +236,14 @@ func unquote(s string) string {
 // to reset a per-address limit; 64 is the usual choice. IPv4 keys, and keys
 // that are not addresses, are kept as they are. bits must be 1 to 128.
 func IPv6Prefix(bits int, key KeyFunc) (KeyFunc, error) {
-	if bits < 1 || bits > 128 {
-		return nil, fmt.Errorf("httplimit: IPv6 prefix length is %d; give 1 to 128 (64 is usual)", bits)
+	if err := ipmask.CheckBits(bits); err != nil {
+		return nil, fmt.Errorf("httplimit: %w", err)
 	}
 	if key == nil {
 		return nil, errors.New("httplimit: key func is nil")
 	}
 	return func(r *http.Request) string {
-		k := key(r)
-		a, err := netip.ParseAddr(k)
-		if err != nil || !a.Is6() || a.Is4In6() {
-			return k
-		}
-		p, err := a.WithZone("").Prefix(bits)
-		if err != nil {
-			return k
-		}
-		return p.String()
+		return ipmask.Mask(key(r), bits)
 	}, nil
 }
 

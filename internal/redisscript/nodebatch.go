@@ -1,0 +1,102 @@
+package redisscript
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Batching on a Redis Cluster.
+//
+// A script's declared keys must share one hash slot (CROSSSLOT otherwise,
+// whatever the script's flags), but a script without a shebang line, as
+// all of limitkit's are, may touch keys of any slot its node serves: Redis
+// keeps that permissive default for scripts that declare no flags (the
+// allow-cross-slot-keys behaviour; redis/redis#10615). So a batch for one
+// node declares only its first key, which routes the call to that node in
+// both clients, and passes every key in ARGV. A key whose slot the node no
+// longer serves (a reshard, a failover) fails only its own request, with
+// "Script attempted to access a non local key", before that request wrote
+// anything (every key of one request shares its id's slot, and the first
+// access is refused); such a request is sent again alone, and the client
+// follows MOVED/ASK for it.
+
+// NodeLocator is implemented by Conns of cluster clients: NodeOf returns
+// the address of the master that serves key's slot in the client's slot
+// map, or "" when unknown. It must not wait on the network.
+type NodeLocator interface {
+	NodeOf(key string) string
+}
+
+// clusterBatchPrefix turns the batch script into its cluster form: ARGV[1]
+// is the number of requests n, ARGV[2..n+1] their keys, and the batch's
+// own ARGV follows; KEYS holds only the first key, for routing. The locals
+// shadow the globals the batch body reads.
+const clusterBatchPrefix = `local KEYS, ARGV = (function(argv)
+  local n = tonumber(argv[1])
+  local keys, rest = {}, {}
+  for i = 1, n do keys[i] = argv[1 + i] end
+  for i = n + 2, #argv do rest[#rest + 1] = argv[i] end
+  return keys, rest
+end)(ARGV)
+`
+
+// clusterBatchScript returns the cluster form of the batch script.
+func clusterBatchScript(batch string) string { return clusterBatchPrefix + batch }
+
+// clusterBatchCall returns the keys and ARGV of a cluster batch call for
+// the batch's keys and ARGV, in dst (reused).
+func clusterBatchCall(dst, keys, args []string) (declared, argv []string) {
+	argv = append(dst[:0], strconv.Itoa(len(keys)))
+	argv = append(argv, keys...)
+	argv = append(argv, args...)
+	return keys[:1], argv
+}
+
+// nonLocal reports whether a request of a cluster batch failed because its
+// key's slot is not served by the node (it wrote nothing).
+func nonLocal(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "non local key")
+}
+
+// retryNonLocal sends a cluster batch's non-local requests again alone; a
+// test turns it off as a control.
+var retryNonLocal = true
+
+// nodeBatchers holds a batcher per cluster node.
+type nodeBatchers struct {
+	r   *Runner
+	loc NodeLocator
+	mu  sync.RWMutex
+	by  map[string]*batcher
+}
+
+// maxNodeBatchers bounds the batchers kept: a cluster's masters, and the
+// ones failovers and reshards add over time. Beyond it, the map starts
+// again (idle batchers hold nothing).
+const maxNodeBatchers = 1024
+
+// batcherFor returns the batcher of the node serving key, or nil when the
+// node is unknown (the Take is then sent alone).
+func (n *nodeBatchers) batcherFor(key string) *batcher {
+	node := n.loc.NodeOf(key)
+	if node == "" {
+		return nil
+	}
+	n.mu.RLock()
+	b := n.by[node]
+	n.mu.RUnlock()
+	if b != nil {
+		return b
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if b = n.by[node]; b == nil {
+		if n.by == nil || len(n.by) >= maxNodeBatchers {
+			n.by = map[string]*batcher{}
+		}
+		b = &batcher{r: n.r, maxBatch: n.r.opts.Batch, maxInFlight: batchesInFlight, cluster: true}
+		n.by[node] = b
+	}
+	return b
+}
