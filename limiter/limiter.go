@@ -111,7 +111,8 @@ type Config struct {
 	// Decision.Exempt set and no store call. Each entry is an exact key
 	// or, for keys that are IP addresses, an address ("192.0.2.7") or a
 	// CIDR prefix ("10.0.0.0/8", "2001:db8::/32"); IPv4-mapped IPv6 keys
-	// match IPv4 entries. An entry written as a prefix must be a valid one
+	// match IPv4 entries, and a network key ("2001:db8:1:2::/64") an
+	// entry that holds all of it. An entry written as a prefix must be a valid one
 	// with no host bits set. Default: none.
 	Exempt []string
 	// Deny lists keys that are always denied, without a store call:

@@ -126,8 +126,8 @@ func allDigits(s string) bool {
 }
 
 // check says what the lists say of key. A deny entry wins over an
-// exemption. The key is parsed as an address only when there are address
-// entries.
+// exemption. The key is parsed as an address, or a network wholly inside
+// an entry, only when there are address entries.
 func (l *lists) check(key string) verdict {
 	if _, ok := l.denyKeys[key]; ok {
 		return denyListed
@@ -136,14 +136,12 @@ func (l *lists) check(key string) verdict {
 	if _, ok := l.exemptKeys[key]; ok {
 		exempt = true
 	}
-	// looksLikeAddr first: a failed ParseAddr allocates its error.
-	if len(l.denyNets)+len(l.exemptNets) > 0 && looksLikeAddr(key) {
-		if a, err := netip.ParseAddr(key); err == nil {
-			a = a.WithZone("").Unmap()
-			if contains(l.denyNets, a) {
+	if len(l.denyNets)+len(l.exemptNets) > 0 {
+		if p, ok := keyPrefix(key); ok {
+			if contains(l.denyNets, p) {
 				return denyListed
 			}
-			exempt = exempt || contains(l.exemptNets, a)
+			exempt = exempt || contains(l.exemptNets, p)
 		}
 	}
 	if exempt {
@@ -152,9 +150,37 @@ func (l *lists) check(key string) verdict {
 	return unlisted
 }
 
-func contains(nets []netip.Prefix, a netip.Addr) bool {
+// keyPrefix reads a key that is an IP address (a prefix of its full
+// length) or a network, such as the "2001:db8:1:2::/64" of httplimit's
+// IPv6Prefix key funcs. The shape is checked first: a failed parse
+// allocates its error.
+func keyPrefix(key string) (netip.Prefix, bool) {
+	front, bits, isNet := strings.Cut(key, "/")
+	if !looksLikeAddr(front) || isNet && !allDigits(bits) {
+		return netip.Prefix{}, false
+	}
+	if isNet {
+		p, err := netip.ParsePrefix(key)
+		if err != nil {
+			return netip.Prefix{}, false
+		}
+		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+		}
+		return p, true
+	}
+	a, err := netip.ParseAddr(key)
+	if err != nil {
+		return netip.Prefix{}, false
+	}
+	a = a.WithZone("").Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), true
+}
+
+// contains reports whether one of nets holds all of k.
+func contains(nets []netip.Prefix, k netip.Prefix) bool {
 	for _, p := range nets {
-		if p.Contains(a) {
+		if p.Bits() <= k.Bits() && p.Contains(k.Addr()) {
 			return true
 		}
 	}

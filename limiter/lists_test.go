@@ -78,7 +78,7 @@ func TestExemptAndDenyLists(t *testing.T) {
 				}
 				lim, err := limiter.New(cs, cfg)
 				require.NoError(t, err)
-				listed := []string{"svc-health", "10.1.2.3", "::ffff:10.1.2.3", "2001:db8::5", "2001:db8::5%eth0", "mallory", "192.0.2.7", "10.9.8.7"}
+				listed := []string{"svc-health", "10.1.2.3", "::ffff:10.1.2.3", "2001:db8::5", "2001:db8::5%eth0", "2001:db8:1:2::/64", "mallory", "192.0.2.7", "10.9.8.7"}
 				denied := map[string]bool{"mallory": true, "192.0.2.7": true, "10.9.8.7": true} // 10.9/16 is denied inside the exempt 10/8
 				for _, key := range listed {
 					var admitted int
@@ -119,12 +119,17 @@ func TestExemptAndDenyLists(t *testing.T) {
 					require.NoError(t, err)
 					require.True(t, d.Exempt)
 					require.Zero(t, cs.calls.Load())
+					// A network wider than every entry is on no list.
+					d, err = lim.Allow(ctx, "2001:db8::/31")
+					require.NoError(t, err)
+					require.False(t, d.Exempt || d.DenyListed)
+					require.EqualValues(t, 1, cs.calls.Load())
 					// A key on no list still reaches the store.
 					d, err = lim.Allow(ctx, "alice")
 					require.NoError(t, err)
 					require.True(t, d.Allowed)
 					require.False(t, d.Exempt || d.DenyListed)
-					require.EqualValues(t, 1, cs.calls.Load())
+					require.EqualValues(t, 2, cs.calls.Load())
 				} else {
 					require.EqualValues(t, len(listed)*7, cs.calls.Load(), "control: every call reaches the store")
 				}
@@ -242,7 +247,7 @@ func TestListsAllocateNothing(t *testing.T) {
 		Exempt: []string{"ops", "10.0.0.0/8", "2001:db8::/32"}, Deny: []string{"mallory", "192.0.2.0/24"}})
 	require.NoError(t, err)
 	ctx := context.Background()
-	for _, key := range []string{"ops", "10.1.2.3", "2001:db8::1", "mallory", "192.0.2.9"} {
+	for _, key := range []string{"ops", "10.1.2.3", "2001:db8::1", "2001:db8:1:2::/64", "mallory", "192.0.2.9"} {
 		allocs := testing.AllocsPerRun(100, func() { _, _ = lim.Allow(ctx, key) })
 		require.Zero(t, allocs, key)
 	}
