@@ -307,6 +307,16 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request) (*http.Reques
 		}
 		return r, m.onError(w, r, err)
 	}
+	// The limit's own lists (limiter.Config.Exempt and Deny) answer like
+	// the middleware's: an exempt request passes without rate-limit
+	// fields, a listed one gets the deny handler, not a 429.
+	switch {
+	case d.Exempt:
+		return r, true
+	case d.DenyListed && !d.Allowed:
+		m.lists.deny.ServeHTTP(w, r)
+		return nil, false
+	}
 	m.setHeaders(w.Header(), m.current(), d)
 	r = r.WithContext(&decisionCtx{r.Context(), d})
 	if !d.Allowed {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/limiter"
 )
 
 // countingStore counts every call that reaches a real memory store.
@@ -219,4 +220,38 @@ func TestListsRealServer(t *testing.T) {
 	}
 	assert.Equal(t, []int{200, 200, 429}, codes)
 	assert.EqualValues(t, 3, store.calls.Load())
+}
+
+// TestLimitListsThroughMiddleware: a limit's own lists (limiter.Config's
+// Exempt and Deny, as a config file sets them) are answered like the
+// middleware's: an exempt request passes with no rate-limit fields, a
+// deny-listed one gets 403, not 429; neither reaches the store.
+func TestLimitListsThroughMiddleware(t *testing.T) {
+	store := newCountingStore(t)
+	lim, err := limiter.New(store, limiter.Config{Limit: 1, Window: time.Minute, Prefix: "l:",
+		Exempt: []string{"192.0.2.1"}, Deny: []string{"192.0.2.2"}})
+	require.NoError(t, err)
+	mw, err := New(lim)
+	require.NoError(t, err)
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
+	serve := func(addr string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = addr + ":1234"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	for range 3 {
+		w := serve("192.0.2.1")
+		assert.Equal(t, http.StatusOK, w.Code)
+		assert.Empty(t, w.Header().Get("RateLimit"), "an exempt request gets no rate-limit fields")
+		w = serve("192.0.2.2")
+		assert.Equal(t, http.StatusForbidden, w.Code)
+		assert.Empty(t, w.Header().Get("Retry-After"))
+	}
+	assert.Zero(t, store.calls.Load())
+	// Control: an unlisted address is limited, through the store.
+	assert.Equal(t, http.StatusOK, serve("192.0.2.3").Code)
+	assert.Equal(t, http.StatusTooManyRequests, serve("192.0.2.3").Code)
+	assert.EqualValues(t, 2, store.calls.Load())
 }
