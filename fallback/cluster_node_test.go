@@ -243,7 +243,23 @@ func TestClusterMasterFailoverPerNode(t *testing.T) {
 		victim.Kill()
 		c.WaitOK()
 		promotedAt := time.Now()
-		// Let the load run on the promoted replica for a while.
+		// The clients find the promoted replica on their own schedule (a
+		// slot map refresh): wait, bounded, until one of its keys is
+		// decided by Redis again, then let the load run on it a while.
+		victimKey := -1
+		for i := range keys {
+			if onVictim[i] {
+				victimKey = i
+				break
+			}
+		}
+		require.GreaterOrEqual(t, victimKey, 0)
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			d, err := h.fb.Take(t.Context(), backend.Request{Key: keys[victimKey], Rule: rule, Now: time.Now(), Cost: 1})
+			if err == nil && !d.Degraded {
+				break
+			}
+		}
 		waitForCount(t, &fresh, fresh.Load()+3000, "decisions from the cluster after the failover")
 		st := h.fb.Stats()
 		close(stop)
