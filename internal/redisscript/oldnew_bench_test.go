@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -67,9 +66,9 @@ func BenchmarkScriptsBeforeNow(b *testing.B) {
 				src := "return 1"
 				if cl.path != "floor" {
 					if cl.before {
-						bs, err := os.ReadFile("testdata/before_" + string(cl.alg) + ".lua")
+						var err error
+						src, err = beforeScript(cl.alg)
 						require.NoError(b, err)
-						src = string(bs)
 					} else {
 						var err error
 						src, err = redisscript.Script(cl.alg)

@@ -329,12 +329,12 @@ func TestScriptsMatchBefore(t *testing.T) {
 	steps := oldNewSteps(t)
 	for i, alg := range oldNewAlgorithms {
 		t.Run(string(alg), func(t *testing.T) {
-			before, err := os.ReadFile("testdata/before_" + string(alg) + ".lua")
+			before, err := beforeScript(alg)
 			require.NoError(t, err)
 			now, err := redisscript.Script(alg)
 			require.NoError(t, err)
 			start := time.Now()
-			require.NoError(t, compareBeforeNow(t.Context(), c, alg, string(before), now, uint64(1000+i), steps/len(oldNewAlgorithms)))
+			require.NoError(t, compareBeforeNow(t.Context(), c, alg, before, now, uint64(1000+i), steps/len(oldNewAlgorithms)))
 			t.Logf("%s: %d steps identical in %v", alg, steps/len(oldNewAlgorithms), time.Since(start).Round(time.Millisecond))
 		})
 	}
@@ -352,15 +352,41 @@ func TestScriptsMatchBefore(t *testing.T) {
 			{algorithms.CompactLog, "return reset + 1 * w + 1000", "return reset + 1 * w + 1001", "expiry set"},
 		}
 		for _, m := range mutations {
-			before, err := os.ReadFile("testdata/before_" + string(m.alg) + ".lua")
+			before, err := beforeScript(m.alg)
 			require.NoError(t, err)
 			now, err := redisscript.Script(m.alg)
 			require.NoError(t, err)
 			require.Contains(t, now, m.from, "the control's mutation no longer applies")
-			err = compareBeforeNow(t.Context(), c, m.alg, string(before), strings.Replace(now, m.from, m.to, 1), 7, 20_000)
+			err = compareBeforeNow(t.Context(), c, m.alg, before, strings.Replace(now, m.from, m.to, 1), 7, 20_000)
 			require.Error(t, err, "%s: a script changed by %q was not caught", m.alg, m.to)
 			require.Contains(t, err.Error(), m.wantError)
 			t.Logf("caught: %v", err)
 		}
 	})
+}
+
+// beforeParts lists, per algorithm, the testdata files whose text, joined,
+// is its script as it was before the cut: the prelude every script starts
+// with, the log library the two log scripts shared, then its own body.
+var beforeParts = map[algorithms.Name][]string{
+	algorithms.SlidingLog: {"prelude", "sliding_log"},
+	algorithms.CompactLog: {"prelude", "loglib", "compact_log"},
+	algorithms.TwoLevel:   {"prelude", "loglib", "two_level"},
+}
+
+// beforeScript returns alg's script text before the cut.
+func beforeScript(alg algorithms.Name) (string, error) {
+	parts, ok := beforeParts[alg]
+	if !ok {
+		return "", fmt.Errorf("no script before the cut for %s", alg)
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		text, err := os.ReadFile("testdata/before_" + p + ".lua")
+		if err != nil {
+			return "", err
+		}
+		b.Write(text)
+	}
+	return b.String(), nil
 }
