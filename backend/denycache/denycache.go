@@ -233,7 +233,8 @@ func (s *Store) Take(ctx context.Context, req backend.Request) (backend.Result, 
 	if req.Cost != 1 || !s.listening.Load() {
 		res, err := s.inner.Take(ctx, req)
 		if err == nil && res.Allowed {
-			s.invalidate(req.Key, req.Rule.Algorithm)
+			h := s.hash(req.Key, req.Rule.Algorithm)
+			s.forget(&s.shards[h[0]%shards], h)
 		}
 		return res, err
 	}
@@ -264,7 +265,7 @@ func (s *Store) Take(ctx context.Context, req backend.Request) (backend.Result, 
 		// An admission stamped after a remembered denial moves the key
 		// on: a request stamped before it must ask the store.
 		if ok {
-			s.invalidate(req.Key, req.Rule.Algorithm)
+			s.forget(sh, h)
 		}
 		return res, nil
 	}
@@ -341,6 +342,19 @@ func (s *Store) invalidate(key backend.Key, alg algorithms.Name) {
 	sh := &s.shards[h[0]%shards]
 	sh.mu.Lock()
 	sh.gen++
+	if _, ok := sh.m[h]; ok {
+		delete(sh.m, h)
+		s.dropped.Add(1)
+	}
+	sh.mu.Unlock()
+}
+
+// forget drops the entry h after this process saw an admission on its key.
+// Unlike invalidate it leaves the shard's generation alone: an admission is
+// not news from elsewhere, and bumping the generation on every admission
+// would keep concurrent denials in the shard from being remembered.
+func (s *Store) forget(sh *shard, h [2]uint64) {
+	sh.mu.Lock()
 	if _, ok := sh.m[h]; ok {
 		delete(sh.m, h)
 		s.dropped.Add(1)
