@@ -139,17 +139,7 @@ func TestSeedScriptIsExact(t *testing.T) {
 	}
 	// The control: a script that does not count is caught.
 	broken := Contender{Name: "broken seed", Group: "seed", New: func(w Workload) (Decider, func(), error) {
-		c, err := newGoRedis(GoRedisOptions(s.Addr()))
-		if err != nil {
-			return nil, nil, err
-		}
-		script := redis.NewScript(brokenSeed)
-		a := newSeedArgs(w)
-		return func(ctx context.Context, id string) (bool, error) {
-			args := a.args(nowMillis())
-			n, err := script.Run(ctx, c, []string{seedKey(id)}, args[0], args[1], args[2], args[3]).Int64()
-			return n == 1, err
-		}, func() { _ = c.Close() }, nil
+		return goRedisScript(s.Addr(), w, brokenSeed)
 	}}
 	cell, err := Prepare(ctx, broken, w)
 	if err != nil {

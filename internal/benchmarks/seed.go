@@ -72,11 +72,17 @@ func seedRueidis(addr string, w Workload) (Decider, func(), error) {
 // seedGoRedis runs SeedScript through go-redis' redis.NewScript (EVALSHA,
 // EVAL on NOSCRIPT) on a client with the default pool.
 func seedGoRedis(addr string, w Workload) (Decider, func(), error) {
+	return goRedisScript(addr, w, SeedScript)
+}
+
+// goRedisScript runs src, which takes the seed script's KEYS and ARGV,
+// through go-redis as seedGoRedis does.
+func goRedisScript(addr string, w Workload, src string) (Decider, func(), error) {
 	c, err := newGoRedis(GoRedisOptions(addr))
 	if err != nil {
 		return nil, nil, err
 	}
-	script := redis.NewScript(SeedScript)
+	script := redis.NewScript(src)
 	a := newSeedArgs(w)
 	return func(ctx context.Context, id string) (bool, error) {
 		args := a.args(nowMillis())
