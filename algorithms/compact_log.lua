@@ -37,6 +37,87 @@ if take and not refund and struct and cost <= limit then
   end
   local head, n, cap, hint, newest = unpack('>I2I2I2I2I7', first, 1)
   local avail = (#first - HDR) / SLOT -- slots in the first read
+  if cap <= BLOCK and head == 0 and n >= 1 and n <= cap and n <= limit and #first == HDR + cap * SLOT
+    and unpack('>I7', first, HDR + n * SLOT - SLOT + 1) == newest then
+    -- A small log (the whole ring in the first read), linear as log_take
+    -- always writes it, the limit not lowered below it: log_take's
+    -- decision and write, from a scan of the oldest entries and, when the
+    -- clock went back, of the newest. The log is sorted and its last
+    -- entry is newest, so a scan counts what count would. Entries 0..d-1
+    -- are forgotten (<= now - 2w), d..x-1 slid out (<= now - w) but kept.
+    local cut2, cutw = now - 2 * w, now - w
+    local d, x = 0, 0
+    if newest <= cutw then
+      x = n
+      while d < n and unpack('>I7', first, HDR + d * SLOT + 1) <= cut2 do
+        d = d + 1
+      end
+    else
+      while true do
+        local t = unpack('>I7', first, HDR + x * SLOT + 1)
+        if t > cutw then
+          break
+        end
+        x = x + 1
+        if t <= cut2 then
+          d = x
+        end
+      end
+    end
+    local expired = x - d
+    local remaining = limit - (n - x)
+    if cost > remaining then
+      local reset = newest + w - now
+      if d > 0 or expired ~= hint - d then
+        redis.call('SET', key, pack('>I2I2I2I2I7', 0, n - d, cap, expired, newest) .. string.sub(first, HDR + d * SLOT + 1, HDR + n * SLOT)
+          .. string.rep('\0', (cap - n + d) * SLOT), 'PX', string.format('%d', key_ttl(reset, w)))
+      else
+        redis.call('PEXPIRE', key, string.format('%d', key_ttl(reset, w)))
+      end
+      return {0, remaining, unpack('>I7', first, HDR + (n + cost - limit - 1) * SLOT + 1) + w - now, reset, now}
+    end
+    -- Make room from slid-out entries only (s: the oldest kept); the new
+    -- entries go after those <= now (p: the first later than now); the
+    -- log is rewritten whole, linear, growing as log_take grows it.
+    local s = d
+    if n - d + cost > limit then
+      s = n + cost - limit
+      expired = expired - (s - d)
+    end
+    local need = n - s + cost
+    local c = cap
+    if need > c or c > limit then
+      c = need
+      if need > BLOCK then
+        c = math.min(math.max(cap + math.ceil(cap / 4), need), limit)
+      end
+    end
+    local news = pack('>I7', now)
+    if cost > 1 then
+      news = string.rep(news, cost)
+    end
+    local v
+    if newest <= now then
+      newest = now
+      v = pack('>I2I2I2I2I7', 0, need, c, expired, now) .. string.sub(first, HDR + s * SLOT + 1, HDR + n * SLOT) .. news
+    else
+      local p = n
+      while p > s and unpack('>I7', first, HDR + p * SLOT - SLOT + 1) > now do
+        p = p - 1
+      end
+      if p == n or s == n then
+        newest = now
+      end
+      v = pack('>I2I2I2I2I7', 0, need, c, expired, newest) .. string.sub(first, HDR + s * SLOT + 1, HDR + p * SLOT) .. news
+        .. string.sub(first, HDR + p * SLOT + 1, HDR + n * SLOT)
+    end
+    if c > need then
+      v = v .. string.rep('\0', (c - need) * SLOT)
+    end
+    local reset = newest + w - now
+    redis.call('SET', key, v, 'PX', string.format('%d', key_ttl(reset, w)))
+    return {1, remaining - cost, 0, reset, now}
+  end
   if n >= 1 and n <= limit and cap <= limit and newest <= now and head < avail
     and unpack('>I7', first, HDR + head * SLOT + 1) > now - w then
     local remaining = limit - n
@@ -49,20 +130,6 @@ if take and not refund and struct and cost <= limit then
         redis.call('PEXPIRE', key, string.format('%d', key_ttl(reset, w)))
         return {0, remaining, unpack('>I7', first, HDR + p * SLOT + 1) + w - now, reset, now}
       end
-    elseif cap <= BLOCK and head == 0 then
-      -- Small: rewritten whole, linear, growing as log_take grows it.
-      local need = n + cost
-      local c = cap
-      if need > c then
-        c = need
-        if need > BLOCK then
-          c = math.min(math.max(cap + math.ceil(cap / 4), need), limit)
-        end
-      end
-      redis.call('SET', key, pack('>I2I2I2I2I7', 0, need, c, 0, now) .. string.sub(first, HDR + 1, HDR + n * SLOT)
-        .. string.rep(pack('>I7', now), cost) .. string.rep('\0', (c - need) * SLOT),
-        'PX', string.format('%d', key_ttl(w, w)))
-      return {1, remaining - cost, 0, w, now}
     elseif cap > BLOCK and n + cost <= cap then
       local p = (head + n) % cap
       if p + cost <= cap then
