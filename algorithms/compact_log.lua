@@ -46,21 +46,39 @@ if take and not refund and struct and cost <= limit then
     -- entry is newest, so a scan counts what count would. Entries 0..d-1
     -- are forgotten (<= now - 2w), d..x-1 slid out (<= now - w) but kept.
     local cut2, cutw = now - 2 * w, now - w
-    local d, x = 0, 0
-    if newest <= cutw then
-      x = n
-      while d < n and unpack('>I7', first, HDR + d * SLOT + 1) <= cut2 do
-        d = d + 1
+    local d, x = 0, n
+    if newest > cutw then
+      -- x is near the hint (the slid-out count of the last take): check
+      -- the entries on either side of it in one read, then step forward;
+      -- from the start when the hint is past x (the clock went back).
+      x = hint
+      if x >= n then
+        x = n - 1
       end
-    else
-      while true do
-        local t = unpack('>I7', first, HDR + x * SLOT + 1)
-        if t > cutw then
-          break
+      local scan = true
+      if x > 0 then
+        local t1, t2 = unpack('>I7I7', first, HDR + x * SLOT - SLOT + 1)
+        if t1 > cutw then
+          x = 0
+        elseif t2 > cutw then
+          scan = false
+        else
+          x = x + 1
         end
+      end
+      while scan and unpack('>I7', first, HDR + x * SLOT + 1) <= cutw do
         x = x + 1
-        if t <= cut2 then
-          d = x
+      end
+    end
+    if x > 0 then
+      local t1, t2 = unpack(x > 1 and '>I7I7' or '>I7', first, HDR + 1)
+      if t1 <= cut2 then
+        d = 1
+        if x > 1 and t2 <= cut2 then
+          d = 2
+          while d < x and unpack('>I7', first, HDR + d * SLOT + 1) <= cut2 do
+            d = d + 1
+          end
         end
       end
     end
@@ -92,15 +110,17 @@ if take and not refund and struct and cost <= limit then
         c = math.min(math.max(cap + math.ceil(cap / 4), need), limit)
       end
     end
-    local news = pack('>I7', now)
-    if cost > 1 then
-      news = string.rep(news, cost)
-    end
     local v
-    if newest <= now then
+    if newest <= now and cost == 1 then
+      -- One call builds it: header, the entries kept, now.
       newest = now
-      v = pack('>I2I2I2I2I7', 0, need, c, expired, now) .. string.sub(first, HDR + s * SLOT + 1, HDR + n * SLOT) .. news
+      v = pack('>I2I2I2I2I7c0I7', 0, need, c, expired, now, string.sub(first, HDR + s * SLOT + 1, HDR + n * SLOT), now)
+    elseif newest <= now then
+      newest = now
+      v = pack('>I2I2I2I2I7c0', 0, need, c, expired, now, string.sub(first, HDR + s * SLOT + 1, HDR + n * SLOT))
+        .. string.rep(pack('>I7', now), cost)
     else
+      local news = string.rep(pack('>I7', now), cost)
       local p = n
       while p > s and unpack('>I7', first, HDR + p * SLOT - SLOT + 1) > now do
         p = p - 1
