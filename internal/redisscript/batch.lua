@@ -41,13 +41,12 @@ for i = 1, #KEYS do
   else
     ok, o = false, 'limitkit: no script step for algorithm ' .. ARGV[a + 2]
   end
-  if ok and type(o) == 'table' and o.err then
+  -- (A step returns a table: indexing it needs no type() call.)
+  if ok and o.err then
     ok, o = false, o.err
   end
   if ok then
-    for j = 1, 5 do
-      reply[a + j] = o[j]
-    end
+    reply[a + 1], reply[a + 2], reply[a + 3], reply[a + 4], reply[a + 5] = o[1], o[2], o[3], o[4], o[5]
   else
     if type(o) == 'table' then
       o = o.err or 'limitkit: step failed'
