@@ -1,10 +1,11 @@
 -- Independent requests decided one after the other in one call: the Redis
--- stores send concurrent Takes together this way. KEYS[i] holds request i's
--- state; ARGV holds five values per request: now in ms (negative: the
--- server's TIME), algorithm name, window in ms, limit, cost.
+-- stores send concurrent Takes (TAKE true) or Peeks (TAKE false, set
+-- before this file; a read-only call) together this way. KEYS[i] holds
+-- request i's state; ARGV holds five values per request: now in ms
+-- (negative: the server's TIME), algorithm name, window in ms, limit, cost.
 --
--- Each request is a take of its own, exactly as the single-request script
--- would decide it at that point. A step that fails (a key of the wrong type)
+-- Each request is a take (or peek) of its own, exactly as the
+-- single-request script would decide it at that point. A step that fails (a key of the wrong type)
 -- fails only its request: its first value is the error, the other four are
 -- 0. Reply: five values per request.
 local reply, server = {}, nil
@@ -37,7 +38,7 @@ for i = 1, #KEYS do
   local step = STEPS[ARGV[a + 2]]
   local ok, o
   if step then
-    ok, o = pcall(step, KEYS[i], now, w, limit, cost, true, false, 0)
+    ok, o = pcall(step, KEYS[i], now, w, limit, cost, TAKE, false, 0)
   else
     ok, o = false, 'limitkit: no script step for algorithm ' .. ARGV[a + 2]
   end

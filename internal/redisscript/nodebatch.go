@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/limitkit/limitkit/internal/rediskey"
 )
 
 // Batching on a Redis Cluster.
@@ -63,12 +65,12 @@ func nonLocal(err error) bool {
 // test turns it off as a control.
 var retryNonLocal = true
 
-// nodeBatchers holds a batcher per cluster node.
+// nodeBatchers holds the batchers of each cluster node.
 type nodeBatchers struct {
 	r   *Runner
 	loc NodeLocator
 	mu  sync.RWMutex
-	by  map[string]*batcher
+	by  map[string]*batchers
 }
 
 // maxNodeBatchers bounds the batchers kept: a cluster's masters, and the
@@ -76,27 +78,44 @@ type nodeBatchers struct {
 // again (idle batchers hold nothing).
 const maxNodeBatchers = 1024
 
-// batcherFor returns the batcher of the node serving key, or nil when the
-// node is unknown (the Take is then sent alone).
-func (n *nodeBatchers) batcherFor(key string) *batcher {
+// nodeBatchesInFlight is how many batches of one kind a runner keeps in
+// flight to one cluster node. It is a variable for the benchmark that
+// compares settings.
+var nodeBatchesInFlight = batchesInFlight
+
+// batchersFor returns the batchers of the node serving key, or nil when
+// the node is unknown (the call is then sent alone).
+func (n *nodeBatchers) batchersFor(key string) *batchers {
 	node := n.loc.NodeOf(key)
 	if node == "" {
 		return nil
 	}
 	n.mu.RLock()
-	b := n.by[node]
+	bs := n.by[node]
 	n.mu.RUnlock()
-	if b != nil {
-		return b
+	if bs != nil {
+		return bs
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if b = n.by[node]; b == nil {
+	if bs = n.by[node]; bs == nil {
 		if n.by == nil || len(n.by) >= maxNodeBatchers {
-			n.by = map[string]*batcher{}
+			n.by = map[string]*batchers{}
 		}
-		b = &batcher{r: n.r, maxBatch: n.r.opts.Batch, maxInFlight: batchesInFlight, cluster: true}
-		n.by[node] = b
+		bs = newBatchers(n.r, true, nodeBatchesInFlight)
+		n.by[node] = bs
 	}
-	return b
+	return bs
+}
+
+// sameNode reports whether the client's slot map puts every key on the
+// node of the first (a TakeAll that one script on that node can decide).
+func (n *nodeBatchers) sameNode(keys []string) bool {
+	node := n.loc.NodeOf(keys[0])
+	for _, k := range keys[1:] {
+		if node == "" || (rediskey.Slot(k) != rediskey.Slot(keys[0]) && n.loc.NodeOf(k) != node) {
+			return false
+		}
+	}
+	return node != ""
 }
