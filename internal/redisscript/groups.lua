@@ -10,6 +10,10 @@
 -- first value and 0s. A failure in the check pass wrote nothing; the take
 -- pass only runs after every key was read, so it cannot meet a key the node
 -- does not serve.
+--
+-- The prefix before this file sets K, KO, A, AO, N: the keys are K[KO + 1]
+-- on, the values A[AO + 1] to A[#A] (KEYS and ARGV on one server; on a
+-- cluster node both come in ARGV, see nodebatch.go).
 local server
 local function group(k, a, n, now)
   local outs, all = {}, 1
@@ -19,11 +23,11 @@ local function group(k, a, n, now)
     end
     for i = 1, n do
       local b = a + (i - 1) * 4
-      local step = STEPS[ARGV[b + 1]]
+      local step = STEPS[A[b + 1]]
       if not step then
-        error({err = 'limitkit: no script step for algorithm ' .. ARGV[b + 1]})
+        error({err = 'limitkit: no script step for algorithm ' .. A[b + 1]})
       end
-      local o = step(KEYS[k + i], now, tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]),
+      local o = step(K[KO + k + i], now, tonumber(A[b + 2]), tonumber(A[b + 3]), tonumber(A[b + 4]),
         take == 1, false, 0)
       if o.err then
         error(o)
@@ -36,10 +40,10 @@ local function group(k, a, n, now)
   end
   return outs, all
 end
-local reply, a, k = {}, 0, 0
-while a < #ARGV do
-  local n = tonumber(ARGV[a + 1])
-  local now = tonumber(ARGV[a + 2])
+local reply, a, k = {}, AO, 0
+while a < #A do
+  local n = tonumber(A[a + 1])
+  local now = tonumber(A[a + 2])
   if now < 0 then
     server = server or server_now()
     now = server

@@ -30,21 +30,16 @@ type NodeLocator interface {
 	NodeOf(key string) string
 }
 
-// clusterBatchPrefix turns the batch script into its cluster form: ARGV[1]
-// is the number of requests n, ARGV[2..n+1] their keys, and the batch's
-// own ARGV follows; KEYS holds only the first key, for routing. The locals
-// shadow the globals the batch body reads.
-const clusterBatchPrefix = `local KEYS, ARGV = (function(argv)
-  local n = tonumber(argv[1])
-  local keys, rest = {}, {}
-  for i = 1, n do keys[i] = argv[1 + i] end
-  for i = n + 2, #argv do rest[#rest + 1] = argv[i] end
-  return keys, rest
-end)(ARGV)
-`
+// clusterBatchHead starts the cluster form of a batch script, in place of
+// batchHead: ARGV[1] is the number of requests n, ARGV[2..n+1] their keys,
+// and the batch's own ARGV follows; KEYS holds only the first key, for
+// routing. The script reads them where they are, without copying.
+const clusterBatchHead = "local K, KO, A, AO, N = ARGV, 1, ARGV, 1 + tonumber(ARGV[1]), tonumber(ARGV[1])\n"
 
-// clusterBatchScript returns the cluster form of the batch script.
-func clusterBatchScript(batch string) string { return clusterBatchPrefix + batch }
+// clusterBatchScript returns the cluster form of a batch script.
+func clusterBatchScript(batch string) string {
+	return clusterBatchHead + strings.TrimPrefix(batch, batchHead)
+}
 
 // clusterBatchCall returns the keys and ARGV of a cluster batch call for
 // the batch's keys and ARGV, in dst (reused).

@@ -41,9 +41,9 @@ var scripts = sync.OnceValue(func() *scriptSet {
 		steps += "STEPS['" + string(a.Name) + "'] = " + fn + "\n"
 	}
 	set.multi = multi + steps + multiLua
-	set.batch = multi + steps + "local TAKE = true\n" + batchLua
-	set.peekBatch = multi + steps + "local TAKE = false\n" + batchLua
-	set.groups = multi + steps + groupsLua
+	set.batch = batchHead + multi + steps + "local TAKE = true\n" + batchLua
+	set.peekBatch = batchHead + multi + steps + "local TAKE = false\n" + batchLua
+	set.groups = batchHead + multi + steps + groupsLua
 	return set
 })
 
@@ -51,6 +51,12 @@ type scriptSet struct {
 	single                          map[algorithms.Name]string
 	multi, batch, peekBatch, groups string
 }
+
+// batchHead starts the batch scripts: where their keys (K from KO + 1)
+// and values (A from AO + 1) are, and how many requests there are (N).
+// On one server they are KEYS and ARGV; a cluster node's batch swaps this
+// line for clusterBatchHead.
+const batchHead = "local K, KO, A, AO, N = KEYS, 0, ARGV, 0, #KEYS\n"
 
 // luaStep wraps an algorithm's body as the local function fn.
 func luaStep(fn, body string) string {
