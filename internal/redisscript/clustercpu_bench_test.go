@@ -32,7 +32,9 @@ import (
 // From the batched cell (b16) and the unbatched one (b1) of a topology it
 // splits CPU per decision into a cost per take and a cost per script call
 // (cpu = take + call × calls per decision, per round). Cells "inflightN"
-// keep at most N batches in flight per cluster node. It ignores b.N:
+// keep at most N batches in flight per cluster node; "cluster1" sends only
+// keys of one master, so that one server is busy, as on a single node, but
+// in cluster mode. It ignores b.N:
 //
 //	go test -run '^$' -bench BenchmarkServerCPU -benchtime 1x -v ./internal/redisscript/
 func BenchmarkServerCPU(b *testing.B) {
@@ -41,12 +43,12 @@ func BenchmarkServerCPU(b *testing.B) {
 	single := redistest.Start(b)
 	cluster := redistest.StartCluster(b, 3, 0)
 	type cell struct {
-		topo     string // "single" or "cluster"
+		topo     string // "single", "cluster", or "cluster1": keys of one master only
 		batch    int
 		inFlight int // per cluster node; 0 the default
 	}
 	cells := []cell{
-		{"single", 16, 0}, {"cluster", 16, 0}, {"cluster", 16, 1}, {"cluster", 16, 2},
+		{"single", 16, 0}, {"cluster", 16, 0}, {"cluster", 16, 1}, {"cluster", 16, 2}, {"cluster1", 16, 0},
 		{"single", 1, 0}, {"cluster", 1, 0},
 	}
 	name := func(c cell) string {
@@ -67,7 +69,7 @@ func BenchmarkServerCPU(b *testing.B) {
 			for _, c := range order {
 				nodes := []*redistest.Server{single}
 				addrs := []string{single.Addr()}
-				if c.topo == "cluster" {
+				if c.topo != "single" {
 					nodes, addrs = cluster.Masters, cluster.Addrs()
 				}
 				undo := func() {}
@@ -75,11 +77,15 @@ func BenchmarkServerCPU(b *testing.B) {
 					// Node batchers are made on first use: in the warm-up.
 					undo = redisscript.SetNodeBatchesInFlight(c.inFlight)
 				}
-				store, closeStore := cpuStore(b, client, c.topo == "cluster", addrs, c.batch)
-				keys := make([]backend.Key, nkeys)
+				store, closeStore := cpuStore(b, client, c.topo != "single", addrs, c.batch)
+				keys := make([]backend.Key, 0, nkeys)
 				prefix := fmt.Sprintf("cpu:%d:", time.Now().UnixNano())
-				for i := range keys {
-					keys[i] = backend.Key{Prefix: prefix, ID: "k" + strconv.Itoa(i)}
+				for i := 0; len(keys) < nkeys; i++ {
+					k := backend.Key{Prefix: prefix, ID: "k" + strconv.Itoa(i)}
+					if c.topo == "cluster1" && cluster.MasterOf(redistest.KeySlot(redisscript.Key(k, rule))) != cluster.Masters[0] {
+						continue
+					}
+					keys = append(keys, k)
 				}
 				var decisions atomic.Int64
 				load := func(d time.Duration) {

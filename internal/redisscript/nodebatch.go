@@ -8,7 +8,9 @@ import (
 	"github.com/limitkit/limitkit/internal/rediskey"
 )
 
-// Batching on a Redis Cluster.
+// Batching on a Redis Cluster: Takes, Peeks and TakeAlls, grouped by the
+// node their first key's slot is on (a TakeAll only when all its keys are
+// on that node).
 //
 // A script's declared keys must share one hash slot (CROSSSLOT otherwise,
 // whatever the script's flags), but a script without a shebang line, as
@@ -20,8 +22,14 @@ import (
 // longer serves (a reshard, a failover) fails only its own request, with
 // "Script attempted to access a non local key", before that request wrote
 // anything (every key of one request shares its id's slot, and the first
-// access is refused); such a request is sent again alone, and the client
+// access is refused; a TakeAll reads every key before it writes one, and a
+// Peek writes nothing); such a request is sent again alone, and the client
 // follows MOVED/ASK for it.
+//
+// Redis discourages undeclared keys and may refuse them in a future major
+// version (redis/redis#10958); versions with a dictionary per slot filed
+// them under the declared key's slot until redis/redis#12906.
+// TestClusterUndeclaredKeysLandInTheirSlot pins what the batches need.
 
 // NodeLocator is implemented by Conns of cluster clients: NodeOf returns
 // the address of the master that serves key's slot in the client's slot

@@ -286,10 +286,12 @@ func (r *Runner) Reset(ctx context.Context, key backend.Key, rule algorithms.Rul
 }
 
 // TakeAll implements backend.Store.TakeAll. When the keys can go in one
-// script (any single-master Redis, or a cluster when they share a hash
-// slot: same id, as a limiter's guard does) the requests are decided
-// atomically by one script. Otherwise (Redis Cluster, keys in different
-// slots) they are checked one by one (read-only; a denial ends the call),
+// script (any single-master Redis; a cluster when they share a hash slot,
+// same id, as a limiter's guard does, or with batching on when the slot
+// map puts them on one master) the requests are decided atomically by one
+// script, batched with concurrent TakeAlls where batching applies.
+// Otherwise (Redis Cluster, keys on different masters) they are checked
+// one by one (read-only; a denial ends the call),
 // then taken one by one in the order given; when one is denied after all
 // (a concurrent caller took the room in between), the admissions of those
 // before it are refunded (see algorithms.Rule.Refund). The limits are never
