@@ -27,8 +27,9 @@ import (
 // follows MOVED/ASK for it.
 //
 // Redis discourages undeclared keys and may refuse them in a future major
-// version (redis/redis#10958); versions with a dictionary per slot filed
-// them under the declared key's slot until redis/redis#12906.
+// version (redis/redis#10958); the development line that brought a
+// dictionary per slot (7.4) filed them under the declared key's slot until
+// redis/redis#12906.
 // TestClusterUndeclaredKeysLandInTheirSlot pins what the batches need.
 
 // NodeLocator is implemented by Conns of cluster clients: NodeOf returns

@@ -149,9 +149,9 @@ func TestClusterBatchNonLocalRetriedAlone(t *testing.T) {
 //     undeclared keys in a future major version);
 //   - a key so written is filed under its own slot, not the declared key's
 //     (CLUSTER COUNTKEYSINSLOT, GETKEYSINSLOT, and a read routed by its
-//     slot see it): the bug redis/redis#12906 fixed in Redis versions with
-//     a dictionary per slot, before any release that has them; Redis 7.0
-//     hashes each key;
+//     slot see it): the bug redis/redis#12906 fixed in the development
+//     line that brought a dictionary per slot (7.4); Redis 7.0 hashes each
+//     key;
 //   - a key of a slot the node does not serve is refused ("non local key")
 //     before the script writes it;
 //   - the control: with a shebang line (flags declared, none of them
