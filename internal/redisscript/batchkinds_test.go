@@ -2,10 +2,14 @@ package redisscript
 
 import (
 	"context"
+	"errors"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/limitkit/limitkit/backend"
@@ -22,15 +26,16 @@ type kindCall struct {
 // until the test lets it go.
 type kindConn struct {
 	fakeConn
-	gate  chan struct{}
-	calls chan kindCall
+	gate   chan struct{}
+	calls  chan kindCall
+	groups string // the groups script's digest
 }
 
 func (k *kindConn) EvalBatch(_ context.Context, cmd Command, script string, keys, args []string) ([]int64, []error, error) {
 	k.calls <- kindCall{cmd, script, len(keys)}
 	<-k.gate
 	var vals []int64
-	if len(args) == 5*len(keys) { // takes or peeks
+	if script != k.groups { // takes or peeks
 		for range keys {
 			vals = append(vals, 1, 4, 0, 10_000, 1)
 		}
@@ -58,6 +63,7 @@ func TestBatchKinds(t *testing.T) {
 	k := &kindConn{gate: make(chan struct{}), calls: make(chan kindCall, 16)}
 	r, err := New(k, "test", Options{Batch: 8})
 	require.NoError(t, err)
+	k.groups = r.batchScript(false, kindGroup).sha
 	for _, b := range r.local {
 		b.maxInFlight = 1
 	}
@@ -112,4 +118,67 @@ func TestBatchKinds(t *testing.T) {
 	for range 4 {
 		require.NoError(t, <-done)
 	}
+}
+
+// TestBatchKindsSurviveCancellations: Peeks and TakeAlls from many callers,
+// a third of whose contexts end at random moments (queued, sending, or just
+// woken to send a batch): every other call is decided, and every call
+// returns, as TestBatchSurvivesCancellations shows for Takes.
+func TestBatchKindsSurviveCancellations(t *testing.T) {
+	k := &kindConn{gate: make(chan struct{}), calls: make(chan kindCall, 1024)}
+	r, err := New(k, "test", Options{Batch: 4})
+	require.NoError(t, err)
+	k.groups = r.batchScript(false, kindGroup).sha
+	for _, b := range r.local {
+		b.maxInFlight = 2
+	}
+	stop := make(chan struct{})
+	go func() { // open the gate for every call, with pauses
+		for {
+			select {
+			case <-stop:
+				return
+			case <-k.calls:
+				time.Sleep(50 * time.Microsecond)
+				k.gate <- struct{}{}
+			}
+		}
+	}()
+	defer close(stop)
+	var wg sync.WaitGroup
+	var decided, canceled atomic.Int64
+	for w := range 32 {
+		wg.Go(func() {
+			for i := range 100 {
+				ctx, cancel := context.WithCancel(t.Context())
+				if (w+i)%3 == 0 {
+					time.AfterFunc(time.Duration(i%7)*20*time.Microsecond, cancel)
+				}
+				req := requestFor("u" + strconv.Itoa(w))
+				var res backend.Result
+				var err error
+				if w%2 == 0 {
+					res, err = r.Peek(ctx, req)
+				} else {
+					other := req
+					other.Key.Prefix = "other:"
+					res, err = r.TakeAll(ctx, []backend.Request{req, other})
+				}
+				switch {
+				case err == nil:
+					assert.True(t, res.Allowed)
+					decided.Add(1)
+				case errors.Is(err, context.Canceled):
+					canceled.Add(1)
+				default:
+					t.Errorf("call: %v", err)
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, int64(3200), decided.Load()+canceled.Load())
+	require.Greater(t, decided.Load(), int64(2000)) // two thirds were never canceled
+	t.Logf("%d decided, %d canceled", decided.Load(), canceled.Load())
 }
