@@ -19,14 +19,16 @@ end
 
 -- The common takes, decided from the first read alone, without building
 -- the library: exactly what log_take would decide and write for them.
--- A new key; or, when the first read holds the oldest entry, nothing slid
--- out (the oldest is later than now - w, so nothing is forgotten nor
--- expired) and nothing is later than now: then a denial reads one more
--- entry from the first read and keeps the log as it is; an admission
--- appends at the end: the whole log rewritten while small (as log_take
--- does), else the new entries and the header written in place, in one
--- SETRANGE when they fall in the first block. An admission's reset is w:
--- its expiry is key_ttl(w, w).
+-- A new key; a small log (read whole: any take, entries sliding out or
+-- not, GETRANGE then SET or PEXPIRE); or a large one whose first read
+-- holds the oldest entry when nothing slid out (the oldest is later than
+-- now - w, so nothing is forgotten nor expired) and nothing is later than
+-- now: then a denial reads one more entry from the first read and keeps
+-- the log as it is; an admission writes the new entries and the header in
+-- place, in one SETRANGE when they fall in the first block. An
+-- admission's reset is then w: its expiry is key_ttl(w, w). Each call of a
+-- C function (struct, string) costs Redis' Lua about as much as 10 Lua
+-- operations: these paths make few.
 local struct = rawget(_G, 'struct')
 if take and not refund and struct and cost <= limit then
   local pack, unpack = struct.pack, struct.unpack
