@@ -34,7 +34,7 @@ if take and not refund and struct and cost <= limit then
   local pack, unpack = struct.pack, struct.unpack
   if #first == 0 then
     redis.call('SET', key, pack('>I2I2I2I2I7', 0, cost, cost, 0, now) .. string.rep(pack('>I7', now), cost),
-      'PX', string.format('%d', key_ttl(w, w)))
+      'PX', key_ttl_px(w, w))
     return {1, limit - cost, 0, w, now}
   end
   local head, n, cap, hint, newest = unpack('>I2I2I2I2I7', first, 1)
@@ -90,9 +90,9 @@ if take and not refund and struct and cost <= limit then
       local reset = newest + w - now
       if d > 0 or expired ~= hint - d then
         redis.call('SET', key, pack('>I2I2I2I2I7', 0, n - d, cap, expired, newest) .. string.sub(first, HDR + d * SLOT + 1, HDR + n * SLOT)
-          .. string.rep('\0', (cap - n + d) * SLOT), 'PX', string.format('%d', key_ttl(reset, w)))
+          .. string.rep('\0', (cap - n + d) * SLOT), 'PX', key_ttl_px(reset, w))
       else
-        redis.call('PEXPIRE', key, string.format('%d', key_ttl(reset, w)))
+        redis.call('PEXPIRE', key, key_ttl_px(reset, w))
       end
       return {0, remaining, unpack('>I7', first, HDR + (n + cost - limit - 1) * SLOT + 1) + w - now, reset, now}
     end
@@ -137,7 +137,7 @@ if take and not refund and struct and cost <= limit then
       v = v .. string.rep('\0', (c - need) * SLOT)
     end
     local reset = newest + w - now
-    redis.call('SET', key, v, 'PX', string.format('%d', key_ttl(reset, w)))
+    redis.call('SET', key, v, 'PX', key_ttl_px(reset, w))
     return {1, remaining - cost, 0, reset, now}
   end
   if n >= 1 and n <= limit and cap <= limit and newest <= now and head < avail
@@ -149,7 +149,7 @@ if take and not refund and struct and cost <= limit then
       local p = (head + n + cost - limit - 1) % cap
       if p < avail and ((cap <= BLOCK and head == 0 and hint == 0) or (cap > BLOCK and hint < BLOCK)) then
         local reset = newest + w - now
-        redis.call('PEXPIRE', key, string.format('%d', key_ttl(reset, w)))
+        redis.call('PEXPIRE', key, key_ttl_px(reset, w))
         return {0, remaining, unpack('>I7', first, HDR + p * SLOT + 1) + w - now, reset, now}
       end
     elseif cap > BLOCK and n + cost <= cap then
@@ -162,7 +162,7 @@ if take and not refund and struct and cost <= limit then
           redis.call('SETRANGE', key, string.format('%d', HDR + p * SLOT), news)
           redis.call('SETRANGE', key, '0', hdr)
         end
-        redis.call('PEXPIRE', key, string.format('%d', key_ttl(w, w)))
+        redis.call('PEXPIRE', key, key_ttl_px(w, w))
         return {1, remaining - cost, 0, w, now}
       end
     end

@@ -261,17 +261,26 @@ func (b *batcher) send(batch []*pendingTake) {
 	sc := scratchPool.Get().(*scratch)
 	defer sc.put()
 	keys, args, buf := sc.keys, sc.args, sc.buf
-	for _, c := range batch {
-		if b.kind == kindGroup {
+	switch {
+	case b.kind == kindGroup:
+		for _, c := range batch {
 			keys = append(keys, c.keys...)
 			args = append(args, strconv.Itoa(len(c.reqs)), strconv.FormatInt(b.r.now(&c.reqs[0]), 10))
 			for i := range c.reqs {
 				args = MultiArgs(args, c.reqs[i].Rule, c.reqs[i].Cost)
 			}
-			continue
 		}
-		keys = append(keys, c.key)
-		args, buf = BatchArgs(args, buf, c.req.Rule, b.r.now(&c.req), c.req.Cost)
+	case sharedArgs(batch):
+		for _, c := range batch {
+			keys = append(keys, c.key)
+		}
+		first := &batch[0].req
+		args, buf = SharedBatchArgs(args, buf, first.Rule, first.Cost, len(batch), func(i int) int64 { return b.r.now(&batch[i].req) })
+	default:
+		for _, c := range batch {
+			keys = append(keys, c.key)
+			args, buf = BatchArgs(args, buf, c.req.Rule, b.r.now(&c.req), c.req.Cost)
+		}
 	}
 	sc.keys, sc.args, sc.buf = keys, args, buf
 	s, callKeys, callArgs := b.r.batchScript(b.cluster, b.kind), keys, args
@@ -323,6 +332,24 @@ func (b *batcher) send(batch []*pendingTake) {
 		}
 		c.done <- struct{}{}
 	}
+}
+
+// sharedArgs reports whether a Take or Peek batch of more than one call
+// can go with its rule's values once (SharedBatchArgs): every call sends
+// the same algorithm, window, limit and cost. It is a variable so that a
+// test can turn it off as a control.
+var sharedArgs = func(batch []*pendingTake) bool {
+	if len(batch) < 2 {
+		return false
+	}
+	r := &batch[0].req
+	for _, c := range batch[1:] {
+		if c.req.Cost != r.Cost || c.req.Rule.Algorithm != r.Rule.Algorithm ||
+			c.req.Rule.Limit != r.Rule.Limit || c.req.Rule.Window.Milliseconds() != r.Rule.Window.Milliseconds() {
+			return false
+		}
+	}
+	return true
 }
 
 // replyLen is the length of c's part of a batch's reply.

@@ -17,3 +17,10 @@ func SetNodeBatchesInFlight(n int) (undo func()) {
 	nodeBatchesInFlight = n
 	return func() { nodeBatchesInFlight = old }
 }
+
+// ClusterBatchScript and ClusterBatchCall give tests the cluster form of a
+// batch call.
+var (
+	ClusterBatchScript = clusterBatchScript
+	ClusterBatchCall   = clusterBatchCall
+)

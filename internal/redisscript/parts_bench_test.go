@@ -35,7 +35,11 @@ import (
 //	const-16:     the same, 16 takes a call: what a take costs outside its step;
 //	getrange-16:  the step reads the log (GETRANGE) and returns;
 //	rw-16:        the step reads and writes it back (GETRANGE, SET PX);
-//	compact_log:  the real step;
+//	compact_log:  the real step, five values per take;
+//	shared-16:    the same, the rule's values and now sent once a call
+//	              (SharedBatchArgs when the takes share now);
+//	sharednow-16: the same, the rule's values once and now per take
+//	              (SharedBatchArgs when they do not);
 //	seed:         the seed article's script (4 calls), one call per decision.
 //
 // go test -run x -bench CompactLogParts -benchtime 1x ./internal/redisscript/
@@ -81,21 +85,25 @@ return 0`
 		name, src string
 		perCall   int
 		seed      bool
+		// args: how a call's ARGV is laid out (see SharedBatchArgs).
+		args argLayout
 	}{
-		{"return1", "return 1", 1, false},
-		{"const-1", withStep("return {1, 0, 0, 0, now}\n"), 1, false},
-		{"const-16", withStep("return {1, 0, 0, 0, now}\n"), 16, false},
-		{"getrange-16", withStep("local first = redis.call('GETRANGE', key, '0', '238')\nreturn {1, 0, 0, 0, now}\n"), 16, false},
-		{"rw-16", withStep("local first = redis.call('GETRANGE', key, '0', '238')\nredis.call('SET', key, first, 'PX', '3000')\nreturn {1, 0, 0, 0, now}\n"), 16, false},
-		{"compact_log", batch, 16, false},
-		{"seed", seed, 1, true},
+		{"return1", "return 1", 1, false, perTake},
+		{"const-1", withStep("return {1, 0, 0, 0, now}\n"), 1, false, perTake},
+		{"const-16", withStep("return {1, 0, 0, 0, now}\n"), 16, false, perTake},
+		{"getrange-16", withStep("local first = redis.call('GETRANGE', key, '0', '238')\nreturn {1, 0, 0, 0, now}\n"), 16, false, perTake},
+		{"rw-16", withStep("local first = redis.call('GETRANGE', key, '0', '238')\nredis.call('SET', key, first, 'PX', '3000')\nreturn {1, 0, 0, 0, now}\n"), 16, false, perTake},
+		{"compact_log", batch, 16, false, perTake},
+		{"shared-16", batch, 16, false, allShared},
+		{"sharednow-16", batch, 16, false, nowPerTake},
+		{"seed", seed, 1, true, perTake},
 	}
 	const keys, window, perKey = 10_000, 1000, 5
 	rate := float64(keys*perKey) / window // decisions per virtual ms
 	start := time.Now().UnixMilli()
 	// drive sends n decisions, perCall a call, pipelined from 3 connections,
 	// advancing the virtual clock.
-	drive := func(sha string, perCall, n int, seedArgs bool, clock *float64, seq *int) {
+	drive := func(sha string, perCall, n int, seedArgs bool, layout argLayout, clock *float64, seq *int) {
 		rng := rand.New(rand.NewPCG(1, uint64(n)))
 		type call struct {
 			keys []string
@@ -125,15 +133,27 @@ return 0`
 			now := strconv.FormatInt(start+int64(*clock), 10)
 			*clock += float64(perCall) / rate
 			var cl call
+			switch layout {
+			case allShared:
+				cl.args = append(cl.args, now, "compact_log", strconv.Itoa(window), "10000", "1")
+			case nowPerTake:
+				cl.args = append(cl.args, "compact_log", strconv.Itoa(window), "10000", "1")
+			}
 			for range perCall {
 				id := rng.IntN(keys)
 				*seq++
-				if seedArgs {
+				switch {
+				case seedArgs:
 					cl.keys = append(cl.keys, fmt.Sprintf("seed:{user:%d}", id))
 					cl.args = append(cl.args, now, strconv.Itoa(*seq), strconv.Itoa(window), "10000", "1")
-				} else {
+				case layout == perTake:
 					cl.keys = append(cl.keys, fmt.Sprintf("p:{user:%d}:cl", id))
 					cl.args = append(cl.args, now, "compact_log", strconv.Itoa(window), "10000", "1")
+				default:
+					cl.keys = append(cl.keys, fmt.Sprintf("p:{user:%d}:cl", id))
+					if layout == nowPerTake {
+						cl.args = append(cl.args, now)
+					}
 				}
 			}
 			group = append(group, cl)
@@ -163,12 +183,12 @@ return 0`
 				// Two windows of the real script (or of the seed's) first:
 				// every key at its steady contents.
 				if v.seed {
-					drive(sha, 1, 2*keys*perKey, true, &clock, &seq)
+					drive(sha, 1, 2*keys*perKey, true, perTake, &clock, &seq)
 				} else {
-					drive(realSHA, 16, 2*keys*perKey, false, &clock, &seq)
+					drive(realSHA, 16, 2*keys*perKey, false, perTake, &clock, &seq)
 				}
 				cpu0 := serverCPU(ctx, b, c)
-				drive(sha, v.perCall, decisions, v.seed, &clock, &seq)
+				drive(sha, v.perCall, decisions, v.seed, v.args, &clock, &seq)
 				cpu1 := serverCPU(ctx, b, c)
 				got[i] = append(got[i], (cpu1-cpu0)*1e6/float64(decisions))
 			}
@@ -183,6 +203,16 @@ return 0`
 	require.NoError(b, err)
 	require.Equal(b, int64(1), v[0])
 }
+
+// argLayout is how a batch call's ARGV is laid out: five values per take,
+// or the rule's values once (SharedBatchArgs) with now once or per take.
+type argLayout uint8
+
+const (
+	perTake argLayout = iota
+	allShared
+	nowPerTake
+)
 
 func median(v []float64) float64 {
 	s := slices.Clone(v)

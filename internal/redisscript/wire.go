@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/limitkit/limitkit/algorithms"
@@ -178,6 +179,42 @@ func BatchArgs(args []string, buf []byte, rule algorithms.Rule, now, cost int64)
 	}
 	s := string(buf[start:])
 	return append(args, s[:ends[0]], string(rule.Algorithm), s[ends[0]:ends[1]], s[ends[1]:ends[2]], s[ends[2]:ends[3]]), buf[:start]
+}
+
+// SharedBatchArgs appends to args the values batch.lua reads for n > 1
+// takes of cost units of rule, take i at now(i) (ms, or ServerTime): the
+// rule's values once, then each take's now, or, when all takes share now,
+// the five values of BatchArgs once. The script decides them as it would
+// n BatchArgs. buf is scratch space, as for BatchArgs.
+func SharedBatchArgs(args []string, buf []byte, rule algorithms.Rule, cost int64, n int, now func(i int) int64) ([]string, []byte) {
+	now0, same := now(0), true
+	for i := 1; i < n && same; i++ {
+		same = now(i) == now0
+	}
+	if same {
+		return BatchArgs(args, buf, rule, now0, cost)
+	}
+	start := len(buf)
+	var ends [3]int
+	for i, v := range [3]int64{rule.Window.Milliseconds(), rule.Limit, cost} {
+		buf = strconv.AppendInt(buf, v, 10)
+		ends[i] = len(buf) - start
+	}
+	nowsAt := len(buf)
+	for i := range n {
+		buf = strconv.AppendInt(buf, now(i), 10)
+		buf = append(buf, ' ')
+	}
+	// One string holds every number; each value is a slice of it.
+	s := string(buf[start:])
+	args = append(args, string(rule.Algorithm), s[:ends[0]], s[ends[0]:ends[1]], s[ends[1]:ends[2]])
+	from := nowsAt - start
+	for range n {
+		end := from + strings.IndexByte(s[from:], ' ')
+		args = append(args, s[from:end])
+		from = end + 1
+	}
+	return args, buf[:start]
 }
 
 // MultiArgs appends to args the four values multi.lua reads for one
