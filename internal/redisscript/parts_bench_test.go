@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,9 +48,12 @@ import (
 //
 // Under valgrind the same variants give instruction counts that do not
 // move with the machine's load: run a redis-server under
-// valgrind --tool=callgrind, set LIMITKIT_PARTS_ADDR to its address and
-// LIMITKIT_PARTS_N to a few thousand, and zero/dump its counters around each
-// variant with callgrind_control.
+// valgrind --tool=callgrind --instr-atstart=no, set LIMITKIT_PARTS_ADDR to
+// its address, LIMITKIT_PARTS_N to a few thousand and
+// LIMITKIT_PARTS_CALLGRIND to its pid; the benchmark then collects only
+// around each variant's measured decisions (callgrind_control -i) and
+// reports instructions per decision, from one round. LIMITKIT_PARTS_ONLY, a
+// regular expression, picks variants.
 func BenchmarkCompactLogParts(b *testing.B) {
 	addr := os.Getenv("LIMITKIT_PARTS_ADDR")
 	if addr == "" {
@@ -169,11 +174,44 @@ return 0`
 		wg.Wait()
 		require.NoError(b, sendErr)
 	}
-	const rounds = 3
+	rounds := 3
+	cg := os.Getenv("LIMITKIT_PARTS_CALLGRIND")
+	if cg != "" {
+		rounds = 1
+	}
+	only := regexp.MustCompile(os.Getenv("LIMITKIT_PARTS_ONLY"))
+	// collect turns callgrind's instrumentation on (its counters zeroed)
+	// or off, then returning the instructions counted in all threads.
+	collect := func(on bool) float64 {
+		ctl := func(args ...string) []byte {
+			out, err := exec.Command("callgrind_control", append(args, cg)...).CombinedOutput()
+			require.NoError(b, err, "%s", out)
+			return out
+		}
+		if on {
+			ctl("-i", "on")
+			ctl("-z")
+			return 0
+		}
+		out := ctl("-e")
+		ctl("-i", "off")
+		n := 0.0
+		for _, m := range regexp.MustCompile(`(?m)^\s*Th \d+\s+([\d,]+)`).FindAllSubmatch(out, -1) {
+			v, err := strconv.ParseFloat(strings.ReplaceAll(string(m[1]), ",", ""), 64)
+			require.NoError(b, err)
+			n += v
+		}
+		require.NotZero(b, n, "no counts in %s", out)
+		return n
+	}
 	got := make([][]float64, len(variants))
+	instr := make([]float64, len(variants))
 	for b.Loop() {
 		for range rounds {
 			for i, v := range variants {
+				if !only.MatchString(v.name) {
+					continue
+				}
 				require.NoError(b, c.FlushAll(ctx).Err())
 				realSHA, err := c.ScriptLoad(ctx, batch).Result()
 				require.NoError(b, err)
@@ -187,14 +225,27 @@ return 0`
 				} else {
 					drive(realSHA, 16, 2*keys*perKey, false, perTake, &clock, &seq)
 				}
+				if cg != "" {
+					collect(true)
+				}
 				cpu0 := serverCPU(ctx, b, c)
 				drive(sha, v.perCall, decisions, v.seed, v.args, &clock, &seq)
 				cpu1 := serverCPU(ctx, b, c)
+				if cg != "" {
+					instr[i] = collect(false) / float64(decisions)
+				}
 				got[i] = append(got[i], (cpu1-cpu0)*1e6/float64(decisions))
 			}
 		}
 	}
 	for i, v := range variants {
+		if len(got[i]) == 0 {
+			continue
+		}
+		if cg != "" {
+			b.Logf("%-12s instructions/decision %.0f", v.name, instr[i])
+			b.ReportMetric(instr[i], v.name+"-instr/decision")
+		}
 		b.Logf("%-12s server CPU µs/decision %5.2f (median of %d: %.2f)", v.name, median(got[i]), len(got[i]), got[i])
 		b.ReportMetric(median(got[i]), v.name+"-µs/decision")
 	}
