@@ -21,6 +21,8 @@
 //   - two_level: a counter until a key uses half its limit in a window,
 //     then an exact log.
 //   - gcra: a token bucket (the generic cell rate algorithm).
+//   - concurrency: at most Limit units held at once, as leases that expire
+//     after Window unless released or renewed.
 //
 // The semantics every engine meets:
 //
@@ -74,6 +76,16 @@ const (
 	// length Window can therefore admit up to 2*Limit-1 (a full bucket,
 	// then its refill). Constant memory per key.
 	GCRA Name = "gcra"
+	// Concurrency limits how many units are held at once, not how often:
+	// an admitted Take holds cost units as a lease, until it is released
+	// (Rule.Release) or Window passes, which a renewal (Rule.Renew)
+	// restarts. So a holder that crashed frees its slots after Window.
+	// Each lease has an id unique per key (ChargedAt): its grant time in
+	// 1/1000 ms, or just after the last id issued, so a lease expires
+	// Window after its grant, to the ms, up to 1,000 grants per ms on one
+	// key (past that, ids run ahead of the clock and leases expire that
+	// much late, never early). Memory grows with the limit, as a log's.
+	Concurrency Name = "concurrency"
 )
 
 // Bounds on rules. They keep every intermediate value of every engine an
@@ -81,8 +93,8 @@ const (
 const (
 	// MaxLimit is the largest limit any algorithm accepts.
 	MaxLimit = int64(1) << 53
-	// MaxSlidingLogLimit is the largest limit of a SlidingLog, CompactLog
-	// or TwoLevel rule: the log stores one timestamp per admitted unit, so
+	// MaxSlidingLogLimit is the largest limit of a SlidingLog, CompactLog,
+	// TwoLevel or Concurrency rule: the log stores one timestamp per admitted unit, so
 	// memory per key grows with the limit. Use SlidingCounter, FixedWindow
 	// or GCRA for larger limits.
 	MaxSlidingLogLimit = int64(10_000)
@@ -91,6 +103,10 @@ const (
 	MinWindow = time.Millisecond
 	// MaxWindow is the longest window, a leap year.
 	MaxWindow = 366 * 24 * time.Hour
+	// MaxLeaseMillis is the latest time (ms since the Unix epoch, in June
+	// 2255) a rule that holds leases can decide at: its lease ids count
+	// 1/1000 ms and must stay below 2^53.
+	MaxLeaseMillis = (int64(1)<<53 - 1) / leaseTick
 )
 
 // Errors returned for bad input. Errors from this module that report bad
@@ -303,10 +319,46 @@ func windowStart(recorded, now, w int64) int64 {
 // ChargedAt returns where a Take at now that was just admitted recorded its
 // units: the logs' timestamp (now, or a heavy TwoLevel key's floor), the
 // start of the window the counters charged (for a light TwoLevel key,
-// tagged with lightCharge), or GCRA's time of the admission. Refund takes
-// it.
+// tagged with lightCharge), GCRA's time of the admission, or Concurrency's
+// lease id (in 1/1000 ms; also after a Renew). Refund takes it.
 func (r Rule) ChargedAt(s *State, now int64) int64 {
 	return r.algorithm().ChargedAt(s, now)
+}
+
+// HoldsLeases reports whether r's algorithm holds leases (Concurrency):
+// its admissions are leases to Release or Renew.
+func (r Rule) HoldsLeases() bool {
+	a := Lookup(r.Algorithm)
+	return a != nil && a.HoldsLeases()
+}
+
+// Release gives back the lease at (its id, see ChargedAt) at now, and
+// reports whether it was held: a lease that expired (its id <= (now -
+// Window) * 1000), was released or never granted is not, and s is left as
+// it was.
+// For an algorithm that holds no leases it reports false.
+func (r Rule) Release(s *State, now, at int64) bool {
+	a := r.algorithm()
+	if a.Release == nil {
+		return false
+	}
+	return a.Release(s, now, at, r.Window.Milliseconds(), r.Limit, 0)
+}
+
+// Renew extends the lease at from now, atomically: when it is held it is
+// recorded again under a new id (ChargedAt then returns it) and the
+// outcome is an admission; when not, nothing changes and the outcome is a
+// denial, with what a Peek of cost reports. For an algorithm that holds no
+// leases it is that denial.
+func (r Rule) Renew(s *State, now, at, cost int64) Outcome {
+	a := r.algorithm()
+	w := r.Window.Milliseconds()
+	if a.Renew == nil {
+		out := a.Peek(s, now, w, r.Limit, cost)
+		out.Allowed = false
+		return out
+	}
+	return a.Renew(s, now, at, w, r.Limit, cost)
 }
 
 // Refund gives back cost units that a Take admitted and recorded at at (see
@@ -314,10 +366,16 @@ func (r Rule) ChargedAt(s *State, now int64) int64 {
 // composite denied, or too few replicas acknowledged it), and returns what a
 // Peek of cost at now reports afterwards. Units that are no longer where
 // they were recorded (their window has moved out of the state) are not
-// given back, so a refund never creates allowance that was not taken.
+// given back, so a refund never creates allowance that was not taken. For
+// an algorithm that holds leases it is Release.
 func (r Rule) Refund(s *State, now, at, cost int64) Outcome {
 	a := r.algorithm()
 	w := r.Window.Milliseconds()
-	a.Refund(s, at, w, r.Limit, cost)
+	if a.Release != nil {
+		// A lease's refund is its release, as in the Lua twin's refund mode.
+		a.Release(s, now, at, w, r.Limit, cost)
+	} else {
+		a.Refund(s, at, w, r.Limit, cost)
+	}
 	return a.Peek(s, now, w, r.Limit, cost)
 }

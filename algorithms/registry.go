@@ -29,6 +29,13 @@ type Algorithm struct {
 	Peek      func(s *State, now, w, limit, cost int64) Outcome
 	Refund    func(s *State, at, w, limit, cost int64)
 	ChargedAt func(s *State, now int64) int64
+	// Release and Renew are set, both, for an algorithm that holds leases
+	// (Concurrency), and nil otherwise; see Rule.Release and Rule.Renew.
+	// The Lua twin runs Release as its refund mode (take false, refund
+	// true; the reply's fifth value is 1 when the lease was held, else 0)
+	// and Renew with take and refund both true.
+	Release func(s *State, now, at, w, limit, cost int64) bool
+	Renew   func(s *State, now, at, w, limit, cost int64) Outcome
 	// MoreAfter, when set, tells from an admission's outcome how many ms
 	// until the key has more allowance than Remaining (the RateLimit
 	// header draft's effective window), and whether the outcome tells it
@@ -63,7 +70,8 @@ type Examples struct {
 }
 
 // Example is one step of an Examples table: at At from a moment aligned to
-// the window, a Take (or a Peek) of Cost, and what it reports.
+// the window, a Take (or a Peek; for an algorithm that holds leases, a
+// Release or a Renew) of Cost, and what it reports.
 type Example struct {
 	At                     time.Duration
 	Peek                   bool
@@ -71,6 +79,14 @@ type Example struct {
 	Allowed                bool
 	Remaining              int64
 	RetryAfter, ResetAfter time.Duration
+	// For an algorithm that holds leases: Release and Renew make the step
+	// a release or a renewal of the lease whose id is Of (an offset from
+	// the table's zero like At, whose microseconds count the id's 1/1000
+	// ms). Held is what a release reports. Lease is the id an admitted
+	// Take or Renew grants.
+	Release, Renew bool
+	Of, Lease      time.Duration
+	Held           bool
 }
 
 // registry lists the algorithms in the order the documentation presents
@@ -83,6 +99,7 @@ var registry = []*Algorithm{
 	&compactLog,
 	&twoLevel,
 	&gcra,
+	&concurrency,
 }
 
 func init() {
@@ -90,6 +107,10 @@ func init() {
 		a.anyWindowBound = a.LimitBound(0)
 	}
 }
+
+// HoldsLeases reports whether the algorithm holds leases (Release and
+// Renew are set).
+func (a *Algorithm) HoldsLeases() bool { return a.Release != nil }
 
 // Algorithms returns the registered algorithms in the order the
 // documentation presents them. The descriptors are shared: do not modify
@@ -124,6 +145,8 @@ func Lookup(name Name) *Algorithm {
 		return &twoLevel
 	case GCRA:
 		return &gcra
+	case Concurrency:
+		return &concurrency
 	}
 	for _, a := range registry {
 		if a.Name == name {
@@ -146,6 +169,8 @@ func Register(a *Algorithm) error {
 		return fmt.Errorf("%w: an algorithm needs a name, a key suffix and a Lua body", ErrInvalidRule)
 	case a.Take == nil || a.Peek == nil || a.Refund == nil || a.ChargedAt == nil || a.LimitBound == nil:
 		return fmt.Errorf("%w: algorithm %q lacks a step (Take, Peek, Refund, ChargedAt, LimitBound)", ErrInvalidRule, a.Name)
+	case (a.Release == nil) != (a.Renew == nil):
+		return fmt.Errorf("%w: algorithm %q has one of Release and Renew; a lease-holding algorithm needs both", ErrInvalidRule, a.Name)
 	}
 	var errs []error
 	for _, b := range registry {
@@ -163,6 +188,7 @@ func Register(a *Algorithm) error {
 
 // Shorthands for the Examples tables.
 const (
+	usec = time.Microsecond
 	msec = time.Millisecond
 	sec  = time.Second
 )

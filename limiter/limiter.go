@@ -17,6 +17,8 @@
 //     then an exact log; never over the limit.
 //   - "gcra": a token bucket: Limit per Window as a rate, bursts of up to
 //     Limit.
+//   - "concurrency": at most Limit held at once, as leases that expire
+//     after Window unless released or renewed.
 //
 // algorithms.Names lists them; the README compares them.
 //
@@ -80,7 +82,8 @@ const DefaultPrefix = "limitkit:"
 //	 "guard": {"limit": 1000, "window": "24h", "on_failure": "fail_closed"}}
 type Config struct {
 	// Algorithm is "sliding_log" (default), "compact_log", "two_level",
-	// "sliding_counter", "gcra" or "fixed_window" (see the package doc).
+	// "sliding_counter", "gcra", "fixed_window" or "concurrency" (see the
+	// package doc).
 	Algorithm algorithms.Name
 	// Limit is the number of units admitted per Window. Required, 1 to
 	// 2^53 (10,000 for sliding_log).

@@ -150,6 +150,14 @@ func BenchmarkTake(b *testing.B) {
 	scripttest.BenchmarkTake(b, newStore(b, client))
 }
 
+// BenchmarkLeases: a lease acquired and released (see
+// scripttest.BenchmarkLeases).
+func BenchmarkLeases(b *testing.B) {
+	srv := redistest.Start(b)
+	client := newClient(b, rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
+	scripttest.BenchmarkLeases(b, newStore(b, client))
+}
+
 // TestBatchedPeeksAndTakeAlls: Peeks and TakeAlls batch on one server and
 // per node on a cluster, decide exactly, and the controls fail as they
 // should (see scripttest.BatchedPeeksAndTakeAlls).
