@@ -43,7 +43,8 @@ import (
 // cluster cell that one master holds (about 1,000). In these two cells the
 // other two masters run idle: loaded-µs and idle-µs split the CPU between
 // the busy master and the idle ones. "callers21" cells drive one node with
-// a third of the callers, the concurrency each master sees in the cluster.
+// a third of the callers, the concurrency each master sees in the cluster;
+// "callers192" gives each master the concurrency of one node under 64.
 // wakeups and preempts count the servers' main-thread context switches,
 // voluntary (it waited for commands) and involuntary.
 //
@@ -88,7 +89,7 @@ func BenchmarkServerCPU(b *testing.B) {
 	cells := []cell{
 		{"single", 16, 0, 0}, {"cluster", 16, 0, 0}, {"cluster", 16, 4, 0}, {"cluster1", 16, 0, 0},
 		{"cluster1share", 16, 0, 0}, {"single", 16, 0, callers / 3}, {"single", 1, 0, 0}, {"cluster", 1, 0, 0},
-		{"single", 1, 0, callers / 3},
+		{"single", 1, 0, callers / 3}, {"cluster", 16, 0, callers * 3},
 	}
 	name := func(c cell) string {
 		n := fmt.Sprintf("%s/b%d", c.topo, c.batch)
