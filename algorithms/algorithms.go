@@ -21,6 +21,8 @@
 //   - two_level: a counter until a key uses half its limit in a window,
 //     then an exact log.
 //   - gcra: a token bucket (the generic cell rate algorithm).
+//   - concurrency: at most Limit units held at once, as leases that expire
+//     after Window unless released or renewed.
 //
 // The semantics every engine meets:
 //
@@ -74,6 +76,13 @@ const (
 	// length Window can therefore admit up to 2*Limit-1 (a full bucket,
 	// then its refill). Constant memory per key.
 	GCRA Name = "gcra"
+	// Concurrency limits how many units are held at once, not how often:
+	// an admitted Take holds cost units as a lease, until it is released
+	// (Rule.Release) or Window passes, which a renewal (Rule.Renew)
+	// restarts. So a holder that crashed frees its slots after Window.
+	// Each lease has an id unique per key (ChargedAt), its stamp. Memory
+	// grows with the limit, as a log's.
+	Concurrency Name = "concurrency"
 )
 
 // Bounds on rules. They keep every intermediate value of every engine an
@@ -81,8 +90,8 @@ const (
 const (
 	// MaxLimit is the largest limit any algorithm accepts.
 	MaxLimit = int64(1) << 53
-	// MaxSlidingLogLimit is the largest limit of a SlidingLog, CompactLog
-	// or TwoLevel rule: the log stores one timestamp per admitted unit, so
+	// MaxSlidingLogLimit is the largest limit of a SlidingLog, CompactLog,
+	// TwoLevel or Concurrency rule: the log stores one timestamp per admitted unit, so
 	// memory per key grows with the limit. Use SlidingCounter, FixedWindow
 	// or GCRA for larger limits.
 	MaxSlidingLogLimit = int64(10_000)
@@ -303,10 +312,45 @@ func windowStart(recorded, now, w int64) int64 {
 // ChargedAt returns where a Take at now that was just admitted recorded its
 // units: the logs' timestamp (now, or a heavy TwoLevel key's floor), the
 // start of the window the counters charged (for a light TwoLevel key,
-// tagged with lightCharge), or GCRA's time of the admission. Refund takes
-// it.
+// tagged with lightCharge), GCRA's time of the admission, or Concurrency's
+// lease id (also after a Renew). Refund takes it.
 func (r Rule) ChargedAt(s *State, now int64) int64 {
 	return r.algorithm().ChargedAt(s, now)
+}
+
+// HoldsLeases reports whether r's algorithm holds leases (Concurrency):
+// its admissions are leases to Release or Renew.
+func (r Rule) HoldsLeases() bool {
+	a := Lookup(r.Algorithm)
+	return a != nil && a.HoldsLeases()
+}
+
+// Release gives back the lease at (its id, see ChargedAt) at now, and
+// reports whether it was held: a lease that expired (its id <= now -
+// Window), was released or never granted is not, and s is left as it was.
+// For an algorithm that holds no leases it reports false.
+func (r Rule) Release(s *State, now, at int64) bool {
+	a := r.algorithm()
+	if a.Release == nil {
+		return false
+	}
+	return a.Release(s, now, at, r.Window.Milliseconds(), r.Limit, 0)
+}
+
+// Renew extends the lease at from now, atomically: when it is held it is
+// recorded again under a new id (ChargedAt then returns it) and the
+// outcome is an admission; when not, nothing changes and the outcome is a
+// denial, with what a Peek of cost reports. For an algorithm that holds no
+// leases it is that denial.
+func (r Rule) Renew(s *State, now, at, cost int64) Outcome {
+	a := r.algorithm()
+	w := r.Window.Milliseconds()
+	if a.Renew == nil {
+		out := a.Peek(s, now, w, r.Limit, cost)
+		out.Allowed = false
+		return out
+	}
+	return a.Renew(s, now, at, w, r.Limit, cost)
 }
 
 // Refund gives back cost units that a Take admitted and recorded at at (see

@@ -271,11 +271,15 @@ func TestHugeLimitsAndWindows(t *testing.T) {
 
 func TestKeySuffixesDiffer(t *testing.T) {
 	seen := map[string]Name{}
+	salts := map[uint64]Name{}
 	for _, name := range Names() {
 		sfx := Rule{Algorithm: name}.KeySuffix()
 		_, dup := seen[sfx]
 		require.False(t, dup)
 		seen[sfx] = name
+		salt := Lookup(name).Salt
+		require.NotContains(t, salts, salt, "%s shares its salt with %s", name, salts[salt])
+		salts[salt] = name
 	}
 	require.True(t, errors.Is(Rule{}.Validate(), ErrInvalidRule))
 }

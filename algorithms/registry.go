@@ -29,6 +29,13 @@ type Algorithm struct {
 	Peek      func(s *State, now, w, limit, cost int64) Outcome
 	Refund    func(s *State, at, w, limit, cost int64)
 	ChargedAt func(s *State, now int64) int64
+	// Release and Renew are set, both, for an algorithm that holds leases
+	// (Concurrency), and nil otherwise; see Rule.Release and Rule.Renew.
+	// The Lua twin runs Release as its refund mode (take false, refund
+	// true; the reply's fifth value is 1 when the lease was held, else 0)
+	// and Renew with take and refund both true.
+	Release func(s *State, now, at, w, limit, cost int64) bool
+	Renew   func(s *State, now, at, w, limit, cost int64) Outcome
 	// MoreAfter, when set, tells from an admission's outcome how many ms
 	// until the key has more allowance than Remaining (the RateLimit
 	// header draft's effective window), and whether the outcome tells it
@@ -71,6 +78,13 @@ type Example struct {
 	Allowed                bool
 	Remaining              int64
 	RetryAfter, ResetAfter time.Duration
+	// For an algorithm that holds leases: Release and Renew make the step
+	// a release or a renewal of the lease whose id is Of (offsets from the
+	// table's zero, like At). Held is what a release reports. Lease is the
+	// id an admitted Take or Renew grants.
+	Release, Renew bool
+	Of, Lease      time.Duration
+	Held           bool
 }
 
 // registry lists the algorithms in the order the documentation presents
@@ -83,6 +97,7 @@ var registry = []*Algorithm{
 	&compactLog,
 	&twoLevel,
 	&gcra,
+	&concurrency,
 }
 
 func init() {
@@ -90,6 +105,10 @@ func init() {
 		a.anyWindowBound = a.LimitBound(0)
 	}
 }
+
+// HoldsLeases reports whether the algorithm holds leases (Release and
+// Renew are set).
+func (a *Algorithm) HoldsLeases() bool { return a.Release != nil }
 
 // Algorithms returns the registered algorithms in the order the
 // documentation presents them. The descriptors are shared: do not modify
@@ -124,6 +143,8 @@ func Lookup(name Name) *Algorithm {
 		return &twoLevel
 	case GCRA:
 		return &gcra
+	case Concurrency:
+		return &concurrency
 	}
 	for _, a := range registry {
 		if a.Name == name {
@@ -146,6 +167,8 @@ func Register(a *Algorithm) error {
 		return fmt.Errorf("%w: an algorithm needs a name, a key suffix and a Lua body", ErrInvalidRule)
 	case a.Take == nil || a.Peek == nil || a.Refund == nil || a.ChargedAt == nil || a.LimitBound == nil:
 		return fmt.Errorf("%w: algorithm %q lacks a step (Take, Peek, Refund, ChargedAt, LimitBound)", ErrInvalidRule, a.Name)
+	case (a.Release == nil) != (a.Renew == nil):
+		return fmt.Errorf("%w: algorithm %q has one of Release and Renew; a lease-holding algorithm needs both", ErrInvalidRule, a.Name)
 	}
 	var errs []error
 	for _, b := range registry {

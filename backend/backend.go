@@ -156,6 +156,42 @@ type Result struct {
 	// denying request that must wait longest; when admitted, the one with
 	// the least allowance left. It is 0 for a single request.
 	Rule int
+	// Lease is, for an admitted request of a rule that holds leases
+	// (algorithms.Concurrency; also a TakeAll holding one, or a Renew), the
+	// id of the lease it holds: name it in LeaseStore.Release and Renew. 0
+	// otherwise. Negative ids are local leases granted by package
+	// fallback.
+	Lease int64
+}
+
+// LeaseStore is a Store that holds concurrency leases
+// (algorithms.Concurrency). Every store of this module implements it;
+// wrappers forward it.
+type LeaseStore interface {
+	Store
+	// Release gives back a lease: req as the Take that granted it (Key,
+	// Rule, Cost) with Now the time of release. held reports whether it
+	// was still held; a lease that expired, was released or was never
+	// granted is not, and nothing changes. req's rule must hold leases.
+	Release(ctx context.Context, req Request, lease int64) (held bool, err error)
+	// Renew extends a held lease by the rule's window from req.Now,
+	// atomically: Allowed, and the new id in Result.Lease, when it was
+	// held; Allowed false (and nothing changed) when it was not.
+	Renew(ctx context.Context, req Request, lease int64) (Result, error)
+}
+
+// ValidateLease reports whether req can release or renew a lease: a valid
+// request of a rule that holds leases. The error wraps
+// algorithms.ErrInvalidRule or algorithms.ErrInvalidRequest.
+func ValidateLease(req *Request) error {
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	if !req.Rule.HoldsLeases() {
+		return fmt.Errorf("%w: algorithm %s holds no leases; release and renew only %s leases",
+			algorithms.ErrInvalidRequest, req.Rule.Algorithm, algorithms.Concurrency)
+	}
+	return nil
 }
 
 // ResultOf converts an algorithm outcome for rule into a Result.
@@ -183,17 +219,26 @@ const MaxRequests = 16
 
 // ValidateAll reports whether reqs can be decided together by TakeAll: 1 to
 // MaxRequests valid requests, all at the same time, and no two on the same
-// state (same key and algorithm). Errors wrap algorithms.ErrInvalidRule or
-// algorithms.ErrInvalidRequest.
+// state (same key and algorithm), and at most one of a rule that holds
+// leases (one lease per decision). Errors wrap algorithms.ErrInvalidRule
+// or algorithms.ErrInvalidRequest.
 func ValidateAll(reqs []Request) error {
 	if len(reqs) == 0 || len(reqs) > MaxRequests {
 		return fmt.Errorf("%w: %d requests in one call; give 1 to %d", algorithms.ErrInvalidRequest, len(reqs), MaxRequests)
 	}
 	now := reqs[0].Millis()
+	lease := -1
 	for i := range reqs {
 		r := &reqs[i]
 		if err := r.Validate(); err != nil {
 			return fmt.Errorf("request %d: %w", i, err)
+		}
+		if r.Rule.HoldsLeases() {
+			if lease >= 0 {
+				return fmt.Errorf("%w: requests %d and %d are both %s leases; one decision holds at most one lease: acquire the other in a call of its own",
+					algorithms.ErrInvalidRequest, lease, i, r.Rule.Algorithm)
+			}
+			lease = i
 		}
 		if r.Millis() != now {
 			return fmt.Errorf("%w: request %d is at %v, request 0 at %v; requests decided together share one time",
@@ -211,17 +256,22 @@ func ValidateAll(reqs []Request) error {
 
 // Combine folds the results of requests decided together into one: allowed
 // only when all are, described by the result Result.Rule names (see there),
-// degraded or unconfirmed when any is.
+// degraded or unconfirmed when any is, with the Lease of the one that holds
+// a lease when admitted (0 when denied).
 func Combine(results []Result) Result {
 	if len(results) == 0 {
 		return Result{}
 	}
 	pick, allowed := 0, true
 	degraded, unconfirmed := false, false
+	var lease int64
 	for _, r := range results {
 		allowed = allowed && r.Allowed
 		degraded = degraded || r.Degraded
 		unconfirmed = unconfirmed || r.Unconfirmed
+		if r.Lease != 0 {
+			lease = r.Lease
+		}
 	}
 	for i, r := range results {
 		p := results[pick]
@@ -234,8 +284,10 @@ func Combine(results []Result) Result {
 	}
 	out := results[pick]
 	out.Allowed, out.Degraded, out.Unconfirmed, out.Rule = allowed, degraded, unconfirmed, pick
+	out.Lease = 0
 	if allowed {
 		out.RetryAfter = 0
+		out.Lease = lease
 	}
 	return out
 }

@@ -85,7 +85,7 @@ type Store struct {
 	reclaimed       atomic.Uint64
 }
 
-var _ backend.Store = (*Store)(nil)
+var _ backend.LeaseStore = (*Store)(nil)
 
 type shard struct {
 	shardState
@@ -177,14 +177,14 @@ func (s *Store) Take(_ context.Context, req backend.Request) (backend.Result, er
 	a := algorithms.Lookup(req.Rule.Algorithm) // known: req is valid
 	sh, h1, h2 := s.locate(&req.Key, a.Salt)
 	sh.mu.Lock()
-	out := s.takeLocked(sh, h1, h2, a, &req, now)
+	res := s.takeLocked(sh, h1, h2, a, &req, now)
 	sh.mu.Unlock()
-	return backend.ResultOf(req.Rule, out), nil
+	return res, nil
 }
 
 // takeLocked runs req's Take (a is its algorithm) on its key in the locked
 // shard sh.
-func (s *Store) takeLocked(sh *shard, h1, h2 uint64, a *algorithms.Algorithm, req *backend.Request, now int64) algorithms.Outcome {
+func (s *Store) takeLocked(sh *shard, h1, h2 uint64, a *algorithms.Algorithm, req *backend.Request, now int64) backend.Result {
 	e := sh.table.find(h1, h2)
 	if e == nil {
 		e = s.insert(sh, h1, h2, now)
@@ -193,7 +193,11 @@ func (s *Store) takeLocked(sh *shard, h1, h2 uint64, a *algorithms.Algorithm, re
 	// Kept as long as the scripts keep a Redis key (Rule.KeyTTL): a window
 	// past its reset, for requests that arrive late.
 	e.expires = now + req.Rule.KeyTTL(out.ResetAfter)
-	return out
+	res := backend.ResultOf(req.Rule, out)
+	if out.Allowed && a.HoldsLeases() {
+		res.Lease = a.ChargedAt(&e.state, now)
+	}
+	return res
 }
 
 // peekLocked runs req's Peek (a is its algorithm) on its key in the locked
@@ -246,14 +250,53 @@ func (s *Store) TakeAll(_ context.Context, reqs []backend.Request) (backend.Resu
 	if all {
 		// Look each key up again: an insert may have moved slots.
 		for i := range reqs {
-			out := s.takeLocked(loc[i].sh, loc[i].h1, loc[i].h2, loc[i].a, &reqs[i], now)
-			results[i] = backend.ResultOf(reqs[i].Rule, out)
+			results[i] = s.takeLocked(loc[i].sh, loc[i].h1, loc[i].h2, loc[i].a, &reqs[i], now)
 		}
 	}
 	for _, sh := range locks[:n] {
 		sh.mu.Unlock()
 	}
 	return backend.Combine(results[:len(reqs)]), nil
+}
+
+// Release implements backend.LeaseStore.
+func (s *Store) Release(_ context.Context, req backend.Request, lease int64) (bool, error) {
+	if err := backend.ValidateLease(&req); err != nil {
+		return false, err
+	}
+	a := algorithms.Lookup(req.Rule.Algorithm) // known: req is valid
+	sh, h1, h2 := s.locate(&req.Key, a.Salt)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.table.find(h1, h2)
+	if e == nil {
+		return false, nil
+	}
+	return req.Rule.Release(&e.state, req.Millis(), lease), nil
+}
+
+// Renew implements backend.LeaseStore.
+func (s *Store) Renew(_ context.Context, req backend.Request, lease int64) (backend.Result, error) {
+	if err := backend.ValidateLease(&req); err != nil {
+		return backend.Result{}, err
+	}
+	now := req.Millis()
+	a := algorithms.Lookup(req.Rule.Algorithm) // known: req is valid
+	sh, h1, h2 := s.locate(&req.Key, a.Salt)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.table.find(h1, h2)
+	if e == nil {
+		var empty algorithms.State
+		return backend.ResultOf(req.Rule, req.Rule.Renew(&empty, now, lease, req.Cost)), nil
+	}
+	out := req.Rule.Renew(&e.state, now, lease, req.Cost)
+	res := backend.ResultOf(req.Rule, out)
+	if out.Allowed {
+		res.Lease = req.Rule.ChargedAt(&e.state, now)
+		e.expires = now + req.Rule.KeyTTL(out.ResetAfter)
+	}
+	return res, nil
 }
 
 // Peek implements backend.Store.

@@ -284,6 +284,7 @@ func sameAsGoEngine(c *checker, rule algorithms.Rule) {
 	rule.Limit = 7
 	ids := []string{"x", "y{", "}z"}
 	states := map[string]*algorithms.State{}
+	leases := map[string][]int64{} // the leases granted per id
 	now := 5 * time.Second
 	for i := range 600 {
 		switch p := rng.IntN(100); {
@@ -326,12 +327,35 @@ func sameAsGoEngine(c *checker, rule algorithms.Rule) {
 			op = "Peek"
 			want = rule.Peek(st, nowMs, cost)
 			got, ok = c.peek(id, rule, now, cost)
+		case p < 35 && rule.HoldsLeases() && len(leases[id]) > 0:
+			// Release a lease granted earlier (held, expired or released).
+			lease := leases[id][rng.IntN(len(leases[id]))]
+			wantHeld := rule.Release(st, nowMs, lease)
+			held, ok := c.release(id, rule, now, cost, lease)
+			if !ok {
+				return
+			}
+			if held != wantHeld {
+				c.r.Errorf("step %d: Release(%q, lease %d) at %v: held %v, want %v", i, id, lease, now, held, wantHeld)
+				return
+			}
+			continue
+		case p < 45 && rule.HoldsLeases() && len(leases[id]) > 0:
+			op = "Renew"
+			lease := leases[id][rng.IntN(len(leases[id]))]
+			want = rule.Renew(st, nowMs, lease, cost)
+			got, ok = c.renew(id, rule, now, cost, lease)
 		default:
 			want = rule.Take(st, nowMs, cost)
 			got, ok = c.take(id, rule, now, cost)
 		}
 		what := fmt.Sprintf("step %d: %s(%q, limit %d, cost %d) at %v", i, op, id, rule.Limit, cost, now)
-		if !ok || !c.expect(what, got, backend.ResultOf(rule, want)) {
+		wantRes := backend.ResultOf(rule, want)
+		if want.Allowed && op != "Peek" && rule.HoldsLeases() {
+			wantRes.Lease = rule.ChargedAt(st, nowMs)
+			leases[id] = append(leases[id], wantRes.Lease)
+		}
+		if !ok || !c.expect(what, got, wantRes) {
 			return
 		}
 	}

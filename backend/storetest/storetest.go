@@ -17,7 +17,8 @@
 // sequence compared decision by decision with the algorithms' Go engine;
 // and TakeAll (several rules on several keys, all or nothing) through a
 // guard table, a random sequence against the Go engine and concurrent
-// callers. Each
+// callers; and the life of concurrency leases (a store must be a
+// backend.LeaseStore). Each
 // case uses its own key prefix, so one store can serve the whole suite.
 package storetest
 
@@ -177,6 +178,7 @@ func cases() []testCase {
 		}
 	}
 	all = append(all, multiCases()...)
+	all = append(all, leaseCases()...)
 	all = append(all, testCase{name: "invalid_input", run: invalidInput})
 	return all
 }

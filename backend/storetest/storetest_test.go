@@ -113,6 +113,59 @@ func (r *racy) Reset(_ context.Context, key backend.Key, _ algorithms.Rule) erro
 	return nil
 }
 
+// badLeases is a memory store whose Release or Renew is wrong.
+type badLeases struct {
+	*memorystore.Store
+	release func(s *memorystore.Store, ctx context.Context, req backend.Request, lease int64) (bool, error)
+	renew   func(s *memorystore.Store, ctx context.Context, req backend.Request, lease int64) (backend.Result, error)
+}
+
+func (b badLeases) Release(ctx context.Context, req backend.Request, lease int64) (bool, error) {
+	if b.release != nil {
+		return b.release(b.Store, ctx, req, lease)
+	}
+	return b.Store.Release(ctx, req, lease)
+}
+
+func (b badLeases) Renew(ctx context.Context, req backend.Request, lease int64) (backend.Result, error) {
+	if b.renew != nil {
+		return b.renew(b.Store, ctx, req, lease)
+	}
+	return b.Store.Renew(ctx, req, lease)
+}
+
+// TestBrokenLeaseStoresFail shows the lease cases catch stores that get a
+// lease's life wrong.
+func TestBrokenLeaseStoresFail(t *testing.T) {
+	broken := map[string]struct {
+		store     backend.Store
+		wantCases []string
+	}{
+		"no LeaseStore": {wrapped{Store: newMemory(t)}, []string{"lease/life", "lease/renew", "table/concurrency"}},
+		"release frees nothing": {badLeases{Store: newMemory(t), release: func(*memorystore.Store, context.Context, backend.Request, int64) (bool, error) {
+			return true, nil
+		}}, []string{"lease/life", "lease/unique_ids", "table/concurrency"}},
+		"release ignores expiry": {badLeases{Store: newMemory(t), release: func(s *memorystore.Store, ctx context.Context, req backend.Request, lease int64) (bool, error) {
+			req.Now = time.UnixMilli(lease)
+			return s.Release(ctx, req, lease)
+		}}, []string{"lease/expiry", "table/concurrency", "same_as_go_engine/concurrency"}},
+		"renew takes a new lease": {badLeases{Store: newMemory(t), renew: func(s *memorystore.Store, ctx context.Context, req backend.Request, lease int64) (backend.Result, error) {
+			return s.Take(ctx, req)
+		}}, []string{"lease/renew", "table/concurrency"}},
+	}
+	for name, b := range broken {
+		t.Run(name, func(t *testing.T) {
+			failed := map[string]bool{}
+			for _, f := range storetest.Check(t.Context(), b.store) {
+				failed[f.Case] = true
+			}
+			for _, c := range b.wantCases {
+				require.True(t, failed[c], "case %s did not catch it; failed: %v", c, failed)
+			}
+		})
+	}
+}
+
 func TestMemoryStorePasses(t *testing.T) {
 	require.Empty(t, storetest.Check(t.Context(), newMemory(t)))
 }

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
@@ -24,13 +25,29 @@ func tableCases() []testCase {
 				var got backend.Result
 				var ok bool
 				op := "Take"
-				if st.Peek {
+				switch {
+				case st.Release:
+					held, ok := c.release("k", rule, st.At, st.Cost, leaseID(st.Of))
+					if ok && held != st.Held {
+						c.r.Errorf("step %d: Release of lease %v at %v: held %v, want %v", i, st.Of, st.At, held, st.Held)
+					}
+					if !ok || held != st.Held {
+						return
+					}
+					continue
+				case st.Renew:
+					op = fmt.Sprintf("Renew of lease %v", st.Of)
+					got, ok = c.renew("k", rule, st.At, st.Cost, leaseID(st.Of))
+				case st.Peek:
 					op = "Peek"
 					got, ok = c.peek("k", rule, st.At, st.Cost)
-				} else {
+				default:
 					got, ok = c.take("k", rule, st.At, st.Cost)
 				}
 				want := backend.Result{Allowed: st.Allowed, Limit: rule.Limit, Remaining: st.Remaining, RetryAfter: st.RetryAfter, ResetAfter: st.ResetAfter}
+				if st.Allowed && !st.Peek && a.HoldsLeases() {
+					want.Lease = leaseID(st.Lease)
+				}
 				if !ok || !c.expect(fmt.Sprintf("step %d: %s cost %d at %v", i, op, st.Cost, st.At), got, want) {
 					return
 				}
@@ -39,3 +56,6 @@ func tableCases() []testCase {
 	}
 	return out
 }
+
+// leaseID is the id of a lease stamped at offset of from base.
+func leaseID(of time.Duration) int64 { return base.Add(of).UnixMilli() }

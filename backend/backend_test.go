@@ -1,0 +1,49 @@
+package backend_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/backend"
+)
+
+func TestValidateAllOneLease(t *testing.T) {
+	now := time.UnixMilli(1_000_000)
+	lease := algorithms.Rule{Algorithm: algorithms.Concurrency, Limit: 2, Window: time.Second}
+	rate := algorithms.Rule{Algorithm: algorithms.SlidingLog, Limit: 2, Window: time.Second}
+	req := func(prefix string, r algorithms.Rule) backend.Request {
+		return backend.Request{Key: backend.Key{Prefix: prefix, ID: "u"}, Rule: r, Now: now, Cost: 1}
+	}
+	require.NoError(t, backend.ValidateAll([]backend.Request{req("a:", rate), req("b:", lease), req("c:", rate)}))
+	err := backend.ValidateAll([]backend.Request{req("a:", lease), req("b:", rate), req("c:", lease)})
+	require.ErrorIs(t, err, algorithms.ErrInvalidRequest)
+	require.ErrorContains(t, err, "requests 0 and 2 are both concurrency leases")
+	require.ErrorContains(t, err, "in a call of its own")
+}
+
+func TestValidateLease(t *testing.T) {
+	req := backend.Request{Key: backend.Key{ID: "u"}, Rule: algorithms.Rule{Algorithm: algorithms.GCRA, Limit: 2, Window: time.Second}, Now: time.UnixMilli(5), Cost: 1}
+	require.ErrorIs(t, backend.ValidateLease(&req), algorithms.ErrInvalidRequest)
+	req.Rule.Algorithm = algorithms.Concurrency
+	require.NoError(t, backend.ValidateLease(&req))
+	req.Cost = 3
+	require.ErrorIs(t, backend.ValidateLease(&req), algorithms.ErrInvalidRequest)
+}
+
+func TestCombineCarriesTheLease(t *testing.T) {
+	results := []backend.Result{
+		{Allowed: true, Limit: 5, Remaining: 1},
+		{Allowed: true, Limit: 2, Remaining: 1, Lease: 42},
+	}
+	got := backend.Combine(results)
+	require.True(t, got.Allowed)
+	require.Equal(t, int64(42), got.Lease)
+	require.Equal(t, 0, got.Rule)
+	results[0].Allowed, results[0].RetryAfter = false, time.Second
+	got = backend.Combine(results)
+	require.False(t, got.Allowed)
+	require.Zero(t, got.Lease)
+}
