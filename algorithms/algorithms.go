@@ -358,10 +358,16 @@ func (r Rule) Renew(s *State, now, at, cost int64) Outcome {
 // composite denied, or too few replicas acknowledged it), and returns what a
 // Peek of cost at now reports afterwards. Units that are no longer where
 // they were recorded (their window has moved out of the state) are not
-// given back, so a refund never creates allowance that was not taken.
+// given back, so a refund never creates allowance that was not taken. For
+// an algorithm that holds leases it is Release.
 func (r Rule) Refund(s *State, now, at, cost int64) Outcome {
 	a := r.algorithm()
 	w := r.Window.Milliseconds()
-	a.Refund(s, at, w, r.Limit, cost)
+	if a.Release != nil {
+		// A lease's refund is its release, as in the Lua twin's refund mode.
+		a.Release(s, now, at, w, r.Limit, cost)
+	} else {
+		a.Refund(s, at, w, r.Limit, cost)
+	}
 	return a.Peek(s, now, w, r.Limit, cost)
 }

@@ -114,8 +114,9 @@ func concurrencyTake(s *State, now, w, limit, cost int64) Outcome {
 // concurrencyChargedAt is the id of the lease just granted (or renewed).
 func concurrencyChargedAt(s *State, _ int64) int64 { return s.words[0] }
 
-// concurrencyRefund removes the lease at, expired or not: a refund undoes
-// a take just made.
+// concurrencyRefund removes the lease at, expired or not. Rule.Refund
+// releases instead (it knows now), as the Lua twin's refund mode does;
+// this is the step for callers of the descriptor without a time.
 func concurrencyRefund(s *State, at, _, _, _ int64) { s.log.remove(at, s.log.size()) }
 
 // heldUnits returns how many units the lease at holds at now: 0 when it
