@@ -80,8 +80,10 @@ const (
 	// an admitted Take holds cost units as a lease, until it is released
 	// (Rule.Release) or Window passes, which a renewal (Rule.Renew)
 	// restarts. So a holder that crashed frees its slots after Window.
-	// Each lease has an id unique per key (ChargedAt), its stamp. Memory
-	// grows with the limit, as a log's.
+	// Each lease has an id unique per key (ChargedAt): its stamp, now or
+	// just after the last id issued (a key granting more than one lease per
+	// ms runs ahead of the clock, and its leases expire that much late).
+	// Memory grows with the limit, as a log's.
 	Concurrency Name = "concurrency"
 )
 

@@ -90,6 +90,11 @@ func renew(at, of time.Duration, cost int64, allowed bool, remaining int64, retr
 // key for as long as the key lives, so a release names its lease alone. An
 // entry stamped t has expired at now when t <= now-window. Unlike the logs,
 // a take forgets expired entries at once: nothing late can need them.
+//
+// Ids are milliseconds, so a key granting more than one lease per ms runs
+// its ids ahead of the clock, by the grants beyond one per ms since it was
+// last idle: its leases then expire that much late, never early, and the
+// ids come back to now once grants slow below one per ms.
 
 func concurrencyTake(s *State, now, w, limit, cost int64) Outcome {
 	l := &s.log
