@@ -106,9 +106,9 @@ func (l *Lease) ID() string {
 }
 
 // Expires returns when the lease expires unless released or renewed, by
-// the limiter's clock: not before, and later only when the key granted more
-// than one lease per millisecond (the store's ids are unique milliseconds
-// per key, and then run ahead of the clock). Renew moves it.
+// the limiter's clock: the Window after its grant (or renewal), to the
+// millisecond; later, never earlier, only on a key granting more than 1,000
+// leases in one millisecond. Renew moves it.
 func (l *Lease) Expires() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -37,7 +37,7 @@ func TestLeaseMetrics(t *testing.T) {
 	require.Equal(t, 2.0, held())
 	require.NoError(t, a.Release(ctx))
 	require.Equal(t, 1.0, held())
-	fake.Advance(10*time.Second + time.Millisecond) // b (stamped 1 ms after a) expires while its holder works
+	fake.Advance(10*time.Second + time.Millisecond) // b expires while its holder works (the ms after a's, granted just after it)
 	require.ErrorIs(t, b.Release(ctx), limiter.ErrLeaseNotHeld)
 	require.Equal(t, 0.0, held())
 

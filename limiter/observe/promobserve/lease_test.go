@@ -41,7 +41,7 @@ func TestLeaseMetrics(t *testing.T) {
 	require.NoError(t, a.Release(ctx))
 	require.Equal(t, 1.0, held())
 	require.ErrorIs(t, a.Release(ctx), limiter.ErrLeaseReleased) // not a store call: not counted
-	fake.Advance(10*time.Second + time.Millisecond)              // b (stamped 1 ms after a) expires while its holder works
+	fake.Advance(10*time.Second + time.Millisecond)              // b expires while its holder works (the ms after a's, granted just after it)
 	require.ErrorIs(t, b.Renew(ctx), limiter.ErrLeaseNotHeld)
 	require.Equal(t, 0.0, held())
 	c, _, err := lim.Acquire(ctx, "u")
