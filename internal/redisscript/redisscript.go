@@ -122,8 +122,7 @@ type Options struct {
 	// concurrent requests in one script call (see batcher), per master on
 	// a cluster whose Conn is a NodeLocator (see nodebatch.go). It applies
 	// without Ack; Reset and everything of a lease (Takes and TakeAlls
-	// with a rule that holds leases, Release, Renew) are always sent
-	// alone: batch replies carry no lease ids.
+	// holding a lease, Release, Renew) are always sent alone.
 	Batch int
 }
 
@@ -348,17 +347,25 @@ func (r *Runner) TakeAll(ctx context.Context, reqs []backend.Request) (backend.R
 		return r.takeOne(ctx, &reqs[0])
 	}
 	keys := make([]string, len(reqs))
-	lease := false
 	for i := range reqs {
 		keys[i] = Key(reqs[i].Key, reqs[i].Rule)
-		lease = lease || reqs[i].Rule.HoldsLeases()
 	}
 	// A TakeAll holding a lease goes alone: the batch replies carry no
 	// lease ids.
-	if b := r.batcherFor(kindGroup, keys[0]); b != nil && !lease && (!b.cluster || r.nodes.sameNode(keys)) {
+	if b := r.batcherFor(kindGroup, keys[0]); b != nil && !holdsLease(reqs) && (!b.cluster || r.nodes.sameNode(keys)) {
 		return b.takeAll(ctx, reqs, keys)
 	}
 	return r.takeAllAlone(ctx, reqs, keys)
+}
+
+// holdsLease reports whether one of reqs holds a lease.
+func holdsLease(reqs []backend.Request) bool {
+	for i := range reqs {
+		if reqs[i].Rule.HoldsLeases() {
+			return true
+		}
+	}
+	return false
 }
 
 // takeAllAlone decides a TakeAll with its own script call(s).
