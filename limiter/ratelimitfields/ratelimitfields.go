@@ -15,7 +15,15 @@
 //
 // A limiter with a guard (limiter.Config.Guard) has two policies, the
 // guard's named after the main one with "-guard"; the per-decision values
-// describe the one the decision names.
+// describe the one the decision names. NewCompositePolicy describes the
+// limits of a limiter.Composite the same way, one named policy per limit.
+//
+// A concurrency limit (algorithm "concurrency") counts requests in flight:
+// its policy has the draft's quota unit and no window, and its RateLimit
+// no t, since a held lease may be released at any moment:
+//
+//	"uploads";q=2;qu="concurrent-requests"
+//	"uploads";r=0
 //
 // The package uses the standard library only, besides limitkit's core.
 package ratelimitfields
