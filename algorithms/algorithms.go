@@ -80,8 +80,10 @@ const (
 	// an admitted Take holds cost units as a lease, until it is released
 	// (Rule.Release) or Window passes, which a renewal (Rule.Renew)
 	// restarts. So a holder that crashed frees its slots after Window.
-	// Each lease has an id unique per key (ChargedAt), its stamp. Memory
-	// grows with the limit, as a log's.
+	// Each lease has an id unique per key (ChargedAt): its stamp, now or
+	// just after the last id issued (a key granting more than one lease per
+	// ms runs ahead of the clock, and its leases expire that much late).
+	// Memory grows with the limit, as a log's.
 	Concurrency Name = "concurrency"
 )
 
@@ -358,10 +360,16 @@ func (r Rule) Renew(s *State, now, at, cost int64) Outcome {
 // composite denied, or too few replicas acknowledged it), and returns what a
 // Peek of cost at now reports afterwards. Units that are no longer where
 // they were recorded (their window has moved out of the state) are not
-// given back, so a refund never creates allowance that was not taken.
+// given back, so a refund never creates allowance that was not taken. For
+// an algorithm that holds leases it is Release.
 func (r Rule) Refund(s *State, now, at, cost int64) Outcome {
 	a := r.algorithm()
 	w := r.Window.Milliseconds()
-	a.Refund(s, at, w, r.Limit, cost)
+	if a.Release != nil {
+		// A lease's refund is its release, as in the Lua twin's refund mode.
+		a.Release(s, now, at, w, r.Limit, cost)
+	} else {
+		a.Refund(s, at, w, r.Limit, cost)
+	}
 	return a.Peek(s, now, w, r.Limit, cost)
 }

@@ -90,6 +90,11 @@ func renew(at, of time.Duration, cost int64, allowed bool, remaining int64, retr
 // key for as long as the key lives, so a release names its lease alone. An
 // entry stamped t has expired at now when t <= now-window. Unlike the logs,
 // a take forgets expired entries at once: nothing late can need them.
+//
+// Ids are milliseconds, so a key granting more than one lease per ms runs
+// its ids ahead of the clock, by the grants beyond one per ms since it was
+// last idle: its leases then expire that much late, never early, and the
+// ids come back to now once grants slow below one per ms.
 
 func concurrencyTake(s *State, now, w, limit, cost int64) Outcome {
 	l := &s.log
@@ -114,8 +119,9 @@ func concurrencyTake(s *State, now, w, limit, cost int64) Outcome {
 // concurrencyChargedAt is the id of the lease just granted (or renewed).
 func concurrencyChargedAt(s *State, _ int64) int64 { return s.words[0] }
 
-// concurrencyRefund removes the lease at, expired or not: a refund undoes
-// a take just made.
+// concurrencyRefund removes the lease at, expired or not. Rule.Refund
+// releases instead (it knows now), as the Lua twin's refund mode does;
+// this is the step for callers of the descriptor without a time.
 func concurrencyRefund(s *State, at, _, _, _ int64) { s.log.remove(at, s.log.size()) }
 
 // heldUnits returns how many units the lease at holds at now: 0 when it

@@ -62,9 +62,12 @@ end
 -- Record n units under a new id, max(now, last id + 1), and return it.
 local function record(n)
   local last = redis.call('ZSCORE', key, '')
-  local id = now
-  if last and -tonumber(last) + 1 > id then
+  local id = 1
+  if last then
     id = -tonumber(last) + 1
+  end
+  if now > id then
+    id = now
   end
   local id_s = fmt('%d', id)
   local args = {'-' .. id_s, '', id_s, id_s}

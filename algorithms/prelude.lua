@@ -7,7 +7,9 @@
 -- ms; limit; cost; take: consume when admitted (false: peek, which never
 -- writes, so it runs under EVALSHA_RO); refund: give back cost units a take
 -- admitted, named by at (the fifth value of that take's reply), then report
--- as a peek. It returns {allowed (0/1), remaining, retry_after_ms,
+-- as a peek. For an algorithm that holds leases (concurrency.lua) refund
+-- releases the lease at (the reply's fifth value is then 1 when it was
+-- held, else 0), and take and refund together renew it. It returns {allowed (0/1), remaining, retry_after_ms,
 -- reset_after_ms, at}: at is where an admission was recorded (the logs'
 -- timestamp, the counters' window start, GCRA's admission time; see
 -- Rule.ChargedAt). Every value stays an integer

@@ -21,7 +21,8 @@
 // FailClosed denies; Local(n) grants a local lease from the in-process
 // store, at most ceil(limit/n) units held per key in this instance, with
 // its id negated (Result.Lease < 0). A negative id is released and renewed
-// on the local store, also after the primary recovered; a positive one on
+// on the local store, also after the primary recovered (so only the
+// process that granted it can release it); a positive one on
 // the primary, and when the primary cannot be reached the error is
 // returned (wrapping ErrUnavailable) and the lease expires there by its
 // timeout. A Redis that restarts without persistence forgets the leases it

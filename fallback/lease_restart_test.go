@@ -4,14 +4,20 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/backend/goredisstore"
+	"github.com/limitkit/limitkit/backend/rueidisstore"
 	"github.com/limitkit/limitkit/fallback"
 	"github.com/limitkit/limitkit/internal/testing/redistest"
 	"github.com/limitkit/limitkit/limiter"
@@ -20,17 +26,43 @@ import (
 // The lease restart load: restartCallers goroutines over two clients
 // (go-redis and rueidis, each behind its own fallback store failing
 // closed, as two processes would be) contend for restartLimit leases on
-// one key, while the test holds restartPinned of them across the restart.
+// one key, while the test holds restartPinned of them across the restart
+// (half: the load keeps the other half busy).
 const (
 	restartCallers = 64
 	restartLimit   = 16
-	restartPinned  = 4
+	restartPinned  = 8
 	// restartTimeout is the lease timeout: longer than the test, so no
 	// lease expires while its holder works (that would be a legitimate
 	// re-grant, not an over-admission).
 	restartTimeout = time.Minute
 	restartWait    = 20 * time.Second
+	// restartCallTimeout bounds each call: generous, since with
+	// appendfsync always each write waits for an fsync on a busy disk. A
+	// Take that times out after Redis ran it holds a lease nobody
+	// releases until its timeout: fewer slots, never more.
+	restartCallTimeout = time.Second
 )
+
+// restartStores returns a go-redis and a rueidis store over addr, with
+// short dial timeouts (a dead server is seen at once) and I/O timeouts
+// above restartCallTimeout.
+func restartStores(t *testing.T, addr string) []backend.Store {
+	g := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 40,
+		DialTimeout: itDialTimeout, ReadTimeout: 2 * restartCallTimeout, WriteTimeout: 2 * restartCallTimeout,
+		PoolTimeout: 2 * restartCallTimeout, DialerRetries: 1, DialerRetryTimeout: 10 * time.Millisecond,
+		ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = g.Close() })
+	gs, err := goredisstore.New(g)
+	require.NoError(t, err)
+	r, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true,
+		ConnWriteTimeout: 2 * restartCallTimeout, Dialer: net.Dialer{Timeout: itDialTimeout}})
+	require.NoError(t, err)
+	t.Cleanup(r.Close)
+	rs, err := rueidisstore.New(r)
+	require.NoError(t, err)
+	return []backend.Store{gs, rs}
+}
 
 // restartRun is what one run of the load saw.
 type restartRun struct {
@@ -61,9 +93,8 @@ func runLeaseRestart(t *testing.T, persist bool) restartRun {
 	}
 	srv := redistest.Start(t, opts...)
 	var lims []*limiter.Limiter
-	for _, cl := range itClients {
-		conn := cl.single(t, srv.Addr())
-		fb := newStore(t, conn.store, fallback.WithPolicy(fallback.FailClosed), fallback.WithTimeout(itCallTimeout),
+	for _, primary := range restartStores(t, srv.Addr()) {
+		fb := newStore(t, primary, fallback.WithPolicy(fallback.FailClosed), fallback.WithTimeout(restartCallTimeout),
 			fallback.WithFailureThreshold(itThreshold), fallback.WithOpenTimeout(itOpenTimeout), fallback.WithProbes(itProbes))
 		lim, err := limiter.New(fb, limiter.Config{Algorithm: algorithms.Concurrency, Limit: restartLimit,
 			Window: restartTimeout, Prefix: "restart:"})

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/clock"
 )
@@ -83,9 +82,9 @@ func compileComposite(configs []Config) (*compiled, error) {
 		if len(cfg.Exempt)+len(cfg.Deny) > 0 {
 			return nil, fmt.Errorf("%w: limit %d has exempt or deny entries; a composite has none (use them on a Limiter)", ErrInvalidConfig, i)
 		}
-		if cfg.Algorithm == algorithms.Concurrency {
+		if cfg.rule().HoldsLeases() {
 			for j, prev := range cc.configs {
-				if prev.Algorithm == algorithms.Concurrency {
+				if prev.rule().HoldsLeases() {
 					return nil, fmt.Errorf("%w: limits %d and %d are both concurrency limits; a composite holds one lease per decision",
 						ErrInvalidConfig, j, i)
 				}

@@ -106,8 +106,9 @@ func (l *Lease) ID() string {
 }
 
 // Expires returns when the lease expires unless released or renewed, by
-// the limiter's clock (the store may stamp a lease up to a few ms later,
-// never earlier). Renew moves it.
+// the limiter's clock: not before, and later only when the key granted more
+// than one lease per millisecond (the store's ids are unique milliseconds
+// per key, and then run ahead of the clock). Renew moves it.
 func (l *Lease) Expires() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()

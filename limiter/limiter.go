@@ -242,7 +242,7 @@ func (c Config) Validate() error {
 		if err := (algorithms.Rule{Algorithm: g.Algorithm, Limit: g.Limit, Window: g.Window}).Validate(); err != nil {
 			return fmt.Errorf("guard: %w", err)
 		}
-		if g.Algorithm == algorithms.Concurrency {
+		if (algorithms.Rule{Algorithm: g.Algorithm}).HoldsLeases() {
 			return fmt.Errorf("%w: guard algorithm %q: a guard is a rate limit; make the concurrency limit the main one (guarded by a rate limit), or use a Composite",
 				ErrInvalidConfig, g.Algorithm)
 		}

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/clock"
 )
@@ -79,7 +78,7 @@ func (c *compiled) setParts(ps []part) {
 	c.simple = len(ps) == 1 && !ps[0].shadow
 	c.lease = -1
 	for i := range ps {
-		if ps[i].rule.Algorithm == algorithms.Concurrency {
+		if ps[i].rule.HoldsLeases() {
 			c.lease = i
 			c.simple = false
 		}

@@ -243,7 +243,7 @@ func (s *Store) Stats() Stats {
 // and otherwise asks the inner store, remembering a one-unit denial with
 // nothing left.
 func (s *Store) Take(ctx context.Context, req backend.Request) (backend.Result, error) {
-	if req.Rule.Algorithm == algorithms.Concurrency && !cacheLeases {
+	if !cacheLeases && req.Rule.HoldsLeases() {
 		return s.inner.Take(ctx, req) // see the package doc
 	}
 	if req.Cost != 1 || !s.listening.Load() {

@@ -149,3 +149,11 @@ func BenchmarkTake(b *testing.B) {
 	client := newClient(b, &redis.Options{Addr: srv.Addr(), PoolSize: 64})
 	scripttest.BenchmarkTake(b, newStore(b, client))
 }
+
+// BenchmarkLeases: a lease acquired and released (see
+// scripttest.BenchmarkLeases).
+func BenchmarkLeases(b *testing.B) {
+	srv := redistest.Start(b)
+	client := newClient(b, &redis.Options{Addr: srv.Addr(), PoolSize: 64})
+	scripttest.BenchmarkLeases(b, newStore(b, client))
+}

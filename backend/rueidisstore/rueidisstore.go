@@ -79,7 +79,7 @@ type Store struct {
 	slots  *slotMap // nil unless a cluster client
 }
 
-var _ backend.Store = (*Store)(nil)
+var _ backend.LeaseStore = (*Store)(nil)
 
 // New returns a store that keeps its state in Redis through client, which
 // the caller keeps owning (New does not contact the server).
@@ -136,6 +136,19 @@ func (s *Store) Peek(ctx context.Context, req backend.Request) (backend.Result, 
 // taken until they expire (see FailedRefunds).
 func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
 	return s.runner.TakeAll(ctx, reqs)
+}
+
+// Release implements backend.LeaseStore: one script removes the lease if
+// it is still held and reports whether it was. It is sent once (never
+// retried), as every writing call.
+func (s *Store) Release(ctx context.Context, req backend.Request, lease int64) (bool, error) {
+	return s.runner.Release(ctx, req, lease)
+}
+
+// Renew implements backend.LeaseStore: one script checks that the lease is
+// held and records it again under a new id, atomically.
+func (s *Store) Renew(ctx context.Context, req backend.Request, lease int64) (backend.Result, error) {
+	return s.runner.Renew(ctx, req, lease)
 }
 
 // HonoursContext reports true: rueidis returns once a call's context ends.

@@ -216,6 +216,11 @@ func (r *Runner) Take(ctx context.Context, req backend.Request) (backend.Result,
 	if err := r.check(&req); err != nil {
 		return backend.Result{}, err
 	}
+	// Lease takes go alone: the batch replies carry no lease ids.
+	if req.Rule.HoldsLeases() {
+		res, _, err := r.take(ctx, &req)
+		return res, err
+	}
 	if r.batcher != nil {
 		return r.batcher.take(ctx, &req)
 	}
@@ -235,6 +240,37 @@ func (r *Runner) Peek(ctx context.Context, req backend.Request) (backend.Result,
 	}
 	res, _, err := r.single(ctx, &req, ModePeek, r.now(&req), 0)
 	return res, err
+}
+
+// Release implements backend.LeaseStore.Release: the script's refund mode,
+// which removes the lease when it is still held and reports whether it
+// was. It is sent once, as every writing call.
+func (r *Runner) Release(ctx context.Context, req backend.Request, lease int64) (bool, error) {
+	if err := r.checkLease(&req); err != nil {
+		return false, err
+	}
+	_, held, err := r.single(ctx, &req, ModeRefund, r.now(&req), lease)
+	return held == 1, err
+}
+
+// Renew implements backend.LeaseStore.Renew: the script's renew mode,
+// atomic on the server. With replica acknowledgement configured it waits
+// for the replicas as a take does and reports Unconfirmed, but never turns
+// a renewal into a denial (the lease was held either way).
+func (r *Runner) Renew(ctx context.Context, req backend.Request, lease int64) (backend.Result, error) {
+	if err := r.checkLease(&req); err != nil {
+		return backend.Result{}, err
+	}
+	res, _, err := r.single(ctx, &req, ModeRenew, r.now(&req), lease)
+	return res, err
+}
+
+// checkLease validates a release or renewal.
+func (r *Runner) checkLease(req *backend.Request) error {
+	if err := backend.ValidateLease(req); err != nil {
+		return err
+	}
+	return r.check(req)
 }
 
 // Reset implements backend.Store.Reset: it deletes the key.
@@ -330,6 +366,7 @@ func (r *Runner) refuse(ctx context.Context, reqs []backend.Request, ats []int64
 	res.Allowed = false
 	res.Remaining = 0
 	res.RetryAfter = r.opts.Ack.Timeout
+	res.Lease = 0
 	return res, nil
 }
 
@@ -363,15 +400,19 @@ func (r *Runner) single(ctx context.Context, req *backend.Request, mode Mode, no
 	s := r.scripts[req.Rule.Algorithm]
 	keys := []string{Key(req.Key, req.Rule)}
 	var args []string
-	if mode == ModeRefund {
+	switch mode {
+	case ModeRefund:
 		args = RefundArgs(req.Rule, now, at, req.Cost)
-	} else {
+	case ModeRenew:
+		args = RenewArgs(req.Rule, now, at, req.Cost)
+	default:
 		var err error
 		if args, err = Args(req.Rule, now, req.Cost, mode); err != nil {
 			return backend.Result{}, 0, fmt.Errorf("%s: %w", r.name, err)
 		}
 	}
-	reply, acked, cmd, err := r.eval(ctx, s, keys, args, mode == ModeTake, mode != ModePeek)
+	grants := mode == ModeTake || mode == ModeRenew
+	reply, acked, cmd, err := r.eval(ctx, s, keys, args, grants, mode != ModePeek)
 	if err != nil {
 		return backend.Result{}, 0, fmt.Errorf("%s: %s %s: %w", r.name, cmd, req.Rule.Algorithm, err)
 	}
@@ -380,7 +421,10 @@ func (r *Runner) single(ctx context.Context, req *backend.Request, mode Mode, no
 		return backend.Result{}, 0, fmt.Errorf("%s: %s %s: %w", r.name, cmd, req.Rule.Algorithm, err)
 	}
 	res := backend.ResultOf(req.Rule, out)
-	res.Unconfirmed = out.Allowed && mode == ModeTake && acked < int64(r.opts.Ack.Replicas)
+	res.Unconfirmed = out.Allowed && grants && acked < int64(r.opts.Ack.Replicas)
+	if out.Allowed && grants && req.Rule.HoldsLeases() {
+		res.Lease = reply[ReplyAt]
+	}
 	return res, reply[ReplyAt], nil
 }
 
@@ -411,6 +455,9 @@ func (r *Runner) takeTogether(ctx context.Context, reqs []backend.Request, keys 
 		}
 		results[i] = backend.ResultOf(reqs[i].Rule, out)
 		ats[i] = vals[ReplyAt]
+		if out.Allowed && reply[0] == 1 && reqs[i].Rule.HoldsLeases() {
+			results[i].Lease = ats[i]
+		}
 	}
 	res := backend.Combine(results)
 	if res.Allowed && acked < int64(r.opts.Ack.Replicas) {

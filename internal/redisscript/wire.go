@@ -109,10 +109,17 @@ const (
 	ModeTake
 	// ModeRefund gives back what a take admitted (see algorithms.Rule.Refund),
 	// then reports as ModePeek does. Its arguments come from RefundArgs.
+	// For a rule that holds leases it is a release (algorithms.Rule.Release):
+	// the reply's ReplyAt is 1 when the lease was held, else 0.
 	ModeRefund
+	// ModeRenew renews a lease (algorithms.Rule.Renew): the script's take
+	// and refund both set. Admitted with the new lease id at ReplyAt when
+	// it was held; denied, with nothing changed, when not. Its arguments
+	// come from RenewArgs. Rules that hold no leases only peek.
+	ModeRenew
 )
 
-var modeArgs = [...]string{ModePeek: "0", ModeTake: "1", ModeRefund: "2"}
+var modeArgs = [...]string{ModePeek: "0", ModeTake: "1", ModeRefund: "2", ModeRenew: "3"}
 
 // Args returns the ARGV of one call of the rule's script: a step in the
 // given mode (ModePeek or ModeTake; a refund's come from RefundArgs) at now (ms
@@ -121,7 +128,7 @@ var modeArgs = [...]string{ModePeek: "0", ModeTake: "1", ModeRefund: "2"}
 // algorithms.Rule.ValidateCost and MaxTime. An unknown mode is an error.
 func Args(rule algorithms.Rule, now, cost int64, mode Mode) ([]string, error) {
 	if int(mode) >= len(modeArgs) {
-		return nil, fmt.Errorf("redisscript: mode %d is not ModePeek (0), ModeTake (1) or ModeRefund (2)", mode)
+		return nil, fmt.Errorf("redisscript: mode %d is not ModePeek (0), ModeTake (1), ModeRefund (2) or ModeRenew (3)", mode)
 	}
 	// One buffer and one string for the numbers, sliced into the four
 	// numeric arguments.
@@ -140,6 +147,13 @@ func Args(rule algorithms.Rule, now, cost int64, mode Mode) ([]string, error) {
 // recorded at at (its reply's ReplyAt), reporting at now.
 func RefundArgs(rule algorithms.Rule, now, at, cost int64) []string {
 	args, _ := Args(rule, now, cost, ModeRefund) // a valid mode
+	return append(args, strconv.FormatInt(at, 10))
+}
+
+// RenewArgs returns the ARGV of a renewal at now of the lease at (its id)
+// of a rule that holds leases; cost is the lease's.
+func RenewArgs(rule algorithms.Rule, now, at, cost int64) []string {
+	args, _ := Args(rule, now, cost, ModeRenew) // a valid mode
 	return append(args, strconv.FormatInt(at, 10))
 }
 

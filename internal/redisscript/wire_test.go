@@ -38,13 +38,14 @@ func TestArgs(t *testing.T) {
 	r = algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Millisecond}
 	require.Equal(t, []string{"0", "1", "1", "1", "1"}, args(0, 1, ModeTake))
 	require.Equal(t, []string{"5", "1", "1", "1", "2", "3"}, RefundArgs(r, 5, 3, 1))
+	require.Equal(t, []string{"5", "1", "1", "1", "3", "3"}, RenewArgs(r, 5, 3, 1))
 	allocs := testing.AllocsPerRun(100, func() { _, _ = Args(r, 1_767_225_600_123, 1, ModeTake) })
 	require.LessOrEqual(t, allocs, 2.0)
 }
 
 func TestArgsRejectsUnknownMode(t *testing.T) {
 	r := algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Millisecond}
-	for _, mode := range []Mode{ModeRefund + 1, 255} {
+	for _, mode := range []Mode{ModeRenew + 1, 255} {
 		args, err := Args(r, 0, 1, mode)
 		require.Error(t, err, "mode %d", mode)
 		require.Nil(t, args)

@@ -266,7 +266,7 @@ func (s *store) Take(ctx context.Context, req backend.Request) (backend.Result, 
 	start := time.Now()
 	res, err := s.Store.Take(ctx, req)
 	s.reportLease(ctx, Take, req.Key.Prefix, req.Cost, start, res, err, req.Shadow,
-		takeEvent(req.Rule.Algorithm == algorithms.Concurrency, res, err))
+		takeEvent(req.Rule.HoldsLeases(), res, err))
 	return res, err
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 )
 
@@ -25,7 +24,7 @@ func (s *store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 	}
 	leases, leasePolicy := false, ""
 	for i := range reqs {
-		if reqs[i].Rule.Algorithm == algorithms.Concurrency {
+		if reqs[i].Rule.HoldsLeases() {
 			leases, leasePolicy = true, reqs[i].Key.Prefix
 		}
 	}

@@ -222,3 +222,52 @@ func MemoryUsage(t testing.TB, srv *redistest.Server, key string) (int64, string
 	require.NoError(t, err)
 	return n, enc
 }
+
+// BenchmarkLeases measures the life of a concurrency lease for each
+// algorithm that holds leases: an acquire (Take) and, when admitted, its
+// Release, from 64 concurrent callers over 10,000 keys (limit 10 held at
+// once, a minute's timeout, so nearly every acquire is admitted),
+// reporting acquires/s and store calls/s (acquires plus releases).
+func BenchmarkLeases(b *testing.B, store backend.LeaseStore) {
+	for _, a := range algorithms.Algorithms() {
+		if !a.HoldsLeases() {
+			continue
+		}
+		b.Run(string(a.Name), func(b *testing.B) {
+			rule := algorithms.Rule{Algorithm: a.Name, Limit: 10, Window: time.Minute}
+			prefix := fmt.Sprintf("benchlease:%d:", time.Now().UnixNano())
+			var failed, calls atomic.Int64
+			b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			start := time.Now()
+			b.RunParallel(func(pb *testing.PB) {
+				rng := rand.New(rand.NewPCG(rand.Uint64(), 2))
+				req := backend.Request{Key: backend.Key{Prefix: prefix}, Rule: rule, Cost: 1}
+				for pb.Next() {
+					req.Key.ID = strconv.Itoa(rng.IntN(10_000))
+					req.Now = time.Now()
+					res, err := store.Take(b.Context(), req)
+					calls.Add(1)
+					if err != nil {
+						failed.Add(1)
+						continue
+					}
+					if res.Allowed {
+						req.Now = time.Now()
+						if _, err := store.Release(b.Context(), req, res.Lease); err != nil {
+							failed.Add(1)
+						}
+						calls.Add(1)
+					}
+				}
+			})
+			secs := time.Since(start).Seconds()
+			b.ReportMetric(float64(b.N)/secs, "acquires/s")
+			b.ReportMetric(float64(calls.Load())/secs, "calls/s")
+			if n := failed.Load(); n > 0 {
+				b.Fatalf("%d of %d store calls failed", n, calls.Load())
+			}
+		})
+	}
+}

@@ -63,6 +63,7 @@ func DifferentialOf(ctx context.Context, r Reporter, store backend.Store, seed u
 		rule := algorithms.Rule{Algorithm: names[rng.IntN(len(names))]}
 		pick(&rule)
 		states := map[string]*algorithms.State{}
+		granted := map[string][]int64{} // lease ids, for the lease algorithms
 		now := starts[rng.IntN(len(starts))] + rng.Int64N(3*rule.Window.Milliseconds()+1)
 		for range 1 + rng.IntN(60) {
 			step++
@@ -92,11 +93,28 @@ func DifferentialOf(ctx context.Context, r Reporter, store backend.Store, seed u
 			var err error
 			var want algorithms.Outcome
 			op := "Take"
-			if rng.IntN(5) == 0 {
+			ls, leases := store.(backend.LeaseStore)
+			leases = leases && rule.HoldsLeases() && len(granted[id]) > 0
+			switch p := rng.IntN(10); {
+			case p < 2:
 				op = "Peek"
 				want = rule.Peek(st, now, cost)
 				got, err = store.Peek(ctx, req)
-			} else {
+			case p < 4 && leases:
+				lease := granted[id][rng.IntN(len(granted[id]))]
+				wantHeld := rule.Release(st, now, lease)
+				held, err := ls.Release(ctx, req, lease)
+				if err != nil || held != wantHeld {
+					r.Errorf("round %d step %d: Release(%q, %+v, now %d, lease %d): held %v, %v; want held %v", round, step, id, rule, now, lease, held, err, wantHeld)
+					return
+				}
+				continue
+			case p < 5 && leases:
+				op = "Renew"
+				lease := granted[id][rng.IntN(len(granted[id]))]
+				want = rule.Renew(st, now, lease, cost)
+				got, err = ls.Renew(ctx, req, lease)
+			default:
 				want = rule.Take(st, now, cost)
 				got, err = store.Take(ctx, req)
 			}
@@ -104,7 +122,12 @@ func DifferentialOf(ctx context.Context, r Reporter, store backend.Store, seed u
 				r.Errorf("round %d step %d: %s(%q, %+v, now %d, cost %d): %v", round, step, op, id, rule, now, cost, err)
 				return
 			}
-			if w := backend.ResultOf(rule, want); got != w {
+			w := backend.ResultOf(rule, want)
+			if want.Allowed && op != "Peek" && rule.HoldsLeases() {
+				w.Lease = rule.ChargedAt(st, now)
+				granted[id] = append(granted[id], w.Lease)
+			}
+			if got != w {
 				r.Errorf("round %d step %d: %s(%q, %+v, now %d, cost %d):\n got  %+v\n want %+v", round, step, op, id, rule, now, cost, got, w)
 				return
 			}
