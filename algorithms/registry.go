@@ -70,7 +70,8 @@ type Examples struct {
 }
 
 // Example is one step of an Examples table: at At from a moment aligned to
-// the window, a Take (or a Peek) of Cost, and what it reports.
+// the window, a Take (or a Peek; for an algorithm that holds leases, a
+// Release or a Renew) of Cost, and what it reports.
 type Example struct {
 	At                     time.Duration
 	Peek                   bool

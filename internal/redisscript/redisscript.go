@@ -121,7 +121,8 @@ type Options struct {
 	// Batch, when above 1, lets Take send up to Batch concurrent requests
 	// in one script call (see batcher), per master on a cluster whose Conn
 	// is a NodeLocator (see nodebatch.go). It applies without Ack; Peek,
-	// TakeAll and Reset are always sent alone.
+	// TakeAll, Reset and everything of a lease (Takes of a rule that holds
+	// leases, Release, Renew) are always sent alone.
 	Batch int
 }
 
