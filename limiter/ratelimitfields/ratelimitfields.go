@@ -110,10 +110,10 @@ func (p *Policy) list() string {
 	return b.String()
 }
 
-// IsLease reports whether rule is a concurrency limit, whose quota is
-// requests in flight (ConcurrentRequests) and whose window is the lease
-// timeout, not a quota window.
-func IsLease(rule algorithms.Rule) bool { return rule.Algorithm == algorithms.Concurrency }
+// IsLease reports whether rule is a concurrency limit (its algorithm
+// holds leases), whose quota is requests in flight (ConcurrentRequests) and
+// whose window is the lease timeout, not a quota window.
+func IsLease(rule algorithms.Rule) bool { return rule.HoldsLeases() }
 
 // policyItem is one RateLimit-Policy list member: q is the limit, w the
 // window in whole seconds, rounded up and at least 1. A concurrency limit
