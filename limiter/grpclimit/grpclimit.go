@@ -48,6 +48,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -59,7 +60,6 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/limiter"
 	"github.com/limitkit/limitkit/limiter/ratelimitfields"
 )
@@ -199,7 +199,7 @@ type Interceptor struct {
 	// Precomputed from the limiter's configuration.
 	policy *ratelimitfields.Policy // the rate-limit field values
 	quotas [2]quota                // the main limit's and the guard's
-	lease  bool                    // a concurrency limit: Acquire, not Allow
+	mode   atomic.Pointer[mode]    // whether the limit in force holds leases
 
 	// releaseTimeout bounds a lease's release (WithReleaseTimeout);
 	// releaseHook, when set (by tests' controls), releases instead.
@@ -229,8 +229,7 @@ func New(lim *limiter.Limiter, opts ...Option) (*Interceptor, error) {
 	}
 	cfg := lim.Config()
 	i.policy = ratelimitfields.NewPolicy(i.policyName, cfg)
-	i.lease = ratelimitfields.IsLease(algorithms.Rule{Algorithm: cfg.Algorithm})
-	i.quotas[0] = newQuota(i.policyName, cfg.Limit, cfg.Window, i.lease)
+	i.quotas[0] = newQuota(i.policyName, cfg.Limit, cfg.Window, i.leases())
 	if g := cfg.Guard; g != nil {
 		i.quotas[1] = newQuota(i.policyName+ratelimitfields.GuardSuffix, g.Limit, g.Window, false)
 	}
@@ -343,7 +342,7 @@ func (i *Interceptor) decide(ctx context.Context, method string) (d limiter.Deci
 	if key == "" {
 		return d, false, nil, nil, errNoKey
 	}
-	if i.lease {
+	if i.leases() {
 		lease, d, err = i.lim.Acquire(ctx, key)
 	} else {
 		d, err = i.lim.Allow(ctx, key)

@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/limiter"
+	"github.com/limitkit/limitkit/limiter/ratelimitfields"
 )
 
 // DefaultReleaseTimeout bounds the release of a lease unless
@@ -62,4 +64,26 @@ func (i *Interceptor) release(callCtx context.Context, method string, lease *lim
 		i.logger.LogAttrs(ctx, slog.LevelError, "limitkit: lease not released; its slot comes back when the lease times out",
 			slog.String("policy", i.policyName), slog.String("method", method), slog.Any("error", err))
 	}
+}
+
+// mode is whether the limiter's configuration of one generation holds
+// leases.
+type mode struct {
+	gen   uint64
+	lease bool
+}
+
+// leases reports whether the limit in force is a concurrency limit, to be
+// taken with Acquire: it follows limiter.Limiter.SetConfig, at the cost of
+// an atomic load and a compare per call.
+func (i *Interceptor) leases() bool {
+	gen := i.lim.Generation()
+	if m := i.mode.Load(); m != nil && m.gen == gen {
+		return m.lease
+	}
+	// Read after gen: a change in between makes this newer than gen says,
+	// and the next call looks again.
+	m := &mode{gen: gen, lease: ratelimitfields.IsLease(algorithms.Rule{Algorithm: i.lim.Config().Algorithm})}
+	i.mode.Store(m)
+	return m.lease
 }

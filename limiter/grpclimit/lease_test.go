@@ -376,3 +376,27 @@ func TestLeaseStream(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseModeFollowsSetConfig: a limiter changed from a concurrency
+// limit to a rate limit while it serves is taken with Allow from then on
+// (and back): no call fails for having used the wrong method. The first
+// calls show the concurrency limit in force: the lease of each comes back,
+// so 3 calls pass a limit of 1; the rate limit of 1 then refuses the second.
+func TestLeaseModeFollowsSetConfig(t *testing.T) {
+	lim, _ := leaseLimiter(t, nil, 1)
+	s := startWork(t, lim, newInterceptor(t, lim, grpclimit.WithKey(byKey)))
+	for range 3 {
+		_, err := s.do(t.Context(), "")
+		require.NoError(t, err)
+	}
+	require.NoError(t, lim.SetConfig(limiter.Config{Algorithm: algorithms.SlidingLog, Limit: 1, Window: time.Minute, Prefix: "rl:"}))
+	_, err := s.do(t.Context(), "")
+	require.NoError(t, err)
+	_, err = s.do(t.Context(), "")
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "the rate limit counts")
+	require.NoError(t, lim.SetConfig(limiter.Config{Algorithm: algorithms.Concurrency, Limit: 1, Window: time.Minute, Prefix: "cc:"}))
+	for range 2 {
+		_, err = s.do(t.Context(), "")
+		require.NoError(t, err, "a concurrency limit again")
+	}
+}
