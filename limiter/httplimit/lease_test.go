@@ -508,3 +508,24 @@ func mustLeaseLimiter(t *testing.T) *limiter.Limiter {
 	lim, _ := newLeaseLimiter(t, s, 1)
 	return lim
 }
+
+// TestLeaseModeFollowsSetConfig: a limiter changed from a concurrency limit
+// to a rate limit while it serves is taken with Allow from then on, and its
+// fields follow: 3 sequential requests pass a concurrency limit of 1 (each
+// lease comes back), then a rate limit of 1 refuses the second.
+func TestLeaseModeFollowsSetConfig(t *testing.T) {
+	lim := mustLeaseLimiter(t)
+	mw, err := New(lim)
+	require.NoError(t, err)
+	srv := quietServer(t, mw.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	for range 3 {
+		require.Equal(t, http.StatusOK, status(t, srv))
+	}
+	require.NoError(t, lim.SetConfig(limiter.Config{Algorithm: algorithms.SlidingLog, Limit: 1, Window: time.Minute, Prefix: "rl:"}))
+	resp, err := srv.Client().Get(srv.URL)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, `"default";q=1;w=60`, resp.Header.Get("RateLimit-Policy"))
+	assert.Equal(t, http.StatusTooManyRequests, status(t, srv))
+}
