@@ -80,10 +80,11 @@ const (
 	// an admitted Take holds cost units as a lease, until it is released
 	// (Rule.Release) or Window passes, which a renewal (Rule.Renew)
 	// restarts. So a holder that crashed frees its slots after Window.
-	// Each lease has an id unique per key (ChargedAt): its stamp, now or
-	// just after the last id issued (a key granting more than one lease per
-	// ms runs ahead of the clock, and its leases expire that much late).
-	// Memory grows with the limit, as a log's.
+	// Each lease has an id unique per key (ChargedAt): its grant time in
+	// 1/1000 ms, or just after the last id issued, so a lease expires
+	// Window after its grant, to the ms, up to 1,000 grants per ms on one
+	// key (past that, ids run ahead of the clock and leases expire that
+	// much late, never early). Memory grows with the limit, as a log's.
 	Concurrency Name = "concurrency"
 )
 
@@ -102,6 +103,10 @@ const (
 	MinWindow = time.Millisecond
 	// MaxWindow is the longest window, a leap year.
 	MaxWindow = 366 * 24 * time.Hour
+	// MaxLeaseMillis is the latest time (ms since the Unix epoch, in June
+	// 2255) a rule that holds leases can decide at: its lease ids count
+	// 1/1000 ms and must stay below 2^53.
+	MaxLeaseMillis = (int64(1)<<53 - 1) / leaseTick
 )
 
 // Errors returned for bad input. Errors from this module that report bad
@@ -315,7 +320,7 @@ func windowStart(recorded, now, w int64) int64 {
 // units: the logs' timestamp (now, or a heavy TwoLevel key's floor), the
 // start of the window the counters charged (for a light TwoLevel key,
 // tagged with lightCharge), GCRA's time of the admission, or Concurrency's
-// lease id (also after a Renew). Refund takes it.
+// lease id (in 1/1000 ms; also after a Renew). Refund takes it.
 func (r Rule) ChargedAt(s *State, now int64) int64 {
 	return r.algorithm().ChargedAt(s, now)
 }
@@ -328,8 +333,9 @@ func (r Rule) HoldsLeases() bool {
 }
 
 // Release gives back the lease at (its id, see ChargedAt) at now, and
-// reports whether it was held: a lease that expired (its id <= now -
-// Window), was released or never granted is not, and s is left as it was.
+// reports whether it was held: a lease that expired (its id <= (now -
+// Window) * 1000), was released or never granted is not, and s is left as
+// it was.
 // For an algorithm that holds no leases it reports false.
 func (r Rule) Release(s *State, now, at int64) bool {
 	a := r.algorithm()

@@ -12,7 +12,7 @@ var concurrency = Algorithm{
 	Suffix:     ":cc",
 	Salt:       0x94d049bb133111eb,
 	Take:       concurrencyTake,
-	Peek:       slidingLogPeek,
+	Peek:       concurrencyPeek,
 	Refund:     concurrencyRefund,
 	ChargedAt:  concurrencyChargedAt,
 	Release:    concurrencyRelease,
@@ -27,12 +27,14 @@ var concurrency = Algorithm{
 var concurrencyLua string
 
 // concurrencyExamples are leases on 2 at once, each held 10 s unless
-// released or renewed. Lease ids are offsets from the table's zero (the
-// id is the lease's stamp, bumped past the last id issued).
+// released or renewed. Lease ids are offsets from the table's zero in
+// 1/1000 ms (usec): the id is now in those units, bumped past the last id
+// issued.
 var concurrencyExamples = Examples{Limit: 2, Window: 10 * time.Second, Steps: []Example{
 	acquire(0, 1, true, 1, 0, 10*sec, 0),
-	// Same ms: the id is bumped to stay unique.
-	acquire(0, 1, true, 0, 0, 10001*msec, 1*msec),
+	// Same ms: the id is bumped by 1/1000 ms to stay unique; its expiry,
+	// rounded up to the ms, is reported 1 ms later.
+	acquire(0, 1, true, 0, 0, 10001*msec, 1*usec),
 	// Full: the lease 0 expires at 10 s if not released.
 	take(2*sec, 1, false, 0, 8*sec, 8001*msec),
 	peek(2*sec, 1, false, 0, 8*sec, 8001*msec),
@@ -40,11 +42,11 @@ var concurrencyExamples = Examples{Limit: 2, Window: 10 * time.Second, Steps: []
 	// Twice: not held, nothing changes.
 	release(3*sec, 0, false),
 	acquire(3*sec, 1, true, 0, 0, 10*sec, 3*sec),
-	// Renew 1 ms: held, so it moves to a new id at now.
-	renew(5*sec, 1*msec, 1, true, 0, 0, 10*sec, 5*sec),
+	// Renew 1 usec: held, so it moves to a new id at now.
+	renew(5*sec, 1*usec, 1, true, 0, 0, 10*sec, 5*sec),
 	// Renew the old id again: not held; a denial that changes nothing.
-	renew(5*sec, 1*msec, 1, false, 0, 8*sec, 10*sec, 0),
-	// The lease 3 s expired at 13 s (its stamp is now - window): not held.
+	renew(5*sec, 1*usec, 1, false, 0, 8*sec, 10*sec, 0),
+	// The lease 3 s expired at 13 s (its id is now - window): not held.
 	release(13*sec, 3*sec, false),
 	acquire(13*sec, 1, true, 0, 0, 10*sec, 13*sec),
 	// Lease 5 s expired at 15 s: renewal refused though one would fit.
@@ -59,9 +61,13 @@ var concurrencyExamples = Examples{Limit: 2, Window: 10 * time.Second, Steps: []
 	// so releasing the old id again frees nothing.
 	acquire(40*sec, 1, true, 1, 0, 10*sec, 40*sec),
 	release(40*sec, 40*sec, true),
-	acquire(40*sec, 1, true, 1, 0, 10001*msec, 40001*msec),
+	acquire(40*sec, 1, true, 1, 0, 10001*msec, 40*sec+1*usec),
 	release(40*sec, 40*sec, false),
 	peek(40*sec, 1, true, 1, 0, 10001*msec),
+	// The lease 40 s + 1 usec is held at 50 s (1 ms left, rounded up) and
+	// free 1 ms later: it lasts the window from its grant, to the ms.
+	peek(50*sec, 2, false, 1, 1*msec, 1*msec),
+	peek(50001*msec, 2, true, 2, 0, 0),
 }}
 
 // acquire is an admitted take of a lease-holding algorithm, reporting lease.
@@ -86,33 +92,67 @@ func renew(at, of time.Duration, cost int64, allowed bool, remaining int64, retr
 
 // The concurrency algorithm keeps one entry per held unit in the State's
 // log, stamped with its lease's id, oldest first, and in words[0] the last
-// id issued. A lease's id is max(now, last id + 1): its stamp, unique per
-// key for as long as the key lives, so a release names its lease alone. An
-// entry stamped t has expired at now when t <= now-window. Unlike the logs,
-// a take forgets expired entries at once: nothing late can need them.
-//
-// Ids are milliseconds, so a key granting more than one lease per ms runs
-// its ids ahead of the clock, by the grants beyond one per ms since it was
-// last idle: its leases then expire that much late, never early, and the
-// ids come back to now once grants slow below one per ms.
+// id issued. Ids count 1/1000 ms (leaseTick per ms): a lease's id is
+// max(now*leaseTick, last id + 1), unique per key for as long as the key
+// lives, so a release names its lease alone. An entry stamped id has
+// expired at now when id <= (now-window)*leaseTick: a lease lasts window
+// from its grant, to the ms, whatever the grants around it. Ids run ahead
+// of the clock only past leaseTick grants per ms on one key, more than one
+// Redis key serves; then its leases expire late, never early. Times
+// reported go back to whole ms rounded up (leaseAfter), so a held lease is
+// never reported free early. Unlike the logs, a take forgets expired
+// entries at once: nothing late can need them.
+
+// leaseTick is how many lease ids one ms holds.
+const leaseTick = 1000
+
+// leaseCutoff is the id at or below which a lease has expired at now.
+func leaseCutoff(now, w int64) int64 { return (now - w) * leaseTick }
+
+// leaseAfter is how many whole ms from now until the unit stamped id
+// (> cutoff) expires, rounded up: not free before then.
+func leaseAfter(id, cutoff int64) int64 { return (id - cutoff + leaseTick - 1) / leaseTick }
+
+// grantID issues the next lease id at now.
+func grantID(s *State, now int64) int64 {
+	id := max(now*leaseTick, s.words[0]+1)
+	s.words[0] = id
+	return id
+}
 
 func concurrencyTake(s *State, now, w, limit, cost int64) Outcome {
 	l := &s.log
-	l.dropOldest(l.countUpTo(now - w))
+	cutoff := leaseCutoff(now, w)
+	l.dropOldest(l.countUpTo(cutoff))
 	size := l.size()
 	out := Outcome{Remaining: max(limit-size, 0)}
 	if size+cost <= limit {
-		id := max(now, s.words[0]+1)
-		s.words[0] = id
+		id := grantID(s, now)
 		l.insert(id, cost, limit)
 		out.Allowed = true
 		out.Remaining -= cost
-		out.ResetAfter = id + w - now
+		out.ResetAfter = leaseAfter(id, cutoff)
 		return out
 	}
 	// The (size+cost-limit)-th oldest must expire first. size > 0: cost <= limit.
-	out.RetryAfter = l.at(size+cost-limit-1) + w - now
-	out.ResetAfter = l.at(size-1) + w - now
+	out.RetryAfter = leaseAfter(l.at(size+cost-limit-1), cutoff)
+	out.ResetAfter = leaseAfter(l.at(size-1), cutoff)
+	return out
+}
+
+// concurrencyPeek is slidingLogPeek over the lease ids.
+func concurrencyPeek(s *State, now, w, limit, cost int64) Outcome {
+	l := s.log
+	cutoff := leaseCutoff(now, w)
+	expired := l.countUpTo(cutoff)
+	live := l.size() - expired
+	out := Outcome{Allowed: live+cost <= limit, Remaining: max(limit-live, 0)}
+	if !out.Allowed {
+		out.RetryAfter = leaseAfter(l.at(expired+live+cost-limit-1), cutoff)
+	}
+	if live > 0 {
+		out.ResetAfter = leaseAfter(l.at(l.size()-1), cutoff)
+	}
 	return out
 }
 
@@ -127,7 +167,7 @@ func concurrencyRefund(s *State, at, _, _, _ int64) { s.log.remove(at, s.log.siz
 // heldUnits returns how many units the lease at holds at now: 0 when it
 // expired, was released or never granted.
 func heldUnits(s *State, now, at, w int64) int64 {
-	if at <= 0 || at <= now-w {
+	if at <= 0 || at <= leaseCutoff(now, w) {
 		return 0
 	}
 	return s.log.countUpTo(at) - s.log.countUpTo(at-1)
@@ -144,17 +184,17 @@ func concurrencyRelease(s *State, now, at, w, _, _ int64) bool {
 func concurrencyRenew(s *State, now, at, w, limit, cost int64) Outcome {
 	n := heldUnits(s, now, at, w)
 	if n == 0 {
-		out := slidingLogPeek(s, now, w, limit, cost)
+		out := concurrencyPeek(s, now, w, limit, cost)
 		out.Allowed = false
 		return out
 	}
 	l := &s.log
+	cutoff := leaseCutoff(now, w)
 	l.remove(at, n)
-	l.dropOldest(l.countUpTo(now - w))
-	id := max(now, s.words[0]+1)
-	s.words[0] = id
+	l.dropOldest(l.countUpTo(cutoff))
+	id := grantID(s, now)
 	// Always admitted: its own units were just freed (with a lowered
 	// limit, holding on does not add to what is held).
 	l.insert(id, n, max(limit, l.size()+n))
-	return Outcome{Allowed: true, Remaining: max(limit-l.size(), 0), ResetAfter: id + w - now}
+	return Outcome{Allowed: true, Remaining: max(limit-l.size(), 0), ResetAfter: leaseAfter(id, cutoff)}
 }

@@ -3,19 +3,30 @@
 -- step: the conformance suite compares them decision by decision.
 --
 -- KEYS[1]  a sorted set: one member per held unit, scored with its lease's
---          id (>= 1), named id (the first unit) or id:j (the j-th), plus one
---          bookkeeping member "" scored -n, n the last id issued. "" is
---          rank 0; the units are ranks 1 to ZCARD-1, oldest first.
+--          id (>= 1, in 1/1000 ms), named id (the first unit) or id:j (the
+--          j-th), plus one bookkeeping member "" scored -n, n the last id
+--          issued. "" is rank 0; the units are ranks 1 to ZCARD-1, oldest
+--          first.
 -- The body of step(key, now, w, limit, cost, take, refund, at); see
 -- prelude.lua. Modes: take (acquire), refund (release the lease at; the
 -- fifth value of the reply is 1 when it was held, else 0), both (renew the
 -- lease at), neither (peek).
 --
--- A unit stamped t has expired at now when t <= now - w. A take or renewal
--- forgets expired units at once (nothing late can need them).
+-- Ids count 1/1000 ms (tick per ms): a lease's id is max(now * tick, last
+-- id + 1). A unit stamped id has expired at now when id <= (now - w) * tick.
+-- Times replied are whole ms, rounded up (after). A take or renewal forgets
+-- expired units at once (nothing late can need them).
 
 local fmt = string.format
-local cutoff = now - w
+local tick = 1000
+local cutoff = (now - w) * tick
+
+-- Whole ms from now until the unit stamped id (> cutoff) expires, rounded
+-- up; integer steps only, exact below 2^53.
+local function after(id)
+  local d = id - cutoff + tick - 1
+  return (d - d % tick) / tick
+end
 
 -- The units, and those not expired. Scores are >= 1, so a bound below 0
 -- leaves "" out.
@@ -32,10 +43,22 @@ local function count()
   return size, live
 end
 
+-- A score as a number. tonumber reads what Redis replies; the fallback
+-- reads a round score in the form "1e+9" (Redis 7.2+ and miniredis reply
+-- so), which miniredis's Lua (gopher-lua) tonumber refuses.
+local function num(s)
+  local n = tonumber(s)
+  if n == nil then
+    local m, e = string.match(s, '^(-?%d+)e%+(%d+)$')
+    n = tonumber(m) * 10 ^ tonumber(e)
+  end
+  return n
+end
+
 -- The stamp of the unit of rank r (1 the oldest, -1 the newest).
 local function stamp(r)
   local s = redis.call('ZRANGE', key, r, r, 'WITHSCORES')
-  return tonumber(s[2])
+  return num(s[2])
 end
 
 -- A peek's outcome, its fifth value v.
@@ -44,10 +67,10 @@ local function peek(v)
   local allowed, retry, reset = 1, 0, 0
   if live + cost > limit then
     allowed = 0
-    retry = stamp(fmt('%d', size + cost - limit)) + w - now
+    retry = after(stamp(fmt('%d', size + cost - limit)))
   end
   if live > 0 then
-    reset = stamp('-1') + w - now
+    reset = after(stamp('-1'))
   end
   return {allowed, math.max(limit - live, 0), retry, reset, v}
 end
@@ -59,15 +82,16 @@ local function drop_expired()
   end
 end
 
--- Record n units under a new id, max(now, last id + 1), and return it.
+-- Record n units under a new id, max(now * tick, last id + 1), and return
+-- it.
 local function record(n)
   local last = redis.call('ZSCORE', key, '')
   local id = 1
   if last then
-    id = -tonumber(last) + 1
+    id = -num(last) + 1
   end
-  if now > id then
-    id = now
+  if now * tick > id then
+    id = now * tick
   end
   local id_s = fmt('%d', id)
   local args = {'-' .. id_s, '', id_s, id_s}
@@ -82,7 +106,7 @@ local function record(n)
   if #args > 0 then
     redis.call('ZADD', key, unpack(args))
   end
-  redis.call('PEXPIRE', key, fmt('%d', key_ttl(id + w - now, w)))
+  redis.call('PEXPIRE', key, fmt('%d', key_ttl(after(id), w)))
   return id
 end
 
@@ -113,7 +137,7 @@ if refund then
   drop_expired()
   local id = record(n)
   local size = redis.call('ZCARD', key) - 1
-  return {1, math.max(limit - size, 0), 0, id + w - now, id}
+  return {1, math.max(limit - size, 0), 0, after(id), id}
 end
 
 if not take then
@@ -127,9 +151,9 @@ if size > 0 then
 end
 if size + cost <= limit then
   local id = record(cost)
-  return {1, limit - size - cost, 0, id + w - now, id}
+  return {1, limit - size - cost, 0, after(id), id}
 end
-local retry = stamp(fmt('%d', size + cost - limit)) + w - now
-local reset = stamp('-1') + w - now
+local retry = after(stamp(fmt('%d', size + cost - limit)))
+local reset = after(stamp('-1'))
 redis.call('PEXPIRE', key, fmt('%d', key_ttl(reset, w)))
 return {0, math.max(limit - size, 0), retry, reset, 0}

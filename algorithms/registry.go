@@ -80,9 +80,10 @@ type Example struct {
 	Remaining              int64
 	RetryAfter, ResetAfter time.Duration
 	// For an algorithm that holds leases: Release and Renew make the step
-	// a release or a renewal of the lease whose id is Of (offsets from the
-	// table's zero, like At). Held is what a release reports. Lease is the
-	// id an admitted Take or Renew grants.
+	// a release or a renewal of the lease whose id is Of (an offset from
+	// the table's zero like At, whose microseconds count the id's 1/1000
+	// ms). Held is what a release reports. Lease is the id an admitted
+	// Take or Renew grants.
 	Release, Renew bool
 	Of, Lease      time.Duration
 	Held           bool
@@ -187,6 +188,7 @@ func Register(a *Algorithm) error {
 
 // Shorthands for the Examples tables.
 const (
+	usec = time.Microsecond
 	msec = time.Millisecond
 	sec  = time.Second
 )

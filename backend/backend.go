@@ -91,6 +91,10 @@ func (r *Request) Validate() error {
 	if r.Now.UnixMilli() < 0 {
 		return fmt.Errorf("%w: time %v is before the Unix epoch", algorithms.ErrInvalidRequest, r.Now)
 	}
+	if r.Now.UnixMilli() > algorithms.MaxLeaseMillis && r.Rule.HoldsLeases() {
+		return fmt.Errorf("%w: time %v is after %v, the last a %s rule can decide at (its lease ids count 1/1000 ms below 2^53); check the clock",
+			algorithms.ErrInvalidRequest, r.Now.UTC(), time.UnixMilli(algorithms.MaxLeaseMillis).UTC(), r.Rule.Algorithm)
+	}
 	return r.Rule.ValidateCost(r.Cost)
 }
 

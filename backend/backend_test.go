@@ -33,6 +33,24 @@ func TestValidateLease(t *testing.T) {
 	require.ErrorIs(t, backend.ValidateLease(&req), algorithms.ErrInvalidRequest)
 }
 
+// TestValidateLeaseTime: a concurrency request is decided up to
+// MaxLeaseMillis (its ids, 1/1000 ms, stay below 2^53: about June 2255) and
+// refused after it with an error naming the bound; a rate limit's is not.
+func TestValidateLeaseTime(t *testing.T) {
+	require.Equal(t, "2255-06-05", time.UnixMilli(algorithms.MaxLeaseMillis).UTC().Format(time.DateOnly))
+	require.Less(t, algorithms.MaxLeaseMillis*1000, int64(1)<<53)
+	require.GreaterOrEqual(t, (algorithms.MaxLeaseMillis+1)*1000, int64(1)<<53)
+	req := backend.Request{Key: backend.Key{ID: "u"}, Rule: algorithms.Rule{Algorithm: algorithms.Concurrency, Limit: 2, Window: time.Second},
+		Now: time.UnixMilli(algorithms.MaxLeaseMillis), Cost: 1}
+	require.NoError(t, req.Validate())
+	req.Now = req.Now.Add(time.Millisecond)
+	err := req.Validate()
+	require.ErrorIs(t, err, algorithms.ErrInvalidRequest)
+	require.ErrorContains(t, err, "is after 2255-06-05 23:47:34.74 +0000 UTC, the last a concurrency rule can decide at")
+	req.Rule.Algorithm = algorithms.SlidingLog
+	require.NoError(t, req.Validate())
+}
+
 func TestCombineCarriesTheLease(t *testing.T) {
 	results := []backend.Result{
 		{Allowed: true, Limit: 5, Remaining: 1},

@@ -147,3 +147,35 @@ func TestLocalLeaseReleasedLocallyAfterRecovery(t *testing.T) {
 	require.True(t, d.Allowed && d.Degraded)
 	require.NoError(t, again.Release(ctx))
 }
+
+// TestCompositeLeaseDuringOutage: a lease taken with a rate unit through
+// TakeAll while the primary is down is a local lease (negative id) of the
+// local share, released on the local store.
+func TestCompositeLeaseDuringOutage(t *testing.T) {
+	ctx := t.Context()
+	p := newFlakyLeases(t)
+	p.mode.Store(failing)
+	s := newStore(t, p, fallback.WithOpenTimeout(time.Hour), fallback.WithPolicy(fallback.Local(2)))
+	c, err := limiter.NewComposite(s, []limiter.Config{
+		{Limit: 100, Window: time.Hour, Prefix: "rate:"},
+		{Algorithm: algorithms.Concurrency, Limit: 4, Window: time.Minute, Prefix: "cc:"},
+	})
+	require.NoError(t, err)
+	var leases []*limiter.Lease
+	for i := range 3 {
+		lease, d, err := c.Acquire(ctx, "u", "u")
+		require.NoError(t, err)
+		require.True(t, d.Degraded)
+		require.Equal(t, i < 2, d.Allowed, "acquire %d: the local share is ceil(4/2) = 2", i)
+		if lease != nil {
+			require.Contains(t, lease.ID(), "L1.-")
+			leases = append(leases, lease)
+		}
+	}
+	calls := p.calls.Load()
+	require.NoError(t, leases[0].Release(ctx))
+	require.Equal(t, calls, p.calls.Load(), "released on the local store")
+	_, d, err := c.Acquire(ctx, "u", "u")
+	require.NoError(t, err)
+	require.True(t, d.Allowed, "the release freed a local slot")
+}

@@ -19,6 +19,7 @@ func leaseCases() []testCase {
 		{"lease/renew", leaseRenew},
 		{"lease/reset", leaseReset},
 		{"lease/unique_ids", leaseUniqueIDs},
+		{"lease/many_per_ms", leaseManyPerMs},
 		{"lease/take_all", leaseTakeAll},
 		{"lease/invalid_input", leaseInvalid},
 	}
@@ -136,8 +137,9 @@ func leaseExpiry(c *checker) {
 	if !ok {
 		return
 	}
-	// The last of three same-ms leases is stamped at+2ms.
-	last := at + 2*time.Millisecond
+	// The last of three same-ms leases is stamped 2/1000 ms after at, and
+	// expires 1 ms after the first.
+	last := at + time.Millisecond
 	if !c.wantDenied("just before the first lease expires", "k", at+leaseRule.Window-time.Millisecond) {
 		return
 	}
@@ -301,6 +303,59 @@ func leaseUniqueIDs(c *checker) {
 	}
 }
 
+// leaseManyPerMs: a key granting hundreds of leases per ms (300 acquire
+// and release pairs in each of 2 ms) keeps its ids at the clock, so leases
+// then abandoned are held for the window from their grant and come back
+// then (those bumped within one ms 1 ms later), not when ids that ran ahead
+// of the clock (ms ids: about 600 ms late) would expire.
+func leaseManyPerMs(c *checker) {
+	for ms := range 2 {
+		t := at + time.Duration(ms)*time.Millisecond
+		for i := range 300 {
+			res, ok := c.take("k", leaseRule, t, 1)
+			if !ok {
+				return
+			}
+			if !res.Allowed || res.Lease <= 0 {
+				c.r.Errorf("pair %d at %v: got %+v, want admitted with a lease", i, t, res)
+				return
+			}
+			if !c.wantHeld(fmt.Sprintf("pair %d", i), "k", t, res.Lease, true) {
+				return
+			}
+		}
+	}
+	grant := at + 2*time.Millisecond
+	ids, ok := c.acquireN("k", grant, 3)
+	if !ok {
+		return
+	}
+	end := grant + leaseRule.Window
+	res, ok := c.take("k", leaseRule, end-time.Millisecond, 1)
+	if !ok {
+		return
+	}
+	if res.Allowed || res.RetryAfter != time.Millisecond {
+		c.r.Errorf("1 ms before the abandoned leases time out: got %+v, want denied, RetryAfter 1ms", res)
+		return
+	}
+	if res, ok = c.take("k", leaseRule, end, 1); ok && !res.Allowed {
+		c.r.Errorf("when the first abandoned lease times out: got %+v, want admitted", res)
+		return
+	}
+	if !ok || !c.wantHeld("release of the first abandoned lease at its timeout", "k", end, ids[0], false) ||
+		!c.wantHeld("release of the last abandoned lease 1 ms after its timeout", "k", end+time.Millisecond, ids[2], false) {
+		return
+	}
+	if _, ok := c.acquireN("k", end+time.Millisecond, 2); !ok ||
+		!c.wantDenied("with the timed-out slots taken again", "k", end+time.Millisecond) {
+		return
+	}
+	if ids[0] != base.Add(grant).UnixMicro() {
+		c.r.Errorf("first lease of a new ms after 300 per ms: id %d, want %d (the grant time in 1/1000 ms)", ids[0], base.Add(grant).UnixMicro())
+	}
+}
+
 func (c *checker) wantHeldRule(what string, rule algorithms.Rule, lease int64, want bool) bool {
 	held, ok := c.release("k", rule, at, 1, lease)
 	if ok && held != want {
@@ -397,6 +452,16 @@ func leaseInvalid(c *checker) {
 	}
 	if _, err := ls.Renew(c.ctx, rate, 1); !errors.Is(err, algorithms.ErrInvalidRequest) {
 		c.r.Errorf("Renew on a sliding_log rule: got error %v, want one wrapping %v", err, algorithms.ErrInvalidRequest)
+	}
+	// Lease ids count 1/1000 ms below 2^53: the last ms that fits is
+	// decided, the next refused.
+	last := backend.Request{Key: c.key("far"), Rule: leaseRule, Now: time.UnixMilli(algorithms.MaxLeaseMillis), Cost: 1}
+	if res, err := c.store.Take(c.ctx, last); err != nil || !res.Allowed || res.Lease != algorithms.MaxLeaseMillis*1000 {
+		c.r.Errorf("acquire at MaxLeaseMillis: got %+v, %v; want admitted with lease %d", res, err, algorithms.MaxLeaseMillis*1000)
+	}
+	last.Now = last.Now.Add(time.Millisecond)
+	if _, err := c.store.Take(c.ctx, last); !errors.Is(err, algorithms.ErrInvalidRequest) {
+		c.r.Errorf("acquire after MaxLeaseMillis: got error %v, want one wrapping %v", err, algorithms.ErrInvalidRequest)
 	}
 	bad := c.request("", leaseRule, at, 1)
 	if _, err := ls.Release(c.ctx, bad, 1); !errors.Is(err, algorithms.ErrInvalidRequest) {

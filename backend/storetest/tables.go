@@ -57,5 +57,6 @@ func tableCases() []testCase {
 	return out
 }
 
-// leaseID is the id of a lease stamped at offset of from base.
-func leaseID(of time.Duration) int64 { return base.Add(of).UnixMilli() }
+// leaseID is the id of a lease stamped at offset of from base: ids count
+// 1/1000 ms, microseconds.
+func leaseID(of time.Duration) int64 { return base.Add(of).UnixMicro() }

@@ -93,6 +93,9 @@ func differentialWithRefunds(t *testing.T, s *stepper, seed uint64, steps int) {
 				pick(&rule)
 			}
 			now = scripttest.WalkTime(rng, now, rule.Window.Milliseconds(), 3)
+			if rule.HoldsLeases() {
+				now = min(now, algorithms.MaxLeaseMillis) // lease ids count 1/1000 ms
+			}
 			id := []string{"a", "b"}[rng.IntN(2)]
 			key := fmt.Sprintf("%s%d:{%s}", run, round, id)
 			st := states[id]

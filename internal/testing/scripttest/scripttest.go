@@ -71,6 +71,9 @@ func DifferentialOf(ctx context.Context, r Reporter, store backend.Store, seed u
 				pick(&rule)
 			}
 			now = WalkTime(rng, now, rule.Window.Milliseconds(), 2)
+			if rule.HoldsLeases() {
+				now = min(now, algorithms.MaxLeaseMillis) // lease ids count 1/1000 ms
+			}
 			id := ids[rng.IntN(len(ids))]
 			st := states[id]
 			if st == nil {
