@@ -243,8 +243,8 @@ func TestLeaseReleasedOnPanic(t *testing.T) {
 		if keep {
 			mw.releaseHook = func(*http.Request, *limiter.Lease) error { return nil }
 		}
-		var panics atomic.Int64
-		remainingAtRecover = -1
+		var panics, remaining atomic.Int64
+		remaining.Store(-1)
 		inner := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Query().Get("panic") != "" {
 				panic("boom")
@@ -254,10 +254,10 @@ func TestLeaseReleasedOnPanic(t *testing.T) {
 			defer func() {
 				if p := recover(); p != nil {
 					assert.Equal(t, "boom", p, "the handler's panic goes on")
-					panics.Add(1)
 					d, err := lim.Peek(context.Background(), "127.0.0.1")
 					assert.NoError(t, err)
-					remainingAtRecover = d.Remaining
+					remaining.Store(d.Remaining)
+					panics.Add(1)
 					panic(http.ErrAbortHandler) // close the connection quietly
 				}
 			}()
@@ -266,7 +266,7 @@ func TestLeaseReleasedOnPanic(t *testing.T) {
 		_, err = srv.Client().Get(srv.URL + "?panic=1")
 		require.Error(t, err, "the panicking request gets no response")
 		require.Equal(t, int64(1), panics.Load())
-		return remainingAtRecover, status(t, srv)
+		return remaining.Load(), status(t, srv)
 	}
 	leaseStores(t, func(t *testing.T, store backend.Store, _ bool) {
 		remaining, next := run(t, store, false)
