@@ -25,12 +25,14 @@ import (
 // BenchmarkClusterTake compares Takes on a 3-master cluster with Takes on
 // one node, through each client, from 64 goroutines over 3,000 keys (a
 // sliding log of 100 a minute: every Take admits at 40,000 decisions), with
-// the stores' defaults (batching on a single node; on a cluster each Take
-// is sent alone). It reports decisions/s and the servers' CPU per decision
+// the stores' defaults (batching, per master on the cluster). It reports decisions/s and the servers' CPU per decision
 // (all nodes summed, from /proc: Linux only, 10 ms ticks, so run enough
 // decisions):
 //
 //	go test -run '^$' -bench BenchmarkClusterTake -benchtime 40000x ./fallback
+//
+// For figures at steady state, see BenchmarkServerCPU in
+// internal/redisscript.
 func BenchmarkClusterTake(b *testing.B) {
 	rule := algorithms.Rule{Algorithm: algorithms.SlidingLog, Limit: 100, Window: time.Minute}
 	for _, client := range []string{"goredis", "rueidis"} {

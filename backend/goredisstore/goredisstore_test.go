@@ -157,3 +157,22 @@ func BenchmarkLeases(b *testing.B) {
 	client := newClient(b, &redis.Options{Addr: srv.Addr(), PoolSize: 64})
 	scripttest.BenchmarkLeases(b, newStore(b, client))
 }
+
+// TestBatchedPeeksAndTakeAlls: Peeks and TakeAlls batch on one server and
+// per node on a cluster, decide exactly, and the controls fail as they
+// should (see scripttest.BatchedPeeksAndTakeAlls).
+func TestBatchedPeeksAndTakeAlls(t *testing.T) {
+	t.Run("single", func(t *testing.T) {
+		srv := redistest.Start(t)
+		client := newClient(t, &redis.Options{Addr: srv.Addr(), PoolSize: 16})
+		scripttest.BatchedPeeksAndTakeAlls(t, newStore(t, client), newStore(t, client, goredisstore.WithBatching(1)),
+			[]*redistest.Server{srv}, nil)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		c := redistest.StartCluster(t, 3, 0)
+		client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), PoolSize: 16})
+		t.Cleanup(func() { _ = client.Close() })
+		scripttest.BatchedPeeksAndTakeAlls(t, newStore(t, client), newStore(t, client, goredisstore.WithBatching(1)),
+			c.Masters, func(key string) *redistest.Server { return c.MasterOf(redistest.KeySlot(key)) })
+	})
+}

@@ -37,15 +37,17 @@ func WithReplicaAck(replicas int, timeout time.Duration, onShort backend.OnShort
 const DefaultBatch = redisopt.DefaultBatch
 
 // WithBatching sets how many concurrent Takes may travel together in one
-// script call (default DefaultBatch). Redis decides them one after the
+// script call (default DefaultBatch); concurrent Peeks (read-only) and
+// TakeAlls (each all or nothing; max counts their requests) travel the same
+// way, each kind in calls of its own. Redis decides them one after the
 // other, exactly as separate calls; a key of the wrong type fails only its
 // own request. Under load this cuts the work per decision on the server and
 // in the client (one command parsed, sent and read for many decisions); a
 // lone caller is sent at once, with nothing to wait for. 1 sends every Take
 // alone; New refuses a max below 1. Batching applies without
 // WithReplicaAck; on a Redis Cluster, Takes are batched per master (the
-// master of each key's slot, from the client's slot map). Peek, TakeAll
-// and Reset are always sent alone. A batch is sent with the values of the
+// master of each key's slot, from the client's slot map). Reset is always
+// sent alone. A batch is sent with the values of the
 // Take with the latest deadline and that deadline (at least 50ms), never a
 // Take's cancellation, so a Take's error depends only on its own context
 // and the server: one with a tight deadline does not fail those batched

@@ -157,3 +157,21 @@ func BenchmarkLeases(b *testing.B) {
 	client := newClient(b, rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
 	scripttest.BenchmarkLeases(b, newStore(b, client))
 }
+
+// TestBatchedPeeksAndTakeAlls: Peeks and TakeAlls batch on one server and
+// per node on a cluster, decide exactly, and the controls fail as they
+// should (see scripttest.BatchedPeeksAndTakeAlls).
+func TestBatchedPeeksAndTakeAlls(t *testing.T) {
+	t.Run("single", func(t *testing.T) {
+		srv := redistest.Start(t)
+		client := newClient(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
+		scripttest.BatchedPeeksAndTakeAlls(t, newStore(t, client), newStore(t, client, rueidisstore.WithBatching(1)),
+			[]*redistest.Server{srv}, nil)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		c := redistest.StartCluster(t, 3, 0)
+		client := newClient(t, rueidis.ClientOption{InitAddress: c.Addrs()})
+		scripttest.BatchedPeeksAndTakeAlls(t, newStore(t, client), newStore(t, client, rueidisstore.WithBatching(1)),
+			c.Masters, func(key string) *redistest.Server { return c.MasterOf(redistest.KeySlot(key)) })
+	})
+}

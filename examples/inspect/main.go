@@ -195,11 +195,13 @@ type script struct {
 	name, body, sha string
 }
 
-// multiScript and batchScript name the all-or-nothing script and the one
-// that decides Takes sent together in reports.
+// The names of the all-or-nothing script, and of those that decide Takes,
+// Peeks and TakeAlls sent together, in reports.
 const (
-	multiScript = "multi"
-	batchScript = "batch"
+	multiScript     = "multi"
+	batchScript     = "batch"
+	peekBatchScript = "peek-batch"
+	groupsScript    = "groups"
 )
 
 func scripts() []script {
@@ -215,6 +217,8 @@ func scripts() []script {
 	}
 	add(multiScript, redisscript.MultiScript())
 	add(batchScript, redisscript.BatchScript())
+	add(peekBatchScript, redisscript.PeekBatchScript())
+	add(groupsScript, redisscript.GroupsScript())
 	return out
 }
 

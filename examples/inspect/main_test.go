@@ -65,7 +65,7 @@ func fill(t *testing.T, srv *redistest.Server) ([]string, map[string]int) {
 		"sliding_counter", 4, prefix+"api:{ID}:sc")
 	use(gs, limiter.Config{Algorithm: algorithms.FixedWindow, Limit: 3, Window: time.Minute, Prefix: prefix + "pay:",
 		Guard: &limiter.Guard{Limit: 5, Window: time.Hour}},
-		multiScript, 3, prefix+"pay:{ID}:fw", prefix+"pay:guard:{ID}:fw")
+		groupsScript, 3, prefix+"pay:{ID}:fw", prefix+"pay:guard:{ID}:fw")
 	return keys, calls
 }
 
@@ -127,7 +127,7 @@ func TestInspect(t *testing.T) {
 	// EVAL with the script's text (shortened by SLOWLOG): one entry more
 	// than calls, and both forms are recognised.
 	var want []SlowScript
-	for _, name := range []string{batchScript, multiScript, "sliding_counter"} {
+	for _, name := range []string{batchScript, groupsScript, "sliding_counter"} {
 		want = append(want, SlowScript{Script: name, Entries: calls[name] + 1})
 	}
 	slow := slices.Clone(r.Slow)
@@ -158,7 +158,7 @@ func TestInspect(t *testing.T) {
 		fmt.Sprintf("  about %d bytes for all 18 keys", wantBytes),
 		"keys without a TTL: 1\n",
 		fmt.Sprintf("    %q\n", prefix+"manual"),
-		fmt.Sprintf("SLOWLOG: %d limitkit script entries", calls[batchScript]+calls["sliding_counter"]+calls[multiScript]+3),
+		fmt.Sprintf("SLOWLOG: %d limitkit script entries", calls[batchScript]+calls["sliding_counter"]+calls[groupsScript]+3),
 		fmt.Sprintf("  batch            %d entries", calls[batchScript]+1),
 		fmt.Sprintf("  %s: maxmemory-policy noeviction, maxmemory 0\n", srv.Addr()),
 	} {

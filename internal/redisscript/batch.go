@@ -4,25 +4,26 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
-	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 )
 
-// batcher sends concurrent Takes together. A Take that finds fewer than
-// maxInFlight batches in flight sends at once, itself and whatever is
-// queued (up to maxBatch Takes), as one batch script
-// (BatchScript), which decides the takes one after the other,
-// exactly as separate scripts would. Otherwise it queues. When a batch
-// returns and Takes are queued, the first of them is woken to send the next
-// batch. A lone caller therefore sends its own request at once, with no
-// goroutine in between; under load, Redis parses one command and runs one
-// script call for many decisions, and the client encodes, writes and reads
-// one command for them.
+// batcher sends concurrent calls of one kind together: Takes, Peeks or
+// TakeAlls. A call that finds fewer than maxInFlight batches in flight
+// sends at once, itself and whatever is queued (up to maxBatch requests),
+// as one batch script (BatchScript, PeekBatchScript or GroupsScript),
+// which decides the calls one after the other, exactly as separate
+// scripts would. Otherwise it queues. When a batch returns and calls are
+// queued, the first of them is woken to send the next batch. A lone caller
+// therefore sends its own request at once, with no goroutine in between;
+// under load, Redis parses one command and runs one script call for many
+// decisions, and the client encodes, writes and reads one command for them.
 type batcher struct {
 	r           *Runner
+	kind        batchKind
 	maxBatch    int
 	maxInFlight int
 	// cluster: the batcher of one cluster node, whose batches declare only
@@ -34,30 +35,75 @@ type batcher struct {
 	inFlight int
 }
 
-// pendingTake is one Take in a batcher.
+// batchKind is what a batcher's calls are.
+type batchKind uint8
+
+const (
+	kindTake  batchKind = iota // Take: BatchScript
+	kindPeek                   // Peek: PeekBatchScript, read-only
+	kindGroup                  // TakeAll: GroupsScript
+	kinds
+)
+
+// batchers holds one batcher per kind, for one Redis (or cluster node).
+type batchers [kinds]*batcher
+
+func newBatchers(r *Runner, cluster bool, inFlight int) *batchers {
+	var bs batchers
+	for k := range kinds {
+		bs[k] = &batcher{r: r, kind: k, maxBatch: r.opts.Batch, maxInFlight: inFlight, cluster: cluster}
+	}
+	return &bs
+}
+
+// pendingTake is one call in a batcher: a Take or Peek (req, key) or a
+// TakeAll (reqs, keys).
 type pendingTake struct {
 	req  backend.Request
 	key  string
+	reqs []backend.Request
+	keys []string
 	ctx  context.Context
 	done chan struct{} // signalled when res and err are set, or lead is
 	res  backend.Result
 	err  error
-	// lead, when set, is the batch this Take must send (itself included).
+	// lead, when set, is the batch this call must send (itself included).
 	lead []*pendingTake
+}
+
+// weight is how many requests c adds to a batch.
+func (c *pendingTake) weight() int {
+	return max(1, len(c.reqs))
 }
 
 var pendingPool = sync.Pool{New: func() any { return &pendingTake{done: make(chan struct{}, 1)} }}
 
-// take decides req, in a batch. When ctx ends while the Take is queued it
-// is withdrawn; a Take already sent is abandoned (it may still be counted),
-// as any call whose deadline passes in flight. The Take that sends a batch
-// waits for its reply without watching its own context, unless its deadline
-// is too near (see tight), when a goroutine sends the batch instead; so no
-// Take waits past its own deadline, and none fails by another's (the batch
-// goes with the latest deadline of its Takes, see batchContext).
+// take decides req (a Take or a Peek, by the batcher's kind), in a batch.
+// When ctx ends while the call is queued it is withdrawn; a call already
+// sent is abandoned (a Take may still be counted), as any call whose
+// deadline passes in flight. The call that sends a batch waits for its
+// reply without watching its own context, unless its deadline is too near
+// (see tight), when a goroutine sends the batch instead; so no call waits
+// past its own deadline, and none fails by another's (the batch goes with
+// the latest deadline of its calls, see batchContext).
 func (b *batcher) take(ctx context.Context, req *backend.Request) (backend.Result, error) {
 	c := pendingPool.Get().(*pendingTake)
 	c.req, c.key, c.ctx = *req, Key(req.Key, req.Rule), ctx
+	return b.submit(ctx, c)
+}
+
+// takeAll decides reqs (keys: their Redis keys) all or nothing, in a batch
+// of TakeAll calls, as take does a Take.
+func (b *batcher) takeAll(ctx context.Context, reqs []backend.Request, keys []string) (backend.Result, error) {
+	c := pendingPool.Get().(*pendingTake)
+	// Copies: a caller whose context ends may reuse its slice while the
+	// batch is in flight.
+	c.reqs, c.keys, c.ctx = append(c.reqs[:0], reqs...), append(c.keys[:0], keys...), ctx
+	return b.submit(ctx, c)
+}
+
+// submit sends c at once with whatever is queued, or queues it.
+func (b *batcher) submit(ctx context.Context, c *pendingTake) (backend.Result, error) {
 	b.mu.Lock()
 	if b.inFlight < b.maxInFlight {
 		b.inFlight++
@@ -69,7 +115,7 @@ func (b *batcher) take(ctx context.Context, req *backend.Request) (backend.Resul
 			<-c.done
 			return b.finish(c)
 		}
-		// Another Take sends it (one with a later deadline), or a goroutine.
+		// Another call sends it (one with a later deadline), or a goroutine.
 		s.lead = batch
 		b.mu.Unlock()
 		s.done <- struct{}{}
@@ -160,23 +206,30 @@ var sender = func(batch []*pendingTake) *pendingTake {
 // finish returns c's decision and recycles c.
 func (b *batcher) finish(c *pendingTake) (backend.Result, error) {
 	res, err := c.res, c.err
-	*c = pendingTake{done: c.done}
+	clear(c.reqs)
+	clear(c.keys)
+	*c = pendingTake{done: c.done, reqs: c.reqs[:0], keys: c.keys[:0]}
 	pendingPool.Put(c)
 	return res, err
 }
 
-// next returns the next batch: first (when not nil), then queued Takes up
-// to maxBatch in all. b.mu must be held.
+// next returns the next batch: first (when not nil), then queued calls
+// while their requests number maxBatch in all (a call heavier than that
+// goes alone). b.mu must be held.
 func (b *batcher) next(first *pendingTake) []*pendingTake {
-	n := min(len(b.queue), b.maxBatch)
+	batch := make([]*pendingTake, 0, min(len(b.queue)+1, b.maxBatch))
+	w := 0
 	if first != nil {
-		n = min(len(b.queue), b.maxBatch-1)
+		batch, w = append(batch, first), first.weight()
 	}
-	batch := make([]*pendingTake, 0, n+1)
-	if first != nil {
-		batch = append(batch, first)
+	n := 0
+	for ; n < len(b.queue); n++ {
+		cw := b.queue[n].weight()
+		if len(batch) > 0 && w+cw > b.maxBatch {
+			break
+		}
+		batch, w = append(batch, b.queue[n]), w+cw
 	}
-	batch = append(batch, b.queue[:n]...)
 	rest := copy(b.queue, b.queue[n:])
 	clear(b.queue[rest:])
 	b.queue = b.queue[:rest]
@@ -200,7 +253,7 @@ func (b *batcher) run(batch []*pendingTake) {
 	s.done <- struct{}{}
 }
 
-// send runs one batch and hands each Take its decision. batch[0] is not
+// send runs one batch and hands each call its decision. batch[0] is not
 // necessarily its sender; the batch goes with the latest deadline of all.
 func (b *batcher) send(batch []*pendingTake) {
 	ctx, cancel := batchContext(sender(batch).ctx)
@@ -209,52 +262,125 @@ func (b *batcher) send(batch []*pendingTake) {
 	defer sc.put()
 	keys, args, buf := sc.keys, sc.args, sc.buf
 	for _, c := range batch {
+		if b.kind == kindGroup {
+			keys = append(keys, c.keys...)
+			args = append(args, strconv.Itoa(len(c.reqs)), strconv.FormatInt(b.r.now(&c.reqs[0]), 10))
+			for i := range c.reqs {
+				args = MultiArgs(args, c.reqs[i].Rule, c.reqs[i].Cost)
+			}
+			continue
+		}
 		keys = append(keys, c.key)
 		args, buf = BatchArgs(args, buf, c.req.Rule, b.r.now(&c.req), c.req.Cost)
 	}
 	sc.keys, sc.args, sc.buf = keys, args, buf
-	s, callKeys, callArgs := &b.r.batch, keys, args
+	s, callKeys, callArgs := b.r.batchScript(b.cluster, b.kind), keys, args
 	if b.cluster {
-		s = &b.r.clusterBatch
 		callKeys, sc.call = clusterBatchCall(sc.call, keys, args)
 		callArgs = sc.call
 	}
 	var vals []int64
 	var errs []error
-	cmd, err := b.r.send(s, true, func(cmd Command, script string) error {
+	cmd, err := b.r.send(s, b.kind != kindPeek, func(cmd Command, script string) error {
 		var err error
 		vals, errs, err = b.r.conn.EvalBatch(ctx, cmd, script, callKeys, callArgs)
 		return err
 	})
-	if err == nil && len(vals) != ReplyLen*len(batch) {
-		err = fmt.Errorf("%w: %d values for %d requests", ErrBadReply, len(vals), len(batch))
+	if want := replyLen(batch); err == nil && len(vals) != want {
+		err = fmt.Errorf("%w: %d values, want %d for %d calls", ErrBadReply, len(vals), want, len(batch))
 	}
 	var alone []*pendingTake
-	for i, c := range batch {
+	at := 0 // where c's reply starts
+	for _, c := range batch {
+		first, n := at, c.replyLen()
+		at += n
 		e := err
 		if e == nil && errs != nil {
-			e = errs[i*ReplyLen]
+			e = errs[first]
 			if b.cluster && retryNonLocal && nonLocal(e) {
-				// Its slot moved: it wrote nothing; it goes again alone.
+				// Its slot moved: it wrote nothing (a peek never writes; a
+				// take or a TakeAll's check is refused at its first access);
+				// it goes again alone.
 				alone = append(alone, c)
 				continue
 			}
 		}
-		var out algorithms.Outcome
 		if e == nil {
-			out, e = Decode(c.req.Rule, vals[i*ReplyLen:(i+1)*ReplyLen])
-		}
-		if e != nil {
-			c.res, c.err = backend.Result{}, fmt.Errorf("%s: %s batch %s: %w", b.r.name, cmd, c.req.Rule.Algorithm, e)
+			c.res, c.err = b.decode(c, vals[first:first+n], cmd)
 		} else {
-			c.res, c.err = backend.ResultOf(c.req.Rule, out), nil
+			c.res, c.err = backend.Result{}, fmt.Errorf("%s: %s batch %s: %w", b.r.name, cmd, c.what(), e)
 		}
 		c.done <- struct{}{}
 	}
 	for _, c := range alone {
-		c.res, _, c.err = b.r.take(ctx, &c.req)
+		switch b.kind {
+		case kindTake:
+			c.res, _, c.err = b.r.take(ctx, &c.req)
+		case kindPeek:
+			c.res, _, c.err = b.r.single(ctx, &c.req, ModePeek, b.r.now(&c.req), 0)
+		default:
+			c.res, c.err = b.r.takeAllAlone(ctx, c.reqs, c.keys)
+		}
 		c.done <- struct{}{}
 	}
+}
+
+// replyLen is the length of c's part of a batch's reply.
+func (c *pendingTake) replyLen() int {
+	if len(c.reqs) > 0 {
+		return 1 + ReplyLen*len(c.reqs)
+	}
+	return ReplyLen
+}
+
+// replyLen is the length of a batch's reply.
+func replyLen(batch []*pendingTake) int {
+	n := 0
+	for _, c := range batch {
+		n += c.replyLen()
+	}
+	return n
+}
+
+// what names c in errors.
+func (c *pendingTake) what() string {
+	if len(c.reqs) > 0 {
+		return "multi"
+	}
+	return string(c.req.Rule.Algorithm)
+}
+
+// decode converts c's part of a batch's reply.
+func (b *batcher) decode(c *pendingTake, vals []int64, cmd Command) (backend.Result, error) {
+	if len(c.reqs) > 0 {
+		return b.r.decodeMulti(c.reqs, vals, cmd)
+	}
+	out, err := Decode(c.req.Rule, vals)
+	if err != nil {
+		return backend.Result{}, fmt.Errorf("%s: %s batch %s: %w", b.r.name, cmd, c.req.Rule.Algorithm, err)
+	}
+	return backend.ResultOf(c.req.Rule, out), nil
+}
+
+// decodeMulti checks and combines the multi script's reply for reqs (as
+// takeTogether does, without replica acknowledgement: batches go without
+// it).
+func (r *Runner) decodeMulti(reqs []backend.Request, reply []int64, cmd Command) (backend.Result, error) {
+	if want := 1 + ReplyLen*len(reqs); len(reply) != want || reply[0] < 0 || reply[0] > 1 {
+		return backend.Result{}, fmt.Errorf("%s: %s multi: %w: %d integers, want %d", r.name, cmd, ErrBadReply, len(reply), want)
+	}
+	results := make([]backend.Result, len(reqs))
+	for i := range reqs {
+		out, err := Decode(reqs[i].Rule, reply[1+ReplyLen*i:1+ReplyLen*(i+1)])
+		if err != nil {
+			return backend.Result{}, fmt.Errorf("%s: %s multi: request %d: %w", r.name, cmd, i, err)
+		}
+		if reply[0] == 1 && !out.Allowed {
+			return backend.Result{}, fmt.Errorf("%s: %s multi: %w: request %d denied in an admitted reply", r.name, cmd, ErrBadReply, i)
+		}
+		results[i] = backend.ResultOf(reqs[i].Rule, out)
+	}
+	return backend.Combine(results), nil
 }
 
 // scratch holds the slices one batch call is built in, reused across

@@ -1,60 +1,67 @@
 -- Independent requests decided one after the other in one call: the Redis
--- stores send concurrent Takes together this way. KEYS[i] holds request i's
--- state; ARGV holds five values per request: now in ms (negative: the
--- server's TIME), algorithm name, window in ms, limit, cost.
+-- stores send concurrent Takes (TAKE true) or Peeks (TAKE false, set
+-- before this file; a read-only call) together this way. KEYS[i] holds
+-- request i's state; ARGV holds five values per request: now in ms
+-- (negative: the server's TIME), algorithm name, window in ms, limit, cost.
 --
--- Each request is a take of its own, exactly as the single-request script
--- would decide it at that point. A step that fails (a key of the wrong type)
+-- Each request is a take (or peek) of its own, exactly as the
+-- single-request script would decide it at that point. A step that fails (a key of the wrong type)
 -- fails only its request: its first value is the error, the other four are
 -- 0. Reply: five values per request.
+--
+-- The prefix before this file sets K, KO, A, AO, N: request i's key is
+-- K[KO + i], its values start after A[AO + (i - 1) * 5], and there are N
+-- requests (KEYS and ARGV as above on one server; on a cluster node both
+-- come in ARGV, see nodebatch.go).
 local reply, server = {}, nil
 -- Requests of one rule repeat the same arguments; Lua strings are interned,
 -- so comparing them is cheap, and each distinct one is parsed once.
 local now_s, w_s, limit_s, cost_s
 local now, w, limit, cost
-for i = 1, #KEYS do
-  local a = (i - 1) * 5
-  if ARGV[a + 1] ~= now_s then
-    now_s = ARGV[a + 1]
+for i = 1, N do
+  local r = (i - 1) * 5
+  local a = AO + r
+  if A[a + 1] ~= now_s then
+    now_s = A[a + 1]
     now = tonumber(now_s)
     if now < 0 then
       server = server or server_now()
       now = server
     end
   end
-  if ARGV[a + 3] ~= w_s then
-    w_s = ARGV[a + 3]
+  if A[a + 3] ~= w_s then
+    w_s = A[a + 3]
     w = tonumber(w_s)
   end
-  if ARGV[a + 4] ~= limit_s then
-    limit_s = ARGV[a + 4]
+  if A[a + 4] ~= limit_s then
+    limit_s = A[a + 4]
     limit = tonumber(limit_s)
   end
-  if ARGV[a + 5] ~= cost_s then
-    cost_s = ARGV[a + 5]
+  if A[a + 5] ~= cost_s then
+    cost_s = A[a + 5]
     cost = tonumber(cost_s)
   end
-  local step = STEPS[ARGV[a + 2]]
+  local step = STEPS[A[a + 2]]
   local ok, o
   if step then
-    ok, o = pcall(step, KEYS[i], now, w, limit, cost, true, false, 0)
+    ok, o = pcall(step, K[KO + i], now, w, limit, cost, TAKE, false, 0)
   else
-    ok, o = false, 'limitkit: no script step for algorithm ' .. ARGV[a + 2]
+    ok, o = false, 'limitkit: no script step for algorithm ' .. A[a + 2]
   end
   if ok and type(o) == 'table' and o.err then
     ok, o = false, o.err
   end
   if ok then
     for j = 1, 5 do
-      reply[a + j] = o[j]
+      reply[r + j] = o[j]
     end
   else
     if type(o) == 'table' then
       o = o.err or 'limitkit: step failed'
     end
-    reply[a + 1] = redis.error_reply(tostring(o))
+    reply[r + 1] = redis.error_reply(tostring(o))
     for j = 2, 5 do
-      reply[a + j] = 0
+      reply[r + j] = 0
     end
   end
 end

@@ -9,3 +9,11 @@ func SendWithFirstTake() (undo func()) {
 	batchMinWait = 0
 	return func() { sender, batchMinWait = oldSender, oldWait }
 }
+
+// SetNodeBatchesInFlight sets how many batches of one kind a runner made
+// from now on keeps in flight per cluster node; it returns the undo.
+func SetNodeBatchesInFlight(n int) (undo func()) {
+	old := nodeBatchesInFlight
+	nodeBatchesInFlight = n
+	return func() { nodeBatchesInFlight = old }
+}

@@ -4,9 +4,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/limitkit/limitkit/internal/rediskey"
 )
 
-// Batching on a Redis Cluster.
+// Batching on a Redis Cluster: Takes, Peeks and TakeAlls, grouped by the
+// node their first key's slot is on (a TakeAll only when all its keys are
+// on that node).
 //
 // A script's declared keys must share one hash slot (CROSSSLOT otherwise,
 // whatever the script's flags), but a script without a shebang line, as
@@ -18,8 +22,15 @@ import (
 // longer serves (a reshard, a failover) fails only its own request, with
 // "Script attempted to access a non local key", before that request wrote
 // anything (every key of one request shares its id's slot, and the first
-// access is refused); such a request is sent again alone, and the client
+// access is refused; a TakeAll reads every key before it writes one, and a
+// Peek writes nothing); such a request is sent again alone, and the client
 // follows MOVED/ASK for it.
+//
+// Redis discourages undeclared keys and may refuse them in a future major
+// version (redis/redis#10958); the development line that brought a
+// dictionary per slot (7.4) filed them under the declared key's slot until
+// redis/redis#12906.
+// TestClusterUndeclaredKeysLandInTheirSlot pins what the batches need.
 
 // NodeLocator is implemented by Conns of cluster clients: NodeOf returns
 // the address of the master that serves key's slot in the client's slot
@@ -28,21 +39,16 @@ type NodeLocator interface {
 	NodeOf(key string) string
 }
 
-// clusterBatchPrefix turns the batch script into its cluster form: ARGV[1]
-// is the number of requests n, ARGV[2..n+1] their keys, and the batch's
-// own ARGV follows; KEYS holds only the first key, for routing. The locals
-// shadow the globals the batch body reads.
-const clusterBatchPrefix = `local KEYS, ARGV = (function(argv)
-  local n = tonumber(argv[1])
-  local keys, rest = {}, {}
-  for i = 1, n do keys[i] = argv[1 + i] end
-  for i = n + 2, #argv do rest[#rest + 1] = argv[i] end
-  return keys, rest
-end)(ARGV)
-`
+// clusterBatchHead starts the cluster form of a batch script, in place of
+// batchHead: ARGV[1] is the number of requests n, ARGV[2..n+1] their keys,
+// and the batch's own ARGV follows; KEYS holds only the first key, for
+// routing. The script reads them where they are, without copying.
+const clusterBatchHead = "local K, KO, A, AO, N = ARGV, 1, ARGV, 1 + tonumber(ARGV[1]), tonumber(ARGV[1])\n"
 
-// clusterBatchScript returns the cluster form of the batch script.
-func clusterBatchScript(batch string) string { return clusterBatchPrefix + batch }
+// clusterBatchScript returns the cluster form of a batch script.
+func clusterBatchScript(batch string) string {
+	return clusterBatchHead + strings.TrimPrefix(batch, batchHead)
+}
 
 // clusterBatchCall returns the keys and ARGV of a cluster batch call for
 // the batch's keys and ARGV, in dst (reused).
@@ -63,12 +69,12 @@ func nonLocal(err error) bool {
 // test turns it off as a control.
 var retryNonLocal = true
 
-// nodeBatchers holds a batcher per cluster node.
+// nodeBatchers holds the batchers of each cluster node.
 type nodeBatchers struct {
 	r   *Runner
 	loc NodeLocator
 	mu  sync.RWMutex
-	by  map[string]*batcher
+	by  map[string]*batchers
 }
 
 // maxNodeBatchers bounds the batchers kept: a cluster's masters, and the
@@ -76,27 +82,48 @@ type nodeBatchers struct {
 // again (idle batchers hold nothing).
 const maxNodeBatchers = 1024
 
-// batcherFor returns the batcher of the node serving key, or nil when the
-// node is unknown (the Take is then sent alone).
-func (n *nodeBatchers) batcherFor(key string) *batcher {
+// nodeBatchesInFlight is how many batches of one kind a runner keeps in
+// flight to one cluster node: one being decided while the next is written.
+// Fewer than on one server (batchesInFlight), since the callers are split
+// over the masters: with 4 per node, batches on a 3-master cluster held
+// about 3 Takes against 10 on one server, and each batch costs the node a
+// wake-up, a read and a write (BenchmarkServerCPU). It is a variable for
+// that benchmark.
+var nodeBatchesInFlight = 2
+
+// batchersFor returns the batchers of the node serving key, or nil when
+// the node is unknown (the call is then sent alone).
+func (n *nodeBatchers) batchersFor(key string) *batchers {
 	node := n.loc.NodeOf(key)
 	if node == "" {
 		return nil
 	}
 	n.mu.RLock()
-	b := n.by[node]
+	bs := n.by[node]
 	n.mu.RUnlock()
-	if b != nil {
-		return b
+	if bs != nil {
+		return bs
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if b = n.by[node]; b == nil {
+	if bs = n.by[node]; bs == nil {
 		if n.by == nil || len(n.by) >= maxNodeBatchers {
-			n.by = map[string]*batcher{}
+			n.by = map[string]*batchers{}
 		}
-		b = &batcher{r: n.r, maxBatch: n.r.opts.Batch, maxInFlight: batchesInFlight, cluster: true}
-		n.by[node] = b
+		bs = newBatchers(n.r, true, nodeBatchesInFlight)
+		n.by[node] = bs
 	}
-	return b
+	return bs
+}
+
+// sameNode reports whether the client's slot map puts every key on the
+// node of the first (a TakeAll that one script on that node can decide).
+func (n *nodeBatchers) sameNode(keys []string) bool {
+	node := n.loc.NodeOf(keys[0])
+	for _, k := range keys[1:] {
+		if node == "" || (rediskey.Slot(k) != rediskey.Slot(keys[0]) && n.loc.NodeOf(k) != node) {
+			return false
+		}
+	}
+	return node != ""
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/limitkit/limitkit/algorithms"
@@ -136,4 +137,120 @@ func TestClusterBatchNonLocalRetriedAlone(t *testing.T) {
 		errs, _ := run(t)
 		require.Positive(t, errs, "without the retry, refused requests should fail")
 	})
+}
+
+// TestClusterUndeclaredKeysLandInTheirSlot pins the Redis behaviour the
+// cluster batches rely on (see nodebatch.go), so that a Redis upgrade that
+// changes it fails here:
+//
+//   - a script without a shebang line may touch keys it did not declare, of
+//     other slots its node serves (the permissive default kept for such
+//     scripts by redis/redis#10615; redis/redis#10958 proposes to refuse
+//     undeclared keys in a future major version);
+//   - a key so written is filed under its own slot, not the declared key's
+//     (CLUSTER COUNTKEYSINSLOT, GETKEYSINSLOT, and a read routed by its
+//     slot see it): the bug redis/redis#12906 fixed in the development
+//     line that brought a dictionary per slot (7.4); Redis 7.0 hashes each
+//     key;
+//   - a key of a slot the node does not serve is refused ("non local key")
+//     before the script writes it;
+//   - the control: with a shebang line (flags declared, none of them
+//     allow-cross-slot-keys) the same script is refused, so the permission
+//     comes from the missing shebang.
+//
+// Then the real cluster batch script decides Takes over keys of several
+// slots of one master, and each key is filed under its own slot.
+func TestClusterUndeclaredKeysLandInTheirSlot(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	prefix := fmt.Sprintf("undeclared:%d:", time.Now().UnixNano())
+	// Keys of three different slots on the master of the first, and one of
+	// another master.
+	master := c.MasterOf(redistest.KeySlot(prefix + "{a}"))
+	var local []string
+	var remote string
+	for i := 0; len(local) < 3 || remote == ""; i++ {
+		k := prefix + "{" + strconv.Itoa(i) + "}"
+		switch m := c.MasterOf(redistest.KeySlot(k)); {
+		case m == master && !slicesContainSlot(local, k):
+			local = append(local, k)
+		case m != master && remote == "":
+			remote = k
+		}
+	}
+	count := func(key string) string {
+		n, err := master.Do("CLUSTER", "COUNTKEYSINSLOT", strconv.Itoa(redistest.KeySlot(key)))
+		require.NoError(t, err)
+		return n
+	}
+	const body = "redis.call('ZADD', ARGV[1], 1, 'm') return redis.call('ZCARD', ARGV[1])"
+	_, err := master.Do("EVAL", body, "1", local[0], local[1])
+	require.NoError(t, err, "a script without flags may touch an undeclared key of its node")
+	require.Equal(t, "1", count(local[1]), "the undeclared key is filed under its own slot")
+	require.Equal(t, "0", count(local[0]), "and not under the declared key's")
+	keys, err := master.Do("CLUSTER", "GETKEYSINSLOT", strconv.Itoa(redistest.KeySlot(local[1])), "10")
+	require.NoError(t, err)
+	require.Contains(t, keys, local[1])
+	n, err := master.Do("ZCARD", local[1])
+	require.NoError(t, err)
+	require.Equal(t, "1", n)
+
+	_, err = master.Do("EVAL", body, "1", local[0], remote)
+	require.ErrorContains(t, err, "non local key")
+	other := c.MasterOf(redistest.KeySlot(remote))
+	n, err = other.Do("EXISTS", remote)
+	require.NoError(t, err)
+	require.Equal(t, "0", n, "a refused key is not written anywhere")
+
+	_, err = master.Do("EVAL", "#!lua\n"+body, "1", local[0], local[2])
+	require.ErrorContains(t, err, "same slot", "control: a script with flags may not touch another slot")
+
+	// The cluster batch script itself, through a client, over the three
+	// slots: each key holds its take, filed under its slot.
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	t.Cleanup(func() { _ = client.Close() })
+	r, err := New(&lyingConn{c: client}, "test", Options{Batch: DefaultBatch})
+	require.NoError(t, err)
+	rule := algorithms.Rule{Algorithm: algorithms.SlidingLog, Limit: 10, Window: time.Minute}
+	var wg sync.WaitGroup
+	ids := make([]string, 0, 3)
+	for i := 0; len(ids) < 3; i++ {
+		id := "b" + strconv.Itoa(i)
+		k := Key(backend.Key{Prefix: prefix, ID: id}, rule)
+		if c.MasterOf(redistest.KeySlot(k)) == master && !slicesContainSlot(ids2keys(prefix, ids, rule), k) {
+			ids = append(ids, id)
+		}
+	}
+	for range 8 {
+		for _, id := range ids {
+			wg.Go(func() {
+				_, err := r.Take(t.Context(), backend.Request{Key: backend.Key{Prefix: prefix, ID: id}, Rule: rule, Now: time.Now(), Cost: 1})
+				assert.NoError(t, err)
+			})
+		}
+	}
+	wg.Wait()
+	for i, k := range ids2keys(prefix, ids, rule) {
+		require.Equal(t, "1", count(k), "key %s", k)
+		res, err := r.Peek(t.Context(), backend.Request{Key: backend.Key{Prefix: prefix, ID: ids[i]}, Rule: rule, Now: time.Now(), Cost: 1})
+		require.NoError(t, err)
+		require.Equal(t, int64(2), res.Remaining, "key %s: 8 of 10 taken", k)
+	}
+}
+
+func ids2keys(prefix string, ids []string, rule algorithms.Rule) []string {
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = Key(backend.Key{Prefix: prefix, ID: id}, rule)
+	}
+	return keys
+}
+
+// slicesContainSlot reports whether a key of keys shares k's slot.
+func slicesContainSlot(keys []string, k string) bool {
+	for _, o := range keys {
+		if redistest.KeySlot(o) == redistest.KeySlot(k) {
+			return true
+		}
+	}
+	return false
 }

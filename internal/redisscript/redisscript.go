@@ -118,11 +118,11 @@ type Options struct {
 	ServerTime bool
 	// Ack turns on replica-acknowledged admission.
 	Ack Ack
-	// Batch, when above 1, lets Take send up to Batch concurrent requests
-	// in one script call (see batcher), per master on a cluster whose Conn
-	// is a NodeLocator (see nodebatch.go). It applies without Ack; Peek,
-	// TakeAll, Reset and everything of a lease (Takes of a rule that holds
-	// leases, Release, Renew) are always sent alone.
+	// Batch, when above 1, lets Take, Peek and TakeAll send up to Batch
+	// concurrent requests in one script call (see batcher), per master on
+	// a cluster whose Conn is a NodeLocator (see nodebatch.go). It applies
+	// without Ack; Reset and everything of a lease (Takes and TakeAlls
+	// holding a lease, Release, Renew) are always sent alone.
 	Batch int
 }
 
@@ -147,12 +147,16 @@ type Runner struct {
 	opts    Options
 	scripts map[algorithms.Name]*script
 	multi   script
-	batch   script
-	batcher *batcher // nil when Take sends each request alone
-	// clusterBatch and nodes batch Takes per node on a Redis Cluster
-	// (nodebatch.go); nodes is nil elsewhere.
-	clusterBatch script
-	nodes        *nodeBatchers
+	// batchScripts are the batch scripts by kind, as sent to one Redis
+	// ([0]) and to a cluster node ([1], nodebatch.go).
+	batchScripts [2][kinds]script
+	// local batches calls to a single-master Redis; batcher is its Takes'.
+	// Both are nil when each call is sent alone.
+	local   *batchers
+	batcher *batcher
+	// nodes batches calls per node on a Redis Cluster (nodebatch.go); nil
+	// elsewhere.
+	nodes *nodeBatchers
 
 	failedRefunds atomic.Uint64
 }
@@ -179,10 +183,14 @@ func New(conn Conn, name string, opts Options) (*Runner, error) {
 		return nil, fmt.Errorf("%s: replica acknowledgement (WAIT) needs a single-master client (standalone or sentinel); "+
 			"a Redis Cluster client cannot send WAIT to the master that ran the script", name)
 	}
-	r := &Runner{conn: conn, name: name, opts: opts, scripts: map[algorithms.Name]*script{}, multi: newScript(MultiScript()),
-		batch: newScript(BatchScript()), clusterBatch: newScript(clusterBatchScript(BatchScript()))}
+	r := &Runner{conn: conn, name: name, opts: opts, scripts: map[algorithms.Name]*script{}, multi: newScript(MultiScript())}
+	for k, src := range [kinds]string{kindTake: BatchScript(), kindPeek: PeekBatchScript(), kindGroup: GroupsScript()} {
+		r.batchScripts[0][k] = newScript(src)
+		r.batchScripts[1][k] = newScript(clusterBatchScript(src))
+	}
 	if opts.Batch > 1 && opts.Ack.Replicas == 0 && !conn.Cluster() {
-		r.batcher = &batcher{r: r, maxBatch: opts.Batch, maxInFlight: batchesInFlight}
+		r.local = newBatchers(r, false, batchesInFlight)
+		r.batcher = r.local[kindTake]
 	}
 	if loc, ok := conn.(NodeLocator); ok && opts.Batch > 1 && opts.Ack.Replicas == 0 && conn.Cluster() {
 		r.nodes = &nodeBatchers{r: r, loc: loc}
@@ -217,27 +225,51 @@ func (r *Runner) Take(ctx context.Context, req backend.Request) (backend.Result,
 	if err := r.check(&req); err != nil {
 		return backend.Result{}, err
 	}
-	// Lease takes go alone: the batch replies carry no lease ids.
-	if req.Rule.HoldsLeases() {
-		res, _, err := r.take(ctx, &req)
-		return res, err
-	}
-	if r.batcher != nil {
-		return r.batcher.take(ctx, &req)
-	}
-	if r.nodes != nil {
-		if b := r.nodes.batcherFor(Key(req.Key, req.Rule)); b != nil {
-			return b.take(ctx, &req)
+	return r.takeOne(ctx, &req)
+}
+
+// takeOne takes a checked request, in a batch where batching applies.
+// Lease takes go alone: the batch replies carry no lease ids.
+func (r *Runner) takeOne(ctx context.Context, req *backend.Request) (backend.Result, error) {
+	if !req.Rule.HoldsLeases() {
+		if b := r.batcherFor(kindTake, Key(req.Key, req.Rule)); b != nil {
+			return b.take(ctx, req)
 		}
 	}
-	res, _, err := r.take(ctx, &req)
+	res, _, err := r.take(ctx, req)
 	return res, err
+}
+
+// batcherFor returns the batcher of kind for calls on key (a TakeAll's
+// first key; see takeAll for the others), or nil when the call goes alone.
+func (r *Runner) batcherFor(kind batchKind, key string) *batcher {
+	if r.local != nil {
+		return r.local[kind]
+	}
+	if r.nodes != nil {
+		if bs := r.nodes.batchersFor(key); bs != nil {
+			return bs[kind]
+		}
+	}
+	return nil
+}
+
+// batchScript returns the batch script of kind, in its cluster form when
+// cluster.
+func (r *Runner) batchScript(cluster bool, kind batchKind) *script {
+	if cluster {
+		return &r.batchScripts[1][kind]
+	}
+	return &r.batchScripts[0][kind]
 }
 
 // Peek implements backend.Store.Peek.
 func (r *Runner) Peek(ctx context.Context, req backend.Request) (backend.Result, error) {
 	if err := r.check(&req); err != nil {
 		return backend.Result{}, err
+	}
+	if b := r.batcherFor(kindPeek, Key(req.Key, req.Rule)); b != nil {
+		return b.take(ctx, &req)
 	}
 	res, _, err := r.single(ctx, &req, ModePeek, r.now(&req), 0)
 	return res, err
@@ -289,10 +321,12 @@ func (r *Runner) Reset(ctx context.Context, key backend.Key, rule algorithms.Rul
 }
 
 // TakeAll implements backend.Store.TakeAll. When the keys can go in one
-// script (any single-master Redis, or a cluster when they share a hash
-// slot: same id, as a limiter's guard does) the requests are decided
-// atomically by one script. Otherwise (Redis Cluster, keys in different
-// slots) they are checked one by one (read-only; a denial ends the call),
+// script (any single-master Redis; a cluster when they share a hash slot,
+// same id, as a limiter's guard does, or with batching on when the slot
+// map puts them on one master) the requests are decided atomically by one
+// script, batched with concurrent TakeAlls where batching applies.
+// Otherwise (Redis Cluster, keys on different masters) they are checked
+// one by one (read-only; a denial ends the call),
 // then taken one by one in the order given; when one is denied after all
 // (a concurrent caller took the room in between), the admissions of those
 // before it are refunded (see algorithms.Rule.Refund). The limits are never
@@ -310,13 +344,32 @@ func (r *Runner) TakeAll(ctx context.Context, reqs []backend.Request) (backend.R
 		return backend.Result{}, err
 	}
 	if len(reqs) == 1 {
-		res, _, err := r.take(ctx, &reqs[0])
-		return res, err
+		return r.takeOne(ctx, &reqs[0])
 	}
 	keys := make([]string, len(reqs))
 	for i := range reqs {
 		keys[i] = Key(reqs[i].Key, reqs[i].Rule)
 	}
+	// A TakeAll holding a lease goes alone: the batch replies carry no
+	// lease ids.
+	if b := r.batcherFor(kindGroup, keys[0]); b != nil && !holdsLease(reqs) && (!b.cluster || r.nodes.sameNode(keys)) {
+		return b.takeAll(ctx, reqs, keys)
+	}
+	return r.takeAllAlone(ctx, reqs, keys)
+}
+
+// holdsLease reports whether one of reqs holds a lease.
+func holdsLease(reqs []backend.Request) bool {
+	for i := range reqs {
+		if reqs[i].Rule.HoldsLeases() {
+			return true
+		}
+	}
+	return false
+}
+
+// takeAllAlone decides a TakeAll with its own script call(s).
+func (r *Runner) takeAllAlone(ctx context.Context, reqs []backend.Request, keys []string) (backend.Result, error) {
 	if !r.conn.Cluster() || rediskey.SameSlot(keys) {
 		return r.takeTogether(ctx, reqs, keys)
 	}

@@ -24,6 +24,9 @@ var multiLua string
 //go:embed batch.lua
 var batchLua string
 
+//go:embed groups.lua
+var groupsLua string
+
 // scripts are the scripts as sent to Redis, built on first use from the
 // registry (after any algorithms.Register from an init function).
 var scripts = sync.OnceValue(func() *scriptSet {
@@ -38,14 +41,22 @@ var scripts = sync.OnceValue(func() *scriptSet {
 		steps += "STEPS['" + string(a.Name) + "'] = " + fn + "\n"
 	}
 	set.multi = multi + steps + multiLua
-	set.batch = multi + steps + batchLua
+	set.batch = batchHead + multi + steps + "local TAKE = true\n" + batchLua
+	set.peekBatch = batchHead + multi + steps + "local TAKE = false\n" + batchLua
+	set.groups = batchHead + multi + steps + groupsLua
 	return set
 })
 
 type scriptSet struct {
-	single       map[algorithms.Name]string
-	multi, batch string
+	single                          map[algorithms.Name]string
+	multi, batch, peekBatch, groups string
 }
+
+// batchHead starts the batch scripts: where their keys (K from KO + 1)
+// and values (A from AO + 1) are, and how many requests there are (N).
+// On one server they are KEYS and ARGV; a cluster node's batch swaps this
+// line for clusterBatchHead.
+const batchHead = "local K, KO, A, AO, N = KEYS, 0, ARGV, 0, #KEYS\n"
 
 // luaStep wraps an algorithm's body as the local function fn.
 func luaStep(fn, body string) string {
@@ -74,6 +85,18 @@ func MultiScript() string { return scripts().multi }
 // take's integers, or, for a request whose step failed (a key of the wrong
 // type), the error in place of the first value and 0s.
 func BatchScript() string { return scripts().batch }
+
+// PeekBatchScript is BatchScript deciding peeks: it writes nothing, and is
+// sent read-only (EVALSHA_RO), as a single Peek is.
+func PeekBatchScript() string { return scripts().peekBatch }
+
+// GroupsScript returns the script that decides several TakeAll calls one
+// after the other in one call, each all or nothing as MultiScript decides
+// it: KEYS are the calls' keys in order, ARGV holds per call its number of
+// requests, now, and each request's MultiArgs. Its reply holds, per call,
+// 1 when all were admitted (else 0) and ReplyLen integers per request, or
+// an error in place of the first value and 0s.
+func GroupsScript() string { return scripts().groups }
 
 // ServerTime, passed as now to Args, makes the script read the Redis
 // server's clock (TIME) instead of taking the time as an argument.

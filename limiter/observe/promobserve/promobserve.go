@@ -18,7 +18,11 @@
 //	limitkit_cached_denials_total{policy}              counter: denials a deny cache answered without a store call
 //	limitkit_decision_duration_seconds{policy}         histogram: their latency, errors included
 //	limitkit_breaker_state{breaker,state}              gauge: 1 for the breaker's current state
-//	                                                   ("closed", "half-open", "open"), 0 for the others
+//	                                                   ("closed", "half-open", "open"), 0 for the others;
+//	                                                   on a Redis Cluster the worst of its nodes' (as
+//	                                                   fallback's State)
+//	limitkit_breaker_node_state{breaker,node,state}    gauge: the same for each Redis Cluster node's
+//	                                                   breaker (node: its address, StateChange.Node)
 //	limitkit_breaker_transitions_total{breaker,to}     counter: state changes
 //	limitkit_memorystore_active_evictions_total{store} counter: keys evicted inside their window
 //	limitkit_memorystore_keys{store}                   gauge: keys held
@@ -42,6 +46,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,10 +70,15 @@ type Metrics struct {
 	cached      *prometheus.CounterVec
 	latency     *prometheus.HistogramVec
 	breaker     *prometheus.GaugeVec
+	nodeBreaker *prometheus.GaugeVec
 	transitions *prometheus.CounterVec
 	stores      *storeCollector
 	leases      leaseMetrics
 	obs         observe.Observer
+
+	// nodes holds each named breaker's node states, for the worst of them.
+	mu    sync.Mutex
+	nodes map[string]map[string]backend.BreakerState
 }
 
 // New creates the collectors and registers them with reg, such as
@@ -100,14 +110,19 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "limitkit_breaker_state",
 			Help: "1 for the circuit breaker's current state (closed, half-open, open), 0 for the others.",
 		}, []string{"breaker", "state"}),
+		nodeBreaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "limitkit_breaker_node_state",
+			Help: "1 for a Redis Cluster node's circuit breaker's current state (closed, half-open, open), 0 for the others.",
+		}, []string{"breaker", "node", "state"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limitkit_breaker_transitions_total",
 			Help: "Circuit breaker state changes, by the state entered.",
 		}, []string{"breaker", "to"}),
 		stores: newStoreCollector(),
 		leases: newLeaseMetrics(),
+		nodes:  map[string]map[string]backend.BreakerState{},
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.degraded, m.cached, m.latency, m.breaker, m.transitions, m.stores,
+	for _, c := range []prometheus.Collector{m.decisions, m.degraded, m.cached, m.latency, m.breaker, m.nodeBreaker, m.transitions, m.stores,
 		m.leases.acquired, m.leases.denied, m.leases.released, m.leases.expired, m.leases.held} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("promobserve: register limitkit metrics: %w", err)
@@ -126,7 +141,10 @@ func (m *Metrics) Observer() observe.Observer { return m.obs }
 // on, as a new fallback store's is, so call it once per breaker, when
 // creating it.
 func (m *Metrics) BreakerHook(name string) func(backend.StateChange) {
-	m.setState(name, backend.BreakerClosed)
+	m.mu.Lock()
+	delete(m.nodes, name)
+	m.setState(m.breaker, []string{name}, backend.BreakerClosed)
+	m.mu.Unlock()
 	return m.obs.BreakerHook(name)
 }
 
@@ -157,20 +175,46 @@ func (m *Metrics) decision(_ context.Context, d observe.Decision) {
 	m.latency.WithLabelValues(d.Policy).Observe(d.Latency.Seconds())
 }
 
+// breakerChange records a change of a store's only breaker (Node "") or of
+// one cluster node's; the store's gauge shows the worst of its breakers.
+// A node breaker fallback forgets is reported closing first, so the gauges
+// never keep a forgotten node open.
 func (m *Metrics) breakerChange(c observe.BreakerChange) {
-	m.setState(c.Breaker, c.To)
 	m.transitions.WithLabelValues(c.Breaker, string(c.To)).Inc()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	nodes := m.nodes[c.Breaker]
+	if nodes == nil {
+		nodes = map[string]backend.BreakerState{}
+		m.nodes[c.Breaker] = nodes
+	}
+	nodes[c.Node] = c.To
+	if c.Node != "" {
+		m.setState(m.nodeBreaker, []string{c.Breaker, c.Node}, c.To)
+	}
+	worst := backend.BreakerClosed
+	for _, st := range nodes {
+		if severity(st) > severity(worst) {
+			worst = st
+		}
+	}
+	m.setState(m.breaker, []string{c.Breaker}, worst)
 }
 
+// states are the breaker states, least severe first.
 var states = []backend.BreakerState{backend.BreakerClosed, backend.BreakerHalfOpen, backend.BreakerOpen}
 
-func (m *Metrics) setState(name string, to backend.BreakerState) {
+func severity(s backend.BreakerState) int { return slices.Index(states, s) }
+
+// setState sets the gauge of labels (and each state) to 1 for to, 0 for
+// the others.
+func (m *Metrics) setState(g *prometheus.GaugeVec, labels []string, to backend.BreakerState) {
 	for _, s := range states {
 		v := 0.0
 		if s == to {
 			v = 1
 		}
-		m.breaker.WithLabelValues(name, string(s)).Set(v)
+		g.WithLabelValues(append(labels, string(s))...).Set(v)
 	}
 }
 
