@@ -19,14 +19,16 @@ end
 
 -- The common takes, decided from the first read alone, without building
 -- the library: exactly what log_take would decide and write for them.
--- A new key; or, when the first read holds the oldest entry, nothing slid
--- out (the oldest is later than now - w, so nothing is forgotten nor
--- expired) and nothing is later than now: then a denial reads one more
--- entry from the first read and keeps the log as it is; an admission
--- appends at the end: the whole log rewritten while small (as log_take
--- does), else the new entries and the header written in place, in one
--- SETRANGE when they fall in the first block. An admission's reset is w:
--- its expiry is key_ttl(w, w).
+-- A new key; a small log (read whole: any take, entries sliding out or
+-- not, GETRANGE then SET or PEXPIRE); or a large one whose first read
+-- holds the oldest entry when nothing slid out (the oldest is later than
+-- now - w, so nothing is forgotten nor expired) and nothing is later than
+-- now: then a denial reads one more entry from the first read and keeps
+-- the log as it is; an admission writes the new entries and the header in
+-- place, in one SETRANGE when they fall in the first block. An
+-- admission's reset is then w: its expiry is key_ttl(w, w). Each call of a
+-- C function (struct, string) costs Redis' Lua about as much as 10 Lua
+-- operations: these paths make few.
 local struct = rawget(_G, 'struct')
 if take and not refund and struct and cost <= limit then
   local pack, unpack = struct.pack, struct.unpack
@@ -37,6 +39,107 @@ if take and not refund and struct and cost <= limit then
   end
   local head, n, cap, hint, newest = unpack('>I2I2I2I2I7', first, 1)
   local avail = (#first - HDR) / SLOT -- slots in the first read
+  if cap <= BLOCK and head == 0 and n >= 1 and n <= cap and n <= limit and #first == HDR + cap * SLOT
+    and unpack('>I7', first, HDR + n * SLOT - SLOT + 1) == newest then
+    -- A small log (the whole ring in the first read), linear as log_take
+    -- always writes it, the limit not lowered below it: log_take's
+    -- decision and write, from a scan of the oldest entries and, when the
+    -- clock went back, of the newest. The log is sorted and its last
+    -- entry is newest, so a scan counts what count would. Entries 0..d-1
+    -- are forgotten (<= now - 2w), d..x-1 slid out (<= now - w) but kept.
+    local cut2, cutw = now - 2 * w, now - w
+    local d, x = 0, n
+    if newest > cutw then
+      -- x is near the hint (the slid-out count of the last take): check
+      -- the entries on either side of it in one read, then step forward;
+      -- from the start when the hint is past x (the clock went back).
+      x = hint
+      if x >= n then
+        x = n - 1
+      end
+      local scan = true
+      if x > 0 then
+        local t1, t2 = unpack('>I7I7', first, HDR + x * SLOT - SLOT + 1)
+        if t1 > cutw then
+          x = 0
+        elseif t2 > cutw then
+          scan = false
+        else
+          x = x + 1
+        end
+      end
+      while scan and unpack('>I7', first, HDR + x * SLOT + 1) <= cutw do
+        x = x + 1
+      end
+    end
+    if x > 0 then
+      local t1, t2 = unpack(x > 1 and '>I7I7' or '>I7', first, HDR + 1)
+      if t1 <= cut2 then
+        d = 1
+        if x > 1 and t2 <= cut2 then
+          d = 2
+          while d < x and unpack('>I7', first, HDR + d * SLOT + 1) <= cut2 do
+            d = d + 1
+          end
+        end
+      end
+    end
+    local expired = x - d
+    local remaining = limit - (n - x)
+    if cost > remaining then
+      local reset = newest + w - now
+      if d > 0 or expired ~= hint - d then
+        redis.call('SET', key, pack('>I2I2I2I2I7', 0, n - d, cap, expired, newest) .. string.sub(first, HDR + d * SLOT + 1, HDR + n * SLOT)
+          .. string.rep('\0', (cap - n + d) * SLOT), 'PX', string.format('%d', key_ttl(reset, w)))
+      else
+        redis.call('PEXPIRE', key, string.format('%d', key_ttl(reset, w)))
+      end
+      return {0, remaining, unpack('>I7', first, HDR + (n + cost - limit - 1) * SLOT + 1) + w - now, reset, now}
+    end
+    -- Make room from slid-out entries only (s: the oldest kept); the new
+    -- entries go after those <= now (p: the first later than now); the
+    -- log is rewritten whole, linear, growing as log_take grows it.
+    local s = d
+    if n - d + cost > limit then
+      s = n + cost - limit
+      expired = expired - (s - d)
+    end
+    local need = n - s + cost
+    local c = cap
+    if need > c or c > limit then
+      c = need
+      if need > BLOCK then
+        c = math.min(math.max(cap + math.ceil(cap / 4), need), limit)
+      end
+    end
+    local v
+    if newest <= now and cost == 1 then
+      -- One call builds it: header, the entries kept, now.
+      newest = now
+      v = pack('>I2I2I2I2I7c0I7', 0, need, c, expired, now, string.sub(first, HDR + s * SLOT + 1, HDR + n * SLOT), now)
+    elseif newest <= now then
+      newest = now
+      v = pack('>I2I2I2I2I7c0', 0, need, c, expired, now, string.sub(first, HDR + s * SLOT + 1, HDR + n * SLOT))
+        .. string.rep(pack('>I7', now), cost)
+    else
+      local news = string.rep(pack('>I7', now), cost)
+      local p = n
+      while p > s and unpack('>I7', first, HDR + p * SLOT - SLOT + 1) > now do
+        p = p - 1
+      end
+      if p == n or s == n then
+        newest = now
+      end
+      v = pack('>I2I2I2I2I7', 0, need, c, expired, newest) .. string.sub(first, HDR + s * SLOT + 1, HDR + p * SLOT) .. news
+        .. string.sub(first, HDR + p * SLOT + 1, HDR + n * SLOT)
+    end
+    if c > need then
+      v = v .. string.rep('\0', (c - need) * SLOT)
+    end
+    local reset = newest + w - now
+    redis.call('SET', key, v, 'PX', string.format('%d', key_ttl(reset, w)))
+    return {1, remaining - cost, 0, reset, now}
+  end
   if n >= 1 and n <= limit and cap <= limit and newest <= now and head < avail
     and unpack('>I7', first, HDR + head * SLOT + 1) > now - w then
     local remaining = limit - n
@@ -49,20 +152,6 @@ if take and not refund and struct and cost <= limit then
         redis.call('PEXPIRE', key, string.format('%d', key_ttl(reset, w)))
         return {0, remaining, unpack('>I7', first, HDR + p * SLOT + 1) + w - now, reset, now}
       end
-    elseif cap <= BLOCK and head == 0 then
-      -- Small: rewritten whole, linear, growing as log_take grows it.
-      local need = n + cost
-      local c = cap
-      if need > c then
-        c = need
-        if need > BLOCK then
-          c = math.min(math.max(cap + math.ceil(cap / 4), need), limit)
-        end
-      end
-      redis.call('SET', key, pack('>I2I2I2I2I7', 0, need, c, 0, now) .. string.sub(first, HDR + 1, HDR + n * SLOT)
-        .. string.rep(pack('>I7', now), cost) .. string.rep('\0', (c - need) * SLOT),
-        'PX', string.format('%d', key_ttl(w, w)))
-      return {1, remaining - cost, 0, w, now}
     elseif cap > BLOCK and n + cost <= cap then
       local p = (head + n) % cap
       if p + cost <= cap then

@@ -15,9 +15,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/limitkit/limitkit/algorithms"
-	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
-	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/limiter"
 )
 
@@ -115,11 +113,7 @@ func limitkitMemoryStore(w Workload, alg algorithms.Name) (Decider, func(), erro
 	if err != nil {
 		return nil, nil, err
 	}
-	rule := w.Rule(alg)
-	return func(ctx context.Context, id string) (bool, error) {
-		res, err := s.Take(ctx, backend.Request{Key: backend.Key{Prefix: "bench:", ID: id}, Rule: rule, Now: clock.System.Now(), Cost: 1})
-		return res.Allowed, err
-	}, func() {}, nil
+	return storeDecider(s, w, alg), func() {}, nil
 }
 
 func limitkitMemoryLimiter(w Workload, alg algorithms.Name) (Decider, func(), error) {

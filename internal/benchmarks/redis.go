@@ -139,9 +139,34 @@ func RedisContenders(addr string) []Contender {
 // with clock.System as limiter.Limiter does.
 func storeDecider(s backend.Store, w Workload, alg algorithms.Name) Decider {
 	rule := w.Rule(alg)
+	if rule.HoldsLeases() {
+		return leaseDecider(s, w, rule)
+	}
 	return func(ctx context.Context, id string) (bool, error) {
 		res, err := s.Take(ctx, backend.Request{Key: backend.Key{Prefix: "bench:", ID: id}, Rule: rule, Now: clock.System.Now(), Cost: 1})
 		return res.Allowed, err
+	}
+}
+
+// leaseDecider decides for an algorithm that holds leases (concurrency).
+// Never-deny, a decision is a lease's whole life, acquired then released
+// (two store calls), as a service holding a slot for a request does.
+// Deny-heavy, leases are acquired and kept until they expire, so a key
+// holds its limit and further acquires are denied.
+func leaseDecider(s backend.Store, w Workload, rule algorithms.Rule) Decider {
+	ls, ok := s.(backend.LeaseStore)
+	return func(ctx context.Context, id string) (bool, error) {
+		if !ok {
+			return false, fmt.Errorf("store %T holds no leases", s)
+		}
+		req := backend.Request{Key: backend.Key{Prefix: "bench:", ID: id}, Rule: rule, Now: clock.System.Now(), Cost: 1}
+		res, err := ls.Take(ctx, req)
+		if err != nil || !res.Allowed || w.Deny {
+			return res.Allowed, err
+		}
+		req.Now = clock.System.Now()
+		_, err = ls.Release(ctx, req, res.Lease)
+		return true, err
 	}
 }
 

@@ -48,13 +48,12 @@ for i = 1, N do
   else
     ok, o = false, 'limitkit: no script step for algorithm ' .. A[a + 2]
   end
-  if ok and type(o) == 'table' and o.err then
+  -- (A step returns a table: indexing it needs no type() call.)
+  if ok and o.err then
     ok, o = false, o.err
   end
   if ok then
-    for j = 1, 5 do
-      reply[r + j] = o[j]
-    end
+    reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5] = o[1], o[2], o[3], o[4], o[5]
   else
     if type(o) == 'table' then
       o = o.err or 'limitkit: step failed'
