@@ -16,6 +16,18 @@
 //   - FailOpen: admit.
 //   - FailClosed: deny, with RetryAfter until the breaker next probes.
 //
+// For a concurrency lease (algorithms.Concurrency) the policies mean:
+// FailOpen admits with no lease kept (Result.Lease 0: nothing to release);
+// FailClosed denies; Local(n) grants a local lease from the in-process
+// store, at most ceil(limit/n) units held per key in this instance, with
+// its id negated (Result.Lease < 0). A negative id is released and renewed
+// on the local store, also after the primary recovered (so only the
+// process that granted it can release it); a positive one on
+// the primary, and when the primary cannot be reached the error is
+// returned (wrapping ErrUnavailable) and the lease expires there by its
+// timeout. A Redis that restarts without persistence forgets the leases it
+// held: run it with appendonly (appendfsync always) to keep them.
+//
 // Such decisions have Degraded set. After OpenTimeout the breaker lets a
 // bounded number of probe requests through (half-open); when they succeed,
 // decisions return to the primary.
@@ -327,7 +339,7 @@ type breaker struct {
 	lastErr atomic.Pointer[error]
 }
 
-var _ backend.Store = (*Store)(nil)
+var _ backend.LeaseStore = (*Store)(nil)
 
 // New wraps primary. It returns an error only for invalid options.
 func New(primary backend.Store, opts ...Option) (*Store, error) {
@@ -796,6 +808,7 @@ func (s *Store) decide(ctx context.Context, b *breaker, req backend.Request, tak
 		return backend.Result{}, fmt.Errorf("fallback: local store: %w", err)
 	}
 	res.Degraded = true
+	res.Lease = -res.Lease // a local lease: released to the local store
 	return res, nil
 }
 
@@ -843,6 +856,7 @@ func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 	}
 	res.Rule = index[res.Rule]
 	res.Degraded = true
+	res.Lease = -res.Lease // a local lease: released to the local store
 	return res, nil
 }
 

@@ -22,7 +22,7 @@ func (f *flaky) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 }
 
 func TestConformanceHealthy(t *testing.T) {
-	storetest.Run(t, newStore(t, newFlaky(t)))
+	storetest.Run(t, newStore(t, newFlakyLeases(t)))
 }
 
 // pair is a payment limit with a guard: the main rule goes local while the

@@ -28,8 +28,18 @@ func BenchmarkAllow(b *testing.B) {
 			ctx := context.Background()
 			b.ReportAllocs()
 			k := 0
+			leases := (algorithms.Rule{Algorithm: alg}).HoldsLeases()
 			for b.Loop() {
-				if _, err := lim.Allow(ctx, ids[k]); err != nil {
+				if leases {
+					// A lease's whole life: Acquire, then Release.
+					lease, _, err := lim.Acquire(ctx, ids[k])
+					if err == nil && lease != nil {
+						err = lease.Release(ctx)
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+				} else if _, err := lim.Allow(ctx, ids[k]); err != nil {
 					b.Fatal(err)
 				}
 				if k++; k == len(ids) {

@@ -30,6 +30,10 @@ import (
 // A limit whose Mode is Shadow is decided and counted after the enforced
 // ones admitted, and never denies (see Decision.ShadowDenied): a new limit
 // can be tried beside those in force.
+//
+// One of the limits may be a concurrency limit: the composite is then used
+// through Acquire, which takes the lease and the rate limits' units
+// together (at most 2 uploads in flight and 100 a day per user, say).
 type Composite struct {
 	store backend.Store
 	cur   atomic.Pointer[compiled]
@@ -77,6 +81,14 @@ func compileComposite(configs []Config) (*compiled, error) {
 		}
 		if len(cfg.Exempt)+len(cfg.Deny) > 0 {
 			return nil, fmt.Errorf("%w: limit %d has exempt or deny entries; a composite has none (use them on a Limiter)", ErrInvalidConfig, i)
+		}
+		if cfg.rule().HoldsLeases() {
+			for j, prev := range cc.configs {
+				if prev.rule().HoldsLeases() {
+					return nil, fmt.Errorf("%w: limits %d and %d are both concurrency limits; a composite holds one lease per decision",
+						ErrInvalidConfig, j, i)
+				}
+			}
 		}
 		for j, prev := range cc.configs {
 			if prev.Prefix == cfg.Prefix {
@@ -127,6 +139,9 @@ func (c *Composite) AllowN(ctx context.Context, n int64, keys ...string) (Decisi
 	cc := c.cur.Load()
 	if err := checkKeys(cc, keys); err != nil {
 		return Decision{}, err
+	}
+	if cc.lease >= 0 {
+		return Decision{}, errUseAcquire
 	}
 	return decide(ctx, c.store, c.clock, cc, keys, n)
 }

@@ -103,3 +103,31 @@ func ExampleComposite() {
 	// bob allowed=true rule=1
 	// bob allowed=false rule=1
 }
+
+func ExampleLimiter_Acquire() {
+	store, _ := memorystore.New()
+	fake := clock.NewFake(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	// At most 2 uploads in flight per user; a lease not released within
+	// 30 s (its holder crashed) frees its slot on its own.
+	uploads, _ := limiter.New(store, limiter.Config{Algorithm: "concurrency", Limit: 2, Window: 30 * time.Second,
+		Prefix: "uploads:"}, limiter.WithClock(fake))
+	ctx := context.Background()
+
+	first, _, _ := uploads.Acquire(ctx, "ann")
+	fake.Advance(time.Second)
+	crashed, _, _ := uploads.Acquire(ctx, "ann")
+	third, d, _ := uploads.Acquire(ctx, "ann")
+	fmt.Println(third == nil, d.RetryAfter) // both slots held: the first times out in 29 s
+
+	fmt.Println(first.Release(ctx)) // the first upload is done
+	again, _, _ := uploads.Acquire(ctx, "ann")
+	fmt.Println(again != nil)
+
+	fake.Advance(30 * time.Second) // the crashed holder never released
+	fmt.Println(crashed.Release(ctx))
+	// Output:
+	// true 29s
+	// <nil>
+	// true
+	// limiter: release of the lease on "ann": limiter: lease not held (it expired, or its key was reset)
+}

@@ -17,8 +17,9 @@
 //     then an exact log; never over the limit.
 //   - "gcra": a token bucket: Limit per Window as a rate, bursts of up to
 //     Limit.
-//   - "concurrency": at most Limit held at once, as leases that expire
-//     after Window unless released or renewed.
+//   - "concurrency": at most Limit units held at once, each for at most
+//     Window unless renewed: taken with Acquire, given back with
+//     Lease.Release (see Lease).
 //
 // algorithms.Names lists them; the README compares them.
 //
@@ -33,6 +34,8 @@
 //
 // AllowN takes several units at once, all or nothing. Peek reports without
 // consuming. Reset forgets a key. Wait blocks until a request is admitted.
+// A "concurrency" limit bounds how many requests are in flight instead:
+// Acquire returns a Lease to release when the work is done.
 //
 // Limits live: SetConfig changes a limiter's limit, window or guard while
 // it serves, keeping what was counted (a Group changes several at once);
@@ -83,13 +86,16 @@ const DefaultPrefix = "limitkit:"
 type Config struct {
 	// Algorithm is "sliding_log" (default), "compact_log", "two_level",
 	// "sliding_counter", "gcra", "fixed_window" or "concurrency" (see the
-	// package doc).
+	// package doc). A concurrency limit is used through Acquire, not
+	// Allow.
 	Algorithm algorithms.Name
-	// Limit is the number of units admitted per Window. Required, 1 to
-	// 2^53 (10,000 for sliding_log).
+	// Limit is the number of units admitted per Window (for
+	// "concurrency": held at once). Required, 1 to 2^53 (10,000 for
+	// sliding_log and concurrency).
 	Limit int64
-	// Window is the period of the limit. Required, a whole number of
-	// milliseconds up to 366 days.
+	// Window is the period of the limit (for "concurrency": the lease
+	// timeout, after which a lease not released or renewed frees its
+	// slots). Required, a whole number of milliseconds up to 366 days.
 	Window time.Duration
 	// Prefix namespaces this limit's keys in the store; give each limit
 	// sharing a store its own. Default DefaultPrefix. It must not contain
@@ -236,6 +242,10 @@ func (c Config) Validate() error {
 		if err := (algorithms.Rule{Algorithm: g.Algorithm, Limit: g.Limit, Window: g.Window}).Validate(); err != nil {
 			return fmt.Errorf("guard: %w", err)
 		}
+		if (algorithms.Rule{Algorithm: g.Algorithm}).HoldsLeases() {
+			return fmt.Errorf("%w: guard algorithm %q: a guard is a rate limit; make the concurrency limit the main one (guarded by a rate limit), or use a Composite",
+				ErrInvalidConfig, g.Algorithm)
+		}
 		if err := g.Mode.validate("guard.mode"); err != nil {
 			return err
 		}
@@ -345,11 +355,16 @@ func (l *Limiter) Config() Config {
 	return c
 }
 
-// Allow decides one request for key and, if admitted, counts it.
+// Allow decides one request for key and, if admitted, counts it. On a
+// concurrency limit it returns an error wrapping ErrInvalidRequest: use
+// Acquire.
 func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 	// Without a guard, call the store from here: each call level copies
 	// the Decision (56 bytes) once more. A cost of 1 is always valid.
 	c := l.current()
+	if c.lease >= 0 {
+		return Decision{}, errUseAcquire
+	}
 	if c.lists != nil {
 		if d, ok := c.listed(key); ok {
 			return d, nil
@@ -367,6 +382,9 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 // counted, or none. n must be between 1 and the limit.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
 	c := l.current()
+	if c.lease >= 0 {
+		return Decision{}, errUseAcquire
+	}
 	if c.lists != nil {
 		if d, ok := c.listed(key); ok {
 			return d, nil
@@ -490,10 +508,22 @@ func allowSplit(ctx context.Context, store backend.Store, parts []part, reqs []b
 	if !results[0].Allowed {
 		return backend.Combine(results[:]), nil
 	}
-	if results[1], err = guard.Take(ctx, reqs[1]); err != nil {
+	results[1], err = guard.Take(ctx, reqs[1])
+	if lease := results[0].Lease; lease != 0 {
+		if err != nil || !results[1].Allowed {
+			// A lease is given back at once, unlike a rate unit.
+			giveBack(ctx, store, reqs[0], lease)
+		}
+	}
+	if err != nil {
 		return Decision{}, err
 	}
-	return backend.Combine(results[:]), nil
+	d := backend.Combine(results[:])
+	d.Lease = 0
+	if d.Allowed {
+		d.Lease = results[0].Lease
+	}
+	return d, nil
 }
 
 // peek reports what allow would decide for one unit at now, without

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/clock"
@@ -50,6 +51,9 @@ type compiled struct {
 	// lists is a Limiter's exemptions and deny list; nil when it has none.
 	lists *lists
 	gen   uint64
+	// lease is the index in all of the concurrency rule, -1 when there is
+	// none (Allow serves; Acquire refuses).
+	lease int
 }
 
 // compile prepares cfg (defaults set, validated) for a Limiter.
@@ -72,6 +76,13 @@ func (c *compiled) setParts(ps []part) {
 	}
 	c.all = ps
 	c.simple = len(ps) == 1 && !ps[0].shadow
+	c.lease = -1
+	for i := range ps {
+		if ps[i].rule.HoldsLeases() {
+			c.lease = i
+			c.simple = false
+		}
+	}
 }
 
 // source holds the configurations of one Limiter, or of every Limiter of
@@ -229,7 +240,14 @@ func decide(ctx context.Context, store backend.Store, clk clock.Clock, c *compil
 			return Decision{}, err
 		}
 	}
-	now := clk.Now()
+	return decideAt(ctx, store, c, keys, n, clk.Now())
+}
+
+// decideAt is decide at now, once the enforced rules' checks passed.
+//
+// A concurrency rule's lease id is in the Decision's Lease, whichever call
+// (enforced or shadow) took it.
+func decideAt(ctx context.Context, store backend.Store, c *compiled, keys []string, n int64, now time.Time) (Decision, error) {
 	if len(c.shadow) == 0 {
 		return allow(ctx, store, c.enforce, keys, n, now)
 	}
@@ -246,6 +264,9 @@ func decide(ctx context.Context, store backend.Store, clk clock.Clock, c *compil
 		if len(shadow) > 0 {
 			s, err := allow(ctx, store, shadow, keys, n, now)
 			over = over || (err == nil && !s.Allowed)
+			if err == nil && s.Allowed && d.Lease == 0 {
+				d.Lease = s.Lease // a shadow concurrency rule's lease
+			}
 		}
 		d.ShadowDenied = over
 		return d, nil

@@ -94,7 +94,7 @@ func runScenario(t *testing.T, store backend.Store, cfg limiter.Config, steps []
 			require.NoError(t, lim.SetConfig(cfg), "step %d", i)
 			continue
 		case s.take > 0:
-			d, err = lim.AllowN(t.Context(), "k", s.take)
+			d, err = takeN(t.Context(), lim, "k", s.take)
 		default:
 			d, err = lim.Peek(t.Context(), "k")
 		}
@@ -148,6 +148,14 @@ func (f forgetful) Peek(ctx context.Context, req backend.Request) (backend.Resul
 	return f.Store.Peek(ctx, f.rekey(req))
 }
 
+func (f forgetful) Release(ctx context.Context, req backend.Request, lease int64) (bool, error) {
+	return f.Store.(backend.LeaseStore).Release(ctx, f.rekey(req), lease)
+}
+
+func (f forgetful) Renew(ctx context.Context, req backend.Request, lease int64) (backend.Result, error) {
+	return f.Store.(backend.LeaseStore).Renew(ctx, f.rekey(req), lease)
+}
+
 // TestSetConfigKeepsCounts states, per algorithm, what a change of limit
 // does to what a key has counted, on every store.
 func TestSetConfigKeepsCounts(t *testing.T) {
@@ -158,7 +166,7 @@ func TestSetConfigKeepsCounts(t *testing.T) {
 			cfg := limiter.Config{Algorithm: alg, Limit: 4, Window: 10 * time.Second, Prefix: "keep:" + string(alg) + ":"}
 			lim, err := limiter.New(store, cfg, limiter.WithClock(fake))
 			require.NoError(t, err)
-			d, err := lim.AllowN(ctx, "k", 3)
+			d, err := takeN(ctx, lim, "k", 3)
 			require.NoError(t, err)
 			require.True(t, d.Allowed)
 
@@ -177,7 +185,7 @@ func TestSetConfigKeepsCounts(t *testing.T) {
 
 			cfg.Limit = 2
 			require.NoError(t, lim.SetConfig(cfg))
-			d, err = lim.Allow(ctx, "k")
+			d, err = takeN(ctx, lim, "k", 1)
 			require.NoError(t, err)
 			require.False(t, d.Allowed, "%s: 3 counted is above the new limit 2", alg)
 
@@ -188,7 +196,7 @@ func TestSetConfigKeepsCounts(t *testing.T) {
 			}
 			cfg.Algorithm = other
 			require.NoError(t, lim.SetConfig(cfg))
-			d, err = lim.Allow(ctx, "k")
+			d, err = takeN(ctx, lim, "k", 1)
 			require.NoError(t, err)
 			require.True(t, d.Allowed, "%s -> %s starts from zero", alg, other)
 			require.EqualValues(t, 1, d.Remaining)
@@ -197,7 +205,7 @@ func TestSetConfigKeepsCounts(t *testing.T) {
 			// were never deleted.
 			cfg.Algorithm = alg
 			require.NoError(t, lim.SetConfig(cfg))
-			d, err = lim.Allow(ctx, "k")
+			d, err = takeN(ctx, lim, "k", 1)
 			require.NoError(t, err)
 			require.False(t, d.Allowed, "%s: its own counts are still there", alg)
 		}

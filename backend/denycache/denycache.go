@@ -21,6 +21,15 @@
 // at most two probe intervals of stale denials (and never an admission: a
 // stale entry can only deny).
 //
+// Denials of concurrency leases (algorithms.Concurrency) are never cached:
+// their RetryAfter says when held leases expire if none is released, but
+// any process's Release frees a slot before that, and releases are as
+// frequent as admissions. Invalidating on every release, here and over the
+// bus, would cost a publish per lease to save a store call per denial, and
+// a cached denial outliving a release would deny a request that the store
+// admits. So a concurrency request always asks the store, and Release and
+// Renew are forwarded to it (the Store is a backend.LeaseStore).
+//
 // Entries are keyed by a seeded 128-bit hash of the key and algorithm, so
 // memory does not grow with the id's length, and are bounded by MaxEntries:
 // a flood of denied keys evicts entries, which costs store calls, not memory.
@@ -147,7 +156,11 @@ type entry struct {
 	resetAt   int64 // when the key is back to its full allowance
 }
 
-var _ backend.Store = (*Store)(nil)
+var _ backend.LeaseStore = (*Store)(nil)
+
+// cacheLeases lets a test cache concurrency denials, to show that doing so
+// would be wrong. Always false outside tests.
+var cacheLeases = false
 
 // New returns a Store over inner. bus carries invalidations to the other
 // processes sharing inner's state; it may be nil only when no other process
@@ -230,6 +243,9 @@ func (s *Store) Stats() Stats {
 // and otherwise asks the inner store, remembering a one-unit denial with
 // nothing left.
 func (s *Store) Take(ctx context.Context, req backend.Request) (backend.Result, error) {
+	if !cacheLeases && req.Rule.HoldsLeases() {
+		return s.inner.Take(ctx, req) // see the package doc
+	}
 	if req.Cost != 1 || !s.listening.Load() {
 		res, err := s.inner.Take(ctx, req)
 		if err == nil && res.Allowed {
@@ -296,6 +312,32 @@ func (s *Store) remember(sh *shard, h [2]uint64, gen uint64, e entry) {
 	}
 	sh.m[h] = e
 	s.stored.Add(1)
+}
+
+// Release forwards to the inner store; it needs no invalidation, since
+// concurrency denials are never cached.
+func (s *Store) Release(ctx context.Context, req backend.Request, lease int64) (bool, error) {
+	ls, err := leasesOf(s.inner)
+	if err != nil {
+		return false, err
+	}
+	return ls.Release(ctx, req, lease)
+}
+
+// Renew forwards to the inner store.
+func (s *Store) Renew(ctx context.Context, req backend.Request, lease int64) (backend.Result, error) {
+	ls, err := leasesOf(s.inner)
+	if err != nil {
+		return backend.Result{}, err
+	}
+	return ls.Renew(ctx, req, lease)
+}
+
+func leasesOf(st backend.Store) (backend.LeaseStore, error) {
+	if ls, ok := st.(backend.LeaseStore); ok {
+		return ls, nil
+	}
+	return nil, fmt.Errorf("denycache: the inner store %T holds no leases (it implements no backend.LeaseStore)", st)
 }
 
 // Peek asks the inner store.

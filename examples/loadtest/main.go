@@ -97,7 +97,9 @@ func main() {
 func names() string {
 	var ns []string
 	for _, n := range algorithms.Names() {
-		ns = append(ns, string(n))
+		if !(algorithms.Rule{Algorithm: n}).HoldsLeases() {
+			ns = append(ns, string(n))
+		}
 	}
 	return strings.Join(ns, ", ")
 }
@@ -123,6 +125,8 @@ func (c config) validate() error {
 		return fmt.Errorf("-d is %v; it must be positive", c.duration)
 	case c.timeout < 0:
 		return fmt.Errorf("-timeout is %v; it must not be negative", c.timeout)
+	case (algorithms.Rule{Algorithm: c.algorithm}).HoldsLeases():
+		return fmt.Errorf("-algorithm %s holds leases (Acquire and Release), not rate limits; load a rate-limiting algorithm", c.algorithm)
 	}
 	return nil
 }

@@ -73,8 +73,20 @@ func shortConfig(alg algorithms.Name) config {
 		duration: 200 * time.Millisecond, timeout: 5 * time.Second}
 }
 
-func TestLoadtestInMemory(t *testing.T) {
+// rateAlgorithms lists the algorithms the load test drives: not those that
+// hold leases, which it refuses.
+func rateAlgorithms() []algorithms.Name {
+	var names []algorithms.Name
 	for _, alg := range algorithms.Names() {
+		if !(algorithms.Rule{Algorithm: alg}).HoldsLeases() {
+			names = append(names, alg)
+		}
+	}
+	return names
+}
+
+func TestLoadtestInMemory(t *testing.T) {
+	for _, alg := range rateAlgorithms() {
 		t.Run(string(alg), func(t *testing.T) { checkRun(t, "", "", shortConfig(alg)) })
 	}
 }
@@ -82,7 +94,7 @@ func TestLoadtestInMemory(t *testing.T) {
 func TestLoadtestOnRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, client := range []string{"go-redis", "rueidis"} {
-		for _, alg := range algorithms.Names() {
+		for _, alg := range rateAlgorithms() {
 			t.Run(client+"/"+string(alg), func(t *testing.T) {
 				checkRun(t, "redis://"+srv.Addr()+"/0", client, shortConfig(alg))
 			})
@@ -100,6 +112,7 @@ func TestLoadtestRejectsBadConfig(t *testing.T) {
 		func(c *config) { c.duration = 0 },
 		func(c *config) { c.limit = 0 },
 		func(c *config) { c.algorithm = "nope" },
+		func(c *config) { c.algorithm = algorithms.Concurrency },
 	} {
 		cfg := shortConfig(algorithms.FixedWindow)
 		mutate(&cfg)

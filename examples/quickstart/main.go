@@ -79,7 +79,7 @@ func run(out io.Writer, store backend.Store, where string) error {
 	fmt.Fprintln(out, "limitkit quickstart: a limit of 5 requests per 10 s for one user.")
 	fmt.Fprintf(out, "The clock is simulated; the state is %s.\n", where)
 
-	for _, alg := range algorithms.Names() {
+	for _, alg := range rateAlgorithms() {
 		fake := clock.NewFake(start)
 		lim, err := limiter.New(store, limiter.Config{Algorithm: alg, Limit: 5, Window: 10 * time.Second, Prefix: prefix + "burst:"},
 			limiter.WithClock(fake))
@@ -106,7 +106,7 @@ func run(out io.Writer, store backend.Store, where string) error {
 	}
 
 	fmt.Fprintln(out, "\nA burst across a window boundary: 5 requests at t=9.5s, 5 more at t=10.5s.")
-	for _, alg := range algorithms.Names() {
+	for _, alg := range rateAlgorithms() {
 		fake := clock.NewFake(start.Add(9500 * time.Millisecond))
 		lim, err := limiter.New(store, limiter.Config{Algorithm: alg, Limit: 5, Window: 10 * time.Second, Prefix: prefix + "boundary:"},
 			limiter.WithClock(fake))
@@ -141,4 +141,16 @@ func describe(d limiter.Decision) string {
 		return fmt.Sprintf("allowed, %d left", d.Remaining)
 	}
 	return fmt.Sprintf("denied, retry in %v", d.RetryAfter)
+}
+
+// rateAlgorithms lists the rate-limiting algorithms: those Allow decides.
+// A concurrency limit is taken with Acquire and released (examples/uploads).
+func rateAlgorithms() []algorithms.Name {
+	var names []algorithms.Name
+	for _, alg := range algorithms.Names() {
+		if !(algorithms.Rule{Algorithm: alg}).HoldsLeases() {
+			names = append(names, alg)
+		}
+	}
+	return names
 }

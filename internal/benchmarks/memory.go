@@ -126,6 +126,16 @@ func limitkitMemoryLimiter(w Workload, alg algorithms.Name) (Decider, func(), er
 	if err != nil {
 		return nil, nil, err
 	}
+	if rule.HoldsLeases() {
+		// A lease's whole life, as leaseDecider decides on a store.
+		return func(ctx context.Context, id string) (bool, error) {
+			lease, d, err := lim.Acquire(ctx, id)
+			if err != nil || !d.Allowed || w.Deny {
+				return d.Allowed, err
+			}
+			return true, lease.Release(ctx)
+		}, func() {}, nil
+	}
 	return func(ctx context.Context, id string) (bool, error) {
 		d, err := lim.Allow(ctx, id)
 		return d.Allowed, err

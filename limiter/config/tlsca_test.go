@@ -159,7 +159,7 @@ var aclClientCommands = []string{
 // commands against the user's ACL too.
 var aclScriptCommands = []string{
 	"get", "getrange", "pexpire", "set", "setrange", "time", "zadd", "zcard", "zcount", "zrange",
-	"zrangebyscore", "zrem", "zremrangebyrank", "zremrangebyscore",
+	"zrangebyscore", "zrem", "zremrangebyrank", "zremrangebyscore", "zscore",
 }
 
 var aclCommands = append(slices.Clone(aclClientCommands), aclScriptCommands...)

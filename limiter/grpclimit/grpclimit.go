@@ -9,6 +9,16 @@
 //	pb.RegisterOrdersServer(srv, orders)
 //	if err := rl.Validate(srv); err != nil { ... } // a method pattern that matches nothing
 //
+// A limiter whose algorithm is "concurrency" bounds the calls in flight
+// instead: each call holds a lease (limiter.Limiter.Acquire) from when it
+// is admitted until its handler returns, a stream until it ends, whether
+// it ran to its end, the client cancelled or the handler panicked (the
+// panic goes on after the release). The release runs without the call's
+// cancellation, under a timeout of its own (WithReleaseTimeout); a lease
+// not released comes back when it times out (the limit's Window). A
+// handler that may run longer renews its lease (LeaseFrom). The policy
+// metadata has the draft's quota unit: "default";q=2;qu="concurrent-requests".
+//
 // Each call is keyed by a KeyFunc (PeerAddr by default; FullMethod,
 // Metadata, IPv6Prefix, Join, FirstOf or your own) and takes one unit of the
 // limiter's allowance for that key; a stream takes one unit when it opens,
@@ -38,6 +48,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -188,6 +199,12 @@ type Interceptor struct {
 	// Precomputed from the limiter's configuration.
 	policy *ratelimitfields.Policy // the rate-limit field values
 	quotas [2]quota                // the main limit's and the guard's
+	mode   atomic.Pointer[mode]    // whether the limit in force holds leases
+
+	// releaseTimeout bounds a lease's release (WithReleaseTimeout);
+	// releaseHook, when set (by tests' controls), releases instead.
+	releaseTimeout time.Duration
+	releaseHook    func(context.Context, *limiter.Lease) error
 }
 
 // New returns interceptors enforcing lim. It returns an error for a nil
@@ -202,6 +219,8 @@ func New(lim *limiter.Limiter, opts ...Option) (*Interceptor, error) {
 		policyName: DefaultPolicyName,
 		headers:    DraftHeaders,
 		logger:     slog.Default(),
+
+		releaseTimeout: DefaultReleaseTimeout,
 	}
 	for _, opt := range opts {
 		if err := opt(i); err != nil {
@@ -210,9 +229,9 @@ func New(lim *limiter.Limiter, opts ...Option) (*Interceptor, error) {
 	}
 	cfg := lim.Config()
 	i.policy = ratelimitfields.NewPolicy(i.policyName, cfg)
-	i.quotas[0] = newQuota(i.policyName, cfg.Limit, cfg.Window)
+	i.quotas[0] = newQuota(i.policyName, cfg.Limit, cfg.Window, i.leases())
 	if g := cfg.Guard; g != nil {
-		i.quotas[1] = newQuota(i.policyName+ratelimitfields.GuardSuffix, g.Limit, g.Window)
+		i.quotas[1] = newQuota(i.policyName+ratelimitfields.GuardSuffix, g.Limit, g.Window, false)
 	}
 	return i, nil
 }
@@ -223,7 +242,7 @@ func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 		if !i.limits(info.FullMethod) {
 			return handler(ctx, req)
 		}
-		d, decided, md, err := i.decide(ctx, info.FullMethod)
+		d, decided, lease, md, err := i.decide(ctx, info.FullMethod)
 		if md != nil {
 			// Fails only outside a server call (a test calling the
 			// interceptor directly): nothing to send the fields on.
@@ -233,7 +252,11 @@ func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 			return nil, err
 		}
 		if decided {
-			ctx = &decisionCtx{Context: ctx, d: d}
+			ctx = &decisionCtx{Context: ctx, d: d, lease: lease}
+		}
+		if lease != nil {
+			// A deferred call runs on return and while panicking alike.
+			defer i.release(ctx, info.FullMethod, lease)
 		}
 		return handler(ctx, req)
 	}
@@ -242,10 +265,12 @@ func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 // decisionKey is the context key of the decision.
 type decisionKey struct{}
 
-// decisionCtx carries the decision in one allocation.
+// decisionCtx carries the decision (and the lease, under a concurrency
+// limit) in one allocation.
 type decisionCtx struct {
 	context.Context
-	d limiter.Decision
+	d     limiter.Decision
+	lease *limiter.Lease
 }
 
 func (c *decisionCtx) Value(key any) any {
@@ -275,13 +300,14 @@ type decidedStream struct {
 func (s *decidedStream) Context() context.Context { return s.ctx }
 
 // Stream returns the stream server interceptor: a stream takes one unit
-// when it opens.
+// (or, under a concurrency limit, holds a lease until it ends) when it
+// opens.
 func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if !i.limits(info.FullMethod) {
 			return handler(srv, ss)
 		}
-		d, decided, md, err := i.decide(ss.Context(), info.FullMethod)
+		d, decided, lease, md, err := i.decide(ss.Context(), info.FullMethod)
 		if md != nil {
 			_ = ss.SetHeader(md) // nothing is sent yet, so it cannot be too late
 		}
@@ -289,7 +315,12 @@ func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 			return err
 		}
 		if decided {
-			ss = &decidedStream{ServerStream: ss, ctx: &decisionCtx{Context: ss.Context(), d: d}}
+			ss = &decidedStream{ServerStream: ss, ctx: &decisionCtx{Context: ss.Context(), d: d, lease: lease}}
+		}
+		if lease != nil {
+			// The stream ends when the handler returns, whether it ran
+			// to its end, the client cancelled or it panicked.
+			defer i.release(ss.Context(), info.FullMethod, lease)
 		}
 		return handler(srv, ss)
 	}
@@ -303,33 +334,37 @@ func (i *Interceptor) limits(method string) bool {
 	return i.only.empty() || i.only.matches(method)
 }
 
-// decide takes a unit for the call and returns the decision (decided is
-// false when none was made), the metadata to send and the call's error:
-// nil to serve it.
-func (i *Interceptor) decide(ctx context.Context, method string) (d limiter.Decision, decided bool, md metadata.MD, err error) {
+// decide takes a unit (or a lease) for the call and returns the decision
+// (decided is false when none was made), the lease to release when the
+// call ends, the metadata to send and the call's error: nil to serve it.
+func (i *Interceptor) decide(ctx context.Context, method string) (d limiter.Decision, decided bool, lease *limiter.Lease, md metadata.MD, err error) {
 	key := i.key(ctx, method)
 	if key == "" {
-		return d, false, nil, errNoKey
+		return d, false, nil, nil, errNoKey
 	}
-	d, err = i.lim.Allow(ctx, key)
+	if i.leases() {
+		lease, d, err = i.lim.Acquire(ctx, key)
+	} else {
+		d, err = i.lim.Allow(ctx, key)
+	}
 	if err != nil {
 		if errors.Is(err, limiter.ErrInvalidRequest) {
-			return d, false, nil, errNoKey
+			return d, false, nil, nil, errNoKey
 		}
 		if i.headers&DraftHeaders != 0 {
 			md = metadata.MD{"ratelimit-policy": {i.policy.Policy()}}
 		}
-		return d, false, md, i.storeError(ctx, method, err)
+		return d, false, nil, md, i.storeError(ctx, method, err)
 	}
 	md = i.fields(d)
 	if d.Allowed {
-		return d, true, md, nil
+		return d, true, lease, md, nil
 	}
 	if md == nil {
 		md = metadata.MD{}
 	}
 	md["retry-after"] = []string{strconv.FormatInt(ratelimitfields.RetryAfter(d.RetryAfter), 10)}
-	return d, true, md, i.denial(d)
+	return d, true, nil, md, i.denial(d)
 }
 
 var errNoKey = status.Error(codes.InvalidArgument, "grpclimit: the call does not say who is making it (no rate limit key)")
@@ -380,11 +415,18 @@ type quota struct {
 	detail  *anypb.Any // its errdetails.QuotaFailure
 }
 
-func newQuota(name string, limit int64, window time.Duration) quota {
+// newQuota makes a policy's quota; lease is true for a concurrency limit,
+// whose limit is calls in flight and whose window is the lease timeout.
+func newQuota(name string, limit int64, window time.Duration, lease bool) quota {
 	q := quota{message: fmt.Sprintf("grpclimit: rate limit %q exceeded; retry after ", name)}
+	desc := fmt.Sprintf("%d requests per %v", limit, window)
+	if lease {
+		q.message = fmt.Sprintf("grpclimit: concurrency limit %q reached; retry after at most ", name)
+		desc = fmt.Sprintf("%d concurrent requests", limit)
+	}
 	q.detail, _ = anypb.New(&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
 		Subject:     "policy:" + name,
-		Description: fmt.Sprintf("%d requests per %v", limit, window),
+		Description: desc,
 		QuotaId:     name,
 		QuotaValue:  limit,
 	}}})

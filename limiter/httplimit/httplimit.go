@@ -34,6 +34,24 @@
 // its quota comes back entry by entry, and the decision does not say when
 // the next one leaves.
 //
+// A limiter whose algorithm is "concurrency" bounds the requests in flight
+// instead: each admitted request holds a lease (limiter.Limiter.Acquire)
+// until its handler returns, whether it finished, panicked (the panic goes
+// on after the release) or stopped because the client went away. The
+// release runs without the request's cancellation, under a timeout of its
+// own (WithReleaseTimeout); a lease that could not be released comes back
+// when it times out (the limit's Window). A handler that may outlive the
+// lease timeout renews its lease (LeaseFrom). The policy carries the
+// draft's quota unit and no window, and RateLimit no t (a lease may be
+// released at any moment; Retry-After is when the oldest held lease times
+// out, at the latest):
+//
+//	RateLimit-Policy: "uploads";q=2;qu="concurrent-requests"
+//	RateLimit: "uploads";r=0
+//
+// NewComposite serves a limiter.Composite, such as a rate limit and a
+// concurrency limit taken together, all or nothing.
+//
 // Middleware for several limits can be stacked (per client, per route):
 // each adds its own policy, named by WithPolicyName, to the same fields, as
 // the draft's lists allow. The X-RateLimit-* fields hold one limit; the
@@ -198,6 +216,8 @@ func WithLogger(l *slog.Logger) Option {
 // concurrent use; build it with New.
 type Middleware struct {
 	lim        *limiter.Limiter
+	comp       *limiter.Composite // instead of lim, from NewComposite
+	compKeys   []KeyFunc          // the key of each of comp's limits
 	key        KeyFunc
 	policyName string
 	headers    Headers
@@ -206,6 +226,11 @@ type Middleware struct {
 	missingKey http.Handler
 	logger     *slog.Logger
 	lists      lists
+
+	// releaseTimeout bounds a lease's release (WithReleaseTimeout);
+	// releaseHook, when set (by tests' controls), releases instead.
+	releaseTimeout time.Duration
+	releaseHook    func(*http.Request, *limiter.Lease) error
 
 	// view is derived from the limiter's configuration, and made again
 	// when that changes (limiter.Limiter.SetConfig).
@@ -218,34 +243,57 @@ func New(lim *limiter.Limiter, opts ...Option) (*Middleware, error) {
 	if lim == nil {
 		return nil, errors.New("httplimit: limiter is nil; build one with limiter.New")
 	}
-	m := &Middleware{
-		lim:        lim,
-		key:        ClientIP(),
-		policyName: DefaultPolicyName,
-		headers:    DraftHeaders,
-		missingKey: http.HandlerFunc(missingKey),
-		logger:     slog.Default(),
-		lists:      lists{deny: http.HandlerFunc(forbidden)},
-	}
-	m.denied = http.HandlerFunc(m.tooManyRequests)
-	for _, opt := range opts {
-		if err := opt(m); err != nil {
-			return nil, err
-		}
-	}
-	if m.onError == nil {
-		m.onError = m.logAndServe
+	m := newMiddleware()
+	m.lim = lim
+	if err := m.apply(opts); err != nil {
+		return nil, err
 	}
 	m.current()
 	return m, nil
 }
 
-// Handler returns next wrapped by the limit.
+// newMiddleware returns a Middleware with the defaults.
+func newMiddleware() *Middleware {
+	m := &Middleware{
+		key:            ClientIP(),
+		policyName:     DefaultPolicyName,
+		headers:        DraftHeaders,
+		missingKey:     http.HandlerFunc(missingKey),
+		logger:         slog.Default(),
+		lists:          lists{deny: http.HandlerFunc(forbidden)},
+		releaseTimeout: DefaultReleaseTimeout,
+	}
+	m.denied = http.HandlerFunc(m.tooManyRequests)
+	return m
+}
+
+// apply applies opts and fills in what depends on them.
+func (m *Middleware) apply(opts []Option) error {
+	for _, opt := range opts {
+		if err := opt(m); err != nil {
+			return err
+		}
+	}
+	if m.onError == nil {
+		m.onError = m.logAndServe
+	}
+	return nil
+}
+
+// Handler returns next wrapped by the limit. Under a concurrency limit the
+// lease is released when next returns or panics (the panic goes on after
+// the release).
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r, ok := m.serve(w, r); ok {
-			next.ServeHTTP(w, r)
+		r, lease, ok := m.serve(w, r)
+		if !ok {
+			return
 		}
+		if lease != nil {
+			// A deferred call runs on return and while panicking alike.
+			defer m.release(r, lease)
+		}
+		next.ServeHTTP(w, r)
 	})
 }
 
@@ -265,11 +313,13 @@ func DecisionFrom(ctx context.Context) (d limiter.Decision, ok bool) {
 	return limiter.Decision{}, false
 }
 
-// decisionCtx carries the decision: one allocation, where
-// context.WithValue would take two (its node and the boxed Decision).
+// decisionCtx carries the decision (and the lease, under a concurrency
+// limit): one allocation, where context.WithValue would take two (its node
+// and the boxed Decision).
 type decisionCtx struct {
 	context.Context
-	d limiter.Decision
+	d     limiter.Decision
+	lease *limiter.Lease
 }
 
 // Value answers decisionKey with the context itself and passes every other
@@ -282,49 +332,64 @@ func (c *decisionCtx) Value(key any) any {
 }
 
 // serve decides r, sets the headers and answers it unless it should go on
-// to the next handler, with the request to pass on.
-func (m *Middleware) serve(w http.ResponseWriter, r *http.Request) (*http.Request, bool) {
+// to the next handler, with the request to pass on and, under a
+// concurrency limit, the lease to release after it.
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request) (*http.Request, *limiter.Lease, bool) {
 	key, verdict := m.lists.check(r, m.key)
 	switch verdict {
 	case exempt:
-		return r, true
+		return r, nil, true
 	case deny:
 		m.lists.deny.ServeHTTP(w, r)
-		return nil, false
+		return nil, nil, false
 	}
 	if key == "" {
 		m.missingKey.ServeHTTP(w, r)
-		return nil, false
+		return nil, nil, false
 	}
-	d, err := m.lim.AllowN(r.Context(), key, 1)
+	v := m.current()
+	d, lease, err := m.decide(r, key, v)
 	if err != nil {
 		if errors.Is(err, limiter.ErrInvalidRequest) {
 			m.missingKey.ServeHTTP(w, r)
-			return nil, false
+			return nil, nil, false
 		}
 		if m.headers&DraftHeaders != 0 {
-			w.Header().Add("RateLimit-Policy", m.current().fields.Policy())
+			w.Header().Add("RateLimit-Policy", v.fields.Policy())
 		}
-		return r, m.onError(w, r, err)
+		return r, nil, m.onError(w, r, err)
 	}
 	// The limit's own lists (limiter.Config.Exempt and Deny) answer like
 	// the middleware's: an exempt request passes without rate-limit
 	// fields, a listed one gets the deny handler, not a 429.
 	switch {
 	case d.Exempt:
-		return r, true
+		return r, lease, true
 	case d.DenyListed && !d.Allowed:
 		m.lists.deny.ServeHTTP(w, r)
-		return nil, false
+		return nil, nil, false
 	}
-	m.setHeaders(w.Header(), m.current(), d)
-	r = r.WithContext(&decisionCtx{r.Context(), d})
+	m.setHeaders(w.Header(), v, d)
+	r = r.WithContext(&decisionCtx{r.Context(), d, lease})
 	if !d.Allowed {
 		w.Header().Set("Retry-After", strconv.FormatInt(RetryAfter(d.RetryAfter), 10))
 		m.denied.ServeHTTP(w, r)
-		return nil, false
+		return nil, nil, false
 	}
-	return r, true
+	return r, lease, true
+}
+
+// decide takes a unit (or a lease) for the request keyed key.
+func (m *Middleware) decide(r *http.Request, key string, v *view) (limiter.Decision, *limiter.Lease, error) {
+	switch {
+	case m.comp != nil:
+		return m.decideComposite(r, key, v)
+	case v.lease:
+		lease, d, err := m.lim.Acquire(r.Context(), key)
+		return d, lease, err
+	}
+	d, err := m.lim.AllowN(r.Context(), key, 1)
+	return d, nil, err
 }
 
 // setHeaders writes the rate-limit fields of d.
@@ -377,8 +442,8 @@ func (m *Middleware) tooManyRequests(w http.ResponseWriter, r *http.Request) {
 	}
 	v := m.current()
 	body := v.problem[0]
-	if d, ok := DecisionFrom(r.Context()); ok && v.fields.IsGuard(d) {
-		body = v.problem[1]
+	if d, ok := DecisionFrom(r.Context()); ok {
+		body = v.problem[v.fields.Index(d)]
 	}
 	h := w.Header()
 	h.Del("Content-Length")

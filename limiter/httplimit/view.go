@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/limiter"
 	"github.com/limitkit/limitkit/limiter/ratelimitfields"
 )
@@ -12,12 +13,16 @@ type view struct {
 	gen         uint64
 	fields      *ratelimitfields.Policy // the rate-limit field values
 	policyLabel string                  // the limiter's key prefix, for logs
-	problem     [2]string               // problem+json bodies up to "detail", for the main rule and the guard
+	problem     []string                // problem+json bodies up to "detail": the main rule's and the guard's, or a composite's limits'
+	lease       bool                    // the limit is a concurrency limit: Acquire, not Allow
 }
 
 // current returns the view of the limiter's configuration in force,
 // making it again after a change.
 func (m *Middleware) current() *view {
+	if m.comp != nil {
+		return m.view.Load() // made once, by NewComposite
+	}
 	gen := m.lim.Generation()
 	if v := m.view.Load(); v != nil && v.gen == gen {
 		return v
@@ -30,10 +35,11 @@ func (m *Middleware) current() *view {
 }
 
 func (m *Middleware) makeView(gen uint64, cfg limiter.Config) *view {
-	v := &view{gen: gen, fields: ratelimitfields.NewPolicy(m.policyName, cfg), policyLabel: cfg.Prefix}
-	v.problem[0] = problemHead(m.policyName)
+	v := &view{gen: gen, fields: ratelimitfields.NewPolicy(m.policyName, cfg), policyLabel: cfg.Prefix,
+		lease: ratelimitfields.IsLease(algorithms.Rule{Algorithm: cfg.Algorithm})}
+	v.problem = []string{problemHead(m.policyName)}
 	if cfg.Guard != nil {
-		v.problem[1] = problemHead(m.policyName + ratelimitfields.GuardSuffix)
+		v.problem = append(v.problem, problemHead(m.policyName+ratelimitfields.GuardSuffix))
 	}
 	return v
 }

@@ -2,6 +2,10 @@
 // outcome, latency and error, and whether a fallback made it), circuit
 // breaker state changes, and memory-store evictions of active keys.
 //
+// Concurrency leases are reported too (Decision.Lease): acquired and denied
+// by Take and TakeAll, released, renewed or found expired by Release and
+// Renew, so that metrics can count the leases held.
+//
 // It works as a backend.Store wrapper, so the limiter needs no change:
 //
 //	obs := observe.Slog(logger) // or promobserve's Observer, or your own
@@ -49,6 +53,37 @@ const (
 	Peek Op = "peek"
 	// Reset forgets a key; Allowed is meaningless for it.
 	Reset Op = "reset"
+	// Release gives back a concurrency lease; Allowed reports that it was
+	// still held.
+	Release Op = "release"
+	// Renew extends a concurrency lease; Allowed reports that it was
+	// still held (and is now renewed).
+	Renew Op = "renew"
+)
+
+// LeaseEvent is what a call did to a concurrency lease
+// (algorithms.Concurrency), for the lease metrics: held leases are those
+// acquired, less those released and those found expired.
+type LeaseEvent string
+
+// The lease events.
+const (
+	// NoLease: the call held, freed or refused no lease (a rate limit, an
+	// error, or a fallback's FailOpen admission, which keeps no lease).
+	NoLease LeaseEvent = ""
+	// LeaseAcquired: a Take or TakeAll admitted, holding a lease.
+	LeaseAcquired LeaseEvent = "acquired"
+	// LeaseDenied: a Take or TakeAll with a concurrency request was
+	// denied (in Shadow mode too: the store held no lease).
+	LeaseDenied LeaseEvent = "denied"
+	// LeaseReleased: a Release gave back a held lease.
+	LeaseReleased LeaseEvent = "released"
+	// LeaseRenewed: a Renew extended a held lease.
+	LeaseRenewed LeaseEvent = "renewed"
+	// LeaseExpired: a Release or a Renew found the lease no longer held:
+	// it expired while its holder still worked (or its key was reset, or
+	// it was released before).
+	LeaseExpired LeaseEvent = "expired"
 )
 
 // Decision describes one store call.
@@ -73,6 +108,14 @@ type Decision struct {
 	Cached bool
 	// Cost is the units asked for (for TakeAll, the number of requests).
 	Cost int64
+	// Lease is what the call did to a concurrency lease; NoLease for a
+	// rate limit.
+	Lease LeaseEvent
+	// LeasePolicy is the key prefix of the concurrency request, when
+	// Lease is set: Policy, except for a TakeAll decided by a rate limit
+	// beside the lease. Lease metrics are counted under it, so that a
+	// lease acquired through TakeAll and released alone meet.
+	LeasePolicy string
 	// Latency is how long the store call took.
 	Latency time.Duration
 	// Err is the call's error: the store failed or the request was
@@ -82,13 +125,16 @@ type Decision struct {
 
 // Outcome classifies d as "allowed", "denied", "shadow_denied" (a limit in
 // shadow mode would have denied) or "error", the values of the outcome
-// label of metrics; a Reset that succeeded is "reset".
+// label of metrics; a Reset that succeeded is "reset", a Release
+// "released" or "expired", a Renew "renewed" or "expired".
 func (d Decision) Outcome() string {
 	switch {
 	case d.Err != nil:
 		return "error"
 	case d.Op == Reset:
 		return "reset"
+	case d.Op == Release || d.Op == Renew:
+		return string(d.Lease)
 	case d.Allowed:
 		return "allowed"
 	case d.Shadow:
@@ -190,6 +236,8 @@ func (o Observer) BreakerHook(name string) func(backend.StateChange) {
 
 // Wrap returns a Store that forwards every call to s and reports it to obs.
 // It returns nil for a nil s (limiter.New then reports the missing store).
+// The Store is a backend.LeaseStore: Release and Renew are forwarded (an
+// error when s holds no leases) and reported.
 func Wrap(s backend.Store, obs Observer) backend.Store {
 	if s == nil {
 		return nil
@@ -204,7 +252,7 @@ type store struct {
 	obs Observer
 }
 
-var _ backend.Store = (*store)(nil)
+var _ backend.LeaseStore = (*store)(nil)
 
 // Unwrap returns the wrapped store, for callers that need its own methods
 // (fallback.Store.Stats, memorystore.Store.Stats).
@@ -217,8 +265,78 @@ func (s *store) Take(ctx context.Context, req backend.Request) (backend.Result, 
 	}
 	start := time.Now()
 	res, err := s.Store.Take(ctx, req)
-	s.report(ctx, Take, req.Key.Prefix, req.Cost, start, res, err, req.Shadow)
+	s.reportLease(ctx, Take, req.Key.Prefix, req.Cost, start, res, err, req.Shadow,
+		takeEvent(req.Rule.HoldsLeases(), res, err))
 	return res, err
+}
+
+// takeEvent is the lease event of a Take or TakeAll: leases is whether a
+// request holds leases.
+func takeEvent(leases bool, res backend.Result, err error) LeaseEvent {
+	switch {
+	case err != nil || !leases:
+		return NoLease
+	case !res.Allowed:
+		return LeaseDenied
+	case res.Lease != 0:
+		return LeaseAcquired
+	}
+	return NoLease // admitted keeping no lease (a fallback failing open)
+}
+
+// Release forwards to the wrapped store and reports the call.
+func (s *store) Release(ctx context.Context, req backend.Request, lease int64) (bool, error) {
+	ls, ok := s.Store.(backend.LeaseStore)
+	if !ok {
+		return false, errNoLeases(s.Store)
+	}
+	if s.obs.OnDecision == nil {
+		return ls.Release(ctx, req, lease)
+	}
+	start := time.Now()
+	held, err := ls.Release(ctx, req, lease)
+	event := LeaseReleased
+	if !held {
+		event = LeaseExpired
+	}
+	if err != nil {
+		event = NoLease
+	}
+	s.reportLease(ctx, Release, req.Key.Prefix, req.Cost, start, backend.Result{Allowed: held}, err, req.Shadow, event)
+	return held, err
+}
+
+// Renew forwards to the wrapped store and reports the call.
+func (s *store) Renew(ctx context.Context, req backend.Request, lease int64) (backend.Result, error) {
+	ls, ok := s.Store.(backend.LeaseStore)
+	if !ok {
+		return backend.Result{}, errNoLeases(s.Store)
+	}
+	if s.obs.OnDecision == nil {
+		return ls.Renew(ctx, req, lease)
+	}
+	start := time.Now()
+	res, err := ls.Renew(ctx, req, lease)
+	event := LeaseRenewed
+	if !res.Allowed {
+		event = LeaseExpired
+	}
+	if err != nil {
+		event = NoLease
+	}
+	s.reportLease(ctx, Renew, req.Key.Prefix, req.Cost, start, res, err, req.Shadow, event)
+	return res, err
+}
+
+func leasePolicyOf(e LeaseEvent, policy string) string {
+	if e == NoLease {
+		return ""
+	}
+	return policy
+}
+
+func errNoLeases(st backend.Store) error {
+	return fmt.Errorf("observe: the wrapped store %T holds no leases (it implements no backend.LeaseStore)", st)
 }
 
 // Peek forwards to the wrapped store and reports the decision.
@@ -244,6 +362,10 @@ func (s *store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule
 }
 
 func (s *store) report(ctx context.Context, op Op, policy string, cost int64, start time.Time, res backend.Result, err error, shadow bool) {
+	s.reportLease(ctx, op, policy, cost, start, res, err, shadow, NoLease)
+}
+
+func (s *store) reportLease(ctx context.Context, op Op, policy string, cost int64, start time.Time, res backend.Result, err error, shadow bool, event LeaseEvent) {
 	s.obs.OnDecision(ctx, Decision{
 		Op:       op,
 		Policy:   policy,
@@ -252,8 +374,11 @@ func (s *store) report(ctx context.Context, op Op, policy string, cost int64, st
 		Shadow:   shadow,
 		Cached:   err == nil && res.Cached,
 		Cost:     cost,
+		Lease:    event,
 		Latency:  time.Since(start),
-		Err:      err,
+		// Take, Release and Renew concern one request: its prefix.
+		LeasePolicy: leasePolicyOf(event, policy),
+		Err:         err,
 	})
 }
 

@@ -9,7 +9,7 @@ import (
 
 // TakeAll reports one Decision for the whole call: its policy is the prefix
 // of the request that decided (backend.Result.Rule), its cost the number of
-// requests.
+// requests, its LeasePolicy the prefix of its concurrency request if any.
 func (s *store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
 	if s.obs.OnDecision == nil {
 		return s.Store.TakeAll(ctx, reqs)
@@ -22,7 +22,25 @@ func (s *store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 	} else if len(reqs) > 0 {
 		policy = reqs[0].Key.Prefix
 	}
+	leases, leasePolicy := false, ""
+	for i := range reqs {
+		if reqs[i].Rule.HoldsLeases() {
+			leases, leasePolicy = true, reqs[i].Key.Prefix
+		}
+	}
 	// The limiter sends its shadow rules in a call of their own.
-	s.report(ctx, TakeAll, policy, int64(len(reqs)), start, res, err, len(reqs) > 0 && reqs[0].Shadow)
+	s.obs.OnDecision(ctx, Decision{
+		Op:          TakeAll,
+		Policy:      policy,
+		Allowed:     err == nil && res.Allowed,
+		Degraded:    err == nil && res.Degraded,
+		Shadow:      len(reqs) > 0 && reqs[0].Shadow,
+		Cached:      err == nil && res.Cached,
+		Cost:        int64(len(reqs)),
+		Lease:       takeEvent(leases, res, err),
+		LeasePolicy: leasePolicy,
+		Latency:     time.Since(start),
+		Err:         err,
+	})
 	return res, err
 }

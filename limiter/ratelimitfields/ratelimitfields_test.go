@@ -159,3 +159,55 @@ func TestCheckName(t *testing.T) {
 		assert.Error(t, ratelimitfields.CheckName(bad), fmt.Sprintf("%q", bad))
 	}
 }
+
+// TestLeasePolicy: a concurrency limit's policy has the draft's
+// concurrent-requests quota unit and no w (its window is the lease
+// timeout, not a quota window), and its RateLimit never has t: a held
+// lease may be released at any moment. The control, a sliding log of the
+// same limit and window, has w, and t on a denial.
+func TestLeasePolicy(t *testing.T) {
+	cfg := limiter.Config{Algorithm: algorithms.Concurrency, Limit: 2, Window: 90 * time.Second}
+	p := ratelimitfields.NewPolicy("uploads", cfg)
+	assert.Equal(t, `"uploads";q=2;qu="concurrent-requests"`, p.Policy())
+	admitted := limiter.Decision{Allowed: true, Limit: 2, Remaining: 1, ResetAfter: 90 * time.Second}
+	denied := limiter.Decision{Limit: 2, RetryAfter: 30 * time.Second, ResetAfter: 90 * time.Second}
+	assert.True(t, p.Lease(admitted))
+	assert.Equal(t, `"uploads";r=1`, p.RateLimit(admitted))
+	assert.Equal(t, `"uploads";r=0`, p.RateLimit(denied))
+	_, ok := p.EffectiveWindow(denied)
+	assert.False(t, ok)
+	l, r, reset := p.XRateLimit(denied)
+	assert.Equal(t, []string{"2", "0", "30"}, []string{l, r, reset}, "X-RateLimit-Reset of a denial is still Retry-After")
+
+	cfg.Algorithm = algorithms.SlidingLog
+	control := ratelimitfields.NewPolicy("uploads", cfg)
+	assert.False(t, control.Lease(admitted))
+	assert.Equal(t, `"uploads";q=2;w=90`, control.Policy())
+	assert.Equal(t, `"uploads";r=0;t=30`, control.RateLimit(denied))
+}
+
+// TestCompositePolicy: a composite's limits are listed in order under
+// their own names, and a decision describes the limit it names
+// (Decision.Rule), a concurrency limit with its quota unit.
+func TestCompositePolicy(t *testing.T) {
+	cfgs := []limiter.Config{
+		{Algorithm: algorithms.FixedWindow, Limit: 100, Window: time.Minute},
+		{Algorithm: algorithms.Concurrency, Limit: 2, Window: time.Minute},
+	}
+	p, err := ratelimitfields.NewCompositePolicy([]string{"per-minute", "in-flight"}, cfgs)
+	require.NoError(t, err)
+	assert.Equal(t, `"per-minute";q=100;w=60, "in-flight";q=2;qu="concurrent-requests"`, p.Policy())
+	assert.False(t, p.HasGuard())
+	byRate := limiter.Decision{Allowed: true, Rule: 0, Limit: 100, Remaining: 40, ResetAfter: 20 * time.Second}
+	byLease := limiter.Decision{Allowed: false, Rule: 1, Limit: 2, RetryAfter: 5 * time.Second}
+	assert.Equal(t, `"per-minute";r=40;t=20`, p.RateLimit(byRate))
+	assert.Equal(t, `"in-flight";r=0`, p.RateLimit(byLease))
+	assert.Equal(t, 1, p.Index(byLease))
+	l, _, _ := p.XRateLimit(byLease)
+	assert.Equal(t, "2", l)
+
+	_, err = ratelimitfields.NewCompositePolicy([]string{"one"}, cfgs)
+	assert.ErrorContains(t, err, "1 policy names for 2 limits")
+	_, err = ratelimitfields.NewCompositePolicy([]string{"one", "bad\n"}, cfgs)
+	assert.ErrorContains(t, err, "limit 1")
+}

@@ -19,6 +19,14 @@
 //	limitkit.breaker.transitions          counter             breaker, to
 //	limitkit.memorystore.active_evictions counter (async)     store: keys evicted inside their window
 //	limitkit.memorystore.keys             gauge               store: keys held
+//	limitkit.leases.acquired              counter {lease}     policy: concurrency leases granted
+//	limitkit.leases.denied                counter {lease}     policy: concurrency leases refused
+//	limitkit.leases.released              counter {lease}     policy: leases given back while held
+//	limitkit.leases.expired               counter {lease}     policy: leases a Release or Renew found expired
+//	limitkit.leases.held                  updowncounter       policy: acquired - released - expired, by this process
+//
+// The held count is what this process saw (see promobserve): sum it over
+// processes.
 //
 // Only Take and TakeAll calls are decisions; Peek and Reset are not
 // counted. Cardinality is bounded: the key is never an attribute, and the
@@ -105,6 +113,8 @@ type Metrics struct {
 	cached      metric.Int64Counter
 	latency     metric.Float64Histogram
 	transitions metric.Int64Counter
+	leases      [4]metric.Int64Counter // by leaseIndex
+	held        metric.Int64UpDownCounter
 	policies    policies
 	obs         observe.Observer
 
@@ -156,6 +166,13 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 	add(err)
 	keys, err := meter.Int64ObservableGauge("limitkit.memorystore.keys", metric.WithUnit("{key}"),
 		metric.WithDescription("Keys a memory store holds, expired ones not yet reclaimed included."))
+	add(err)
+	for i, l := range leaseInstruments {
+		m.leases[i], err = meter.Int64Counter("limitkit.leases."+l.name, metric.WithUnit("{lease}"), metric.WithDescription(l.help))
+		add(err)
+	}
+	m.held, err = meter.Int64UpDownCounter("limitkit.leases.held", metric.WithUnit("{lease}"),
+		metric.WithDescription("Concurrency leases held as this process saw them (acquired - released - expired), by policy."))
 	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("otelobserve: make instruments: %w", err)
@@ -218,6 +235,9 @@ func outcomeIndex(d observe.Decision) int {
 // decision records d with the call's context, so that the SDK can take
 // exemplars (trace ids) from it.
 func (m *Metrics) decision(ctx context.Context, d observe.Decision) {
+	if d.Lease != observe.NoLease {
+		m.lease(ctx, d)
+	}
 	if d.Op != observe.Take && d.Op != observe.TakeAll {
 		return
 	}
@@ -232,6 +252,42 @@ func (m *Metrics) decision(ctx context.Context, d observe.Decision) {
 		m.cached.Add(ctx, 1, p.policy...)
 	}
 	m.latency.Record(ctx, d.Latency.Seconds(), p.latency...)
+}
+
+// leaseInstruments are the lease counters, in leaseIndex order.
+var leaseInstruments = [4]struct{ name, help string }{
+	{"acquired", "Concurrency leases granted, by policy (key prefix)."},
+	{"denied", "Concurrency leases refused (every slot held), by policy."},
+	{"released", "Concurrency leases given back while still held, by policy."},
+	{"expired", "Concurrency leases a Release or Renew found no longer held: the holder worked past the lease timeout, by policy."},
+}
+
+// leaseIndex is the counter of e and its change to the held count; -1 for
+// events not counted (renewals).
+func leaseIndex(e observe.LeaseEvent) (int, int64) {
+	switch e {
+	case observe.LeaseAcquired:
+		return 0, 1
+	case observe.LeaseDenied:
+		return 1, 0
+	case observe.LeaseReleased:
+		return 2, -1
+	case observe.LeaseExpired:
+		return 3, -1
+	}
+	return -1, 0
+}
+
+func (m *Metrics) lease(ctx context.Context, d observe.Decision) {
+	i, delta := leaseIndex(d.Lease)
+	if i < 0 {
+		return
+	}
+	p := m.policies.get(d.LeasePolicy)
+	m.leases[i].Add(ctx, 1, p.policy...)
+	if delta != 0 {
+		m.held.Add(ctx, delta, p.policy...)
+	}
 }
 
 func (m *Metrics) breakerChange(c observe.BreakerChange) {

@@ -26,6 +26,16 @@
 //	limitkit_breaker_transitions_total{breaker,to}     counter: state changes
 //	limitkit_memorystore_active_evictions_total{store} counter: keys evicted inside their window
 //	limitkit_memorystore_keys{store}                   gauge: keys held
+//	limitkit_leases_acquired_total{policy}             counter: concurrency leases granted
+//	limitkit_leases_denied_total{policy}               counter: concurrency leases refused
+//	limitkit_leases_released_total{policy}             counter: leases given back while held
+//	limitkit_leases_expired_total{policy}              counter: leases a Release or Renew found expired
+//	                                                   (the holder worked past the lease timeout)
+//	limitkit_leases_held{policy}                       gauge: acquired - released - expired, by this process
+//
+// The held gauge counts what this process saw: a lease released by another
+// process (by id) lowers that process's gauge, so sum it over processes; a
+// lease whose holder crashed stays counted until the process restarts.
 //
 // Peek and Reset are not decisions and are not counted. Key prefixes are
 // few (one per limit), so the policy label stays small; do not put user
@@ -63,6 +73,7 @@ type Metrics struct {
 	nodeBreaker *prometheus.GaugeVec
 	transitions *prometheus.CounterVec
 	stores      *storeCollector
+	leases      leaseMetrics
 	obs         observe.Observer
 
 	// nodes holds each named breaker's node states, for the worst of them.
@@ -109,8 +120,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"breaker", "to"}),
 		stores: newStoreCollector(),
 		nodes:  map[string]map[string]backend.BreakerState{},
+		leases: newLeaseMetrics(),
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.degraded, m.cached, m.latency, m.breaker, m.nodeBreaker, m.transitions, m.stores} {
+	for _, c := range []prometheus.Collector{m.decisions, m.degraded, m.cached, m.latency, m.breaker, m.nodeBreaker, m.transitions, m.stores,
+		m.leases.acquired, m.leases.denied, m.leases.released, m.leases.expired, m.leases.held} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("promobserve: register limitkit metrics: %w", err)
 		}
@@ -145,6 +158,9 @@ func (m *Metrics) WatchMemoryStore(name string, s *memorystore.Store) error {
 }
 
 func (m *Metrics) decision(_ context.Context, d observe.Decision) {
+	if d.Lease != observe.NoLease {
+		m.leases.record(d)
+	}
 	if d.Op != observe.Take && d.Op != observe.TakeAll {
 		return
 	}
@@ -253,5 +269,43 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 		st := s.Stats()
 		ch <- prometheus.MustNewConstMetric(c.evictions, prometheus.CounterValue, float64(st.ActiveEvictions), names[i])
 		ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(st.Keys), names[i])
+	}
+}
+
+// leaseMetrics are the concurrency lease metrics.
+type leaseMetrics struct {
+	acquired, denied, released, expired *prometheus.CounterVec
+	held                                *prometheus.GaugeVec
+}
+
+func newLeaseMetrics() leaseMetrics {
+	counter := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"policy"})
+	}
+	return leaseMetrics{
+		acquired: counter("limitkit_leases_acquired_total", "Concurrency leases granted, by policy (key prefix)."),
+		denied:   counter("limitkit_leases_denied_total", "Concurrency leases refused (every slot held), by policy."),
+		released: counter("limitkit_leases_released_total", "Concurrency leases given back while still held, by policy."),
+		expired: counter("limitkit_leases_expired_total",
+			"Concurrency leases a Release or Renew found no longer held: the holder worked past the lease timeout, by policy."),
+		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "limitkit_leases_held",
+			Help: "Concurrency leases held as this process saw them (acquired - released - expired), by policy."}, []string{"policy"}),
+	}
+}
+
+func (l *leaseMetrics) record(d observe.Decision) {
+	p := d.LeasePolicy
+	switch d.Lease {
+	case observe.LeaseAcquired:
+		l.acquired.WithLabelValues(p).Inc()
+		l.held.WithLabelValues(p).Inc()
+	case observe.LeaseDenied:
+		l.denied.WithLabelValues(p).Inc()
+	case observe.LeaseReleased:
+		l.released.WithLabelValues(p).Inc()
+		l.held.WithLabelValues(p).Dec()
+	case observe.LeaseExpired:
+		l.expired.WithLabelValues(p).Inc()
+		l.held.WithLabelValues(p).Dec()
 	}
 }

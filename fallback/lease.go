@@ -1,0 +1,112 @@
+package fallback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/internal/boundid"
+)
+
+// Release implements backend.LeaseStore. A local lease (a negative id,
+// granted by a Local policy) is released on the local store, whatever the
+// breaker's state; any other on the primary, through the breaker and with
+// its deadline. When the primary cannot be reached the error wraps
+// ErrUnavailable: the lease stays held there until it expires or a later
+// Release succeeds.
+func (s *Store) Release(ctx context.Context, req backend.Request, lease int64) (bool, error) {
+	if err := backend.ValidateLease(&req); err != nil {
+		return false, err
+	}
+	if lease < 0 {
+		local, err := s.localLeases(&req)
+		if err != nil {
+			return false, err
+		}
+		held, err := local.Release(ctx, req, -lease)
+		if err != nil {
+			return false, fmt.Errorf("fallback: local store: %w", err)
+		}
+		return held, nil
+	}
+	primary, err := leasesOf(s.primary, "primary")
+	if err != nil {
+		return false, err
+	}
+	// The answer travels in the Result: a call abandoned at its deadline
+	// may still write to variables of this frame.
+	res, err := s.execute(ctx, s.breakerFor(ctx, req.Key), func(ctx context.Context) (backend.Result, error) {
+		held, err := primary.Release(ctx, req, lease)
+		return backend.Result{Allowed: held}, err
+	})
+	if err != nil {
+		return false, s.leaseError("release", req.Key, err)
+	}
+	return res.Allowed, nil
+}
+
+// Renew implements backend.LeaseStore. Like Release, a local lease is
+// renewed on the local store (the new id negated again, the Result
+// Degraded) and any other on the primary; when the primary cannot be
+// reached the error wraps ErrUnavailable and the lease is unchanged.
+func (s *Store) Renew(ctx context.Context, req backend.Request, lease int64) (backend.Result, error) {
+	if err := backend.ValidateLease(&req); err != nil {
+		return backend.Result{}, err
+	}
+	if lease < 0 {
+		local, err := s.localLeases(&req)
+		if err != nil {
+			return backend.Result{}, err
+		}
+		res, err := local.Renew(ctx, req, -lease)
+		if err != nil {
+			return backend.Result{}, fmt.Errorf("fallback: local store: %w", err)
+		}
+		res.Lease = -res.Lease
+		res.Degraded = true
+		return res, nil
+	}
+	primary, err := leasesOf(s.primary, "primary")
+	if err != nil {
+		return backend.Result{}, err
+	}
+	res, err := s.execute(ctx, s.breakerFor(ctx, req.Key), func(ctx context.Context) (backend.Result, error) {
+		return primary.Renew(ctx, req, lease)
+	})
+	if err != nil {
+		return backend.Result{}, s.leaseError("renewal", req.Key, err)
+	}
+	return res, nil
+}
+
+// localLeases returns the local store and scales req's limit to this
+// instance's share, as a Local policy granted the lease under (the limit
+// stays at least the lease's cost, so that a lowered limit still lets it
+// go).
+func (s *Store) localLeases(req *backend.Request) (backend.LeaseStore, error) {
+	local, err := leasesOf(s.local, "local")
+	if err != nil {
+		return nil, err
+	}
+	if p := s.policyOf(req); p.Mode() == backend.ModeLocal {
+		req.Rule.Limit = max((req.Rule.Limit+p.Instances()-1)/p.Instances(), req.Cost)
+	}
+	return local, nil
+}
+
+func leasesOf(st backend.Store, role string) (backend.LeaseStore, error) {
+	if ls, ok := st.(backend.LeaseStore); ok {
+		return ls, nil
+	}
+	return nil, fmt.Errorf("fallback: the %s store %T holds no leases (it implements no backend.LeaseStore)", role, st)
+}
+
+// leaseError is the error of a lease's release or renewal the primary did
+// not answer.
+func (s *Store) leaseError(what string, key backend.Key, err error) error {
+	if ce, ok := errors.AsType[callerError](err); ok {
+		return ce.err
+	}
+	return fmt.Errorf("%w: %s of a lease on %s (it is released when it expires): %w", ErrUnavailable, what, boundid.Quote(key.ID), err)
+}
