@@ -82,7 +82,8 @@ func MultiScript() string { return scripts().multi }
 
 // BatchScript returns the script that decides several independent takes
 // one after the other in one call: KEYS are the requests' keys, ARGV holds
-// each request's BatchArgs. Its reply holds ReplyLen values per request: a
+// each request's BatchArgs, or, for requests sharing a rule and cost,
+// their SharedBatchArgs. Its reply holds ReplyLen values per request: a
 // take's integers, or, for a request whose step failed (a key of the wrong
 // type), the error in place of the first value and 0s.
 func BatchScript() string { return scripts().batch }
