@@ -165,7 +165,10 @@ func TestClusterReshardAndFailover(t *testing.T) {
 				}
 			}
 		}
-		require.Equal(t, fallback.Closed, h.fb.State())
+		// A call that outlived itCallTimeout on a loaded machine may have
+		// opened a node's breaker in the load's last moments: every breaker
+		// must close again once its node answers, within a bounded wait.
+		require.Equal(t, fallback.Closed, h.settleClosed(5*time.Second))
 		firstDegraded, ok := firstSince(ds, killAt, func(d loadDecision) bool { return d.degraded })
 		require.True(t, ok, "no degraded decision after the kill")
 		fresh, ok := firstSince(ds, failedOverAt, func(d loadDecision) bool { return !d.degraded && slices.Contains(victimKeys, d.key) })

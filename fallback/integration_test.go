@@ -320,6 +320,21 @@ func newHarness(t *testing.T, primary backend.Store, rule algorithms.Rule, keys 
 }
 
 // stateChanges returns the transitions so far (delivering any queued one).
+// settleClosed peeks every key (writing nothing) until the store's
+// breakers are all closed or limit passes, and returns the state then.
+func (h *harness) settleClosed(limit time.Duration) fallback.State {
+	deadline := time.Now().Add(limit)
+	for h.fb.State() != fallback.Closed && time.Now().Before(deadline) {
+		for _, k := range h.keys {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, _ = h.fb.Peek(ctx, backend.Request{Key: k, Rule: h.rule, Now: time.Now(), Cost: 1})
+			cancel()
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return h.fb.State()
+}
+
 func (h *harness) stateChanges() []fallback.StateChange {
 	_ = h.fb.State()
 	h.mu.Lock()
