@@ -518,12 +518,7 @@ func allowSplit(ctx context.Context, store backend.Store, parts []part, reqs []b
 	if err != nil {
 		return Decision{}, err
 	}
-	d := backend.Combine(results[:])
-	d.Lease = 0
-	if d.Allowed {
-		d.Lease = results[0].Lease
-	}
-	return d, nil
+	return backend.Combine(results[:]), nil // the lease, when admitted
 }
 
 // peek reports what allow would decide for one unit at now, without

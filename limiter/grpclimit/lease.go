@@ -2,7 +2,6 @@ package grpclimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -41,29 +40,15 @@ func LeaseFrom(ctx context.Context) *limiter.Lease {
 	return nil
 }
 
-// release gives back the lease of a call that ended. The call's context
-// may be over (the client cancelled), so the release runs without its
-// cancellation, under a timeout of its own.
+// release gives back the lease of a call that ended (see
+// ratelimitfields.ReleaseLease).
 func (i *Interceptor) release(callCtx context.Context, method string, lease *limiter.Lease) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(callCtx), i.releaseTimeout)
-	defer cancel()
-	var err error
+	release := lease.Release
 	if i.releaseHook != nil {
-		err = i.releaseHook(callCtx, lease)
-	} else {
-		err = lease.Release(ctx)
+		release = func(context.Context) error { return i.releaseHook(callCtx, lease) }
 	}
-	switch {
-	case err == nil:
-	case errors.Is(err, limiter.ErrLeaseNotHeld):
-		// The lease timed out while the call ran: for a while, more than
-		// the limit were in flight.
-		i.logger.LogAttrs(ctx, slog.LevelWarn, "limitkit: lease expired before its call ended; raise the limit's window or renew the lease (grpclimit.LeaseFrom)",
-			slog.String("policy", i.policyName), slog.String("method", method))
-	default:
-		i.logger.LogAttrs(ctx, slog.LevelError, "limitkit: lease not released; its slot comes back when the lease times out",
-			slog.String("policy", i.policyName), slog.String("method", method), slog.Any("error", err))
-	}
+	ratelimitfields.ReleaseLease(callCtx, i.releaseTimeout, release, i.logger, "grpclimit.LeaseFrom",
+		slog.String("policy", i.policyName), slog.String("method", method))
 }
 
 // mode is whether the limiter's configuration of one generation holds

@@ -45,28 +45,14 @@ func LeaseFrom(ctx context.Context) *limiter.Lease {
 }
 
 // release gives back the lease of r once its handler has returned or
-// panicked. The request's context may be over (the client went away), so
-// the release runs without its cancellation, under a timeout of its own.
+// panicked (see ratelimitfields.ReleaseLease).
 func (m *Middleware) release(r *http.Request, lease *limiter.Lease) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), m.releaseTimeout)
-	defer cancel()
-	var err error
+	release := lease.Release
 	if m.releaseHook != nil {
-		err = m.releaseHook(r, lease)
-	} else {
-		err = lease.Release(ctx)
+		release = func(context.Context) error { return m.releaseHook(r, lease) }
 	}
-	switch {
-	case err == nil:
-	case errors.Is(err, limiter.ErrLeaseNotHeld):
-		// The lease timed out while the handler ran: for a while, more
-		// than the limit were in flight.
-		m.logger.LogAttrs(ctx, slog.LevelWarn, "limitkit: lease expired before its request ended; raise the limit's window or renew the lease (httplimit.LeaseFrom)",
-			slog.String("policy", m.current().policyLabel), slog.String("method", r.Method), slog.String("path", r.URL.Path))
-	default:
-		m.logger.LogAttrs(ctx, slog.LevelError, "limitkit: lease not released; its slot comes back when the lease times out",
-			slog.String("policy", m.current().policyLabel), slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
-	}
+	ratelimitfields.ReleaseLease(r.Context(), m.releaseTimeout, release, m.logger, "httplimit.LeaseFrom",
+		slog.String("policy", m.current().policyLabel), slog.String("method", r.Method), slog.String("path", r.URL.Path))
 }
 
 // Limit is one limit of a limiter.Composite as NewComposite serves it.
