@@ -20,12 +20,18 @@ import (
 // time, rounded up to a second, for every rate algorithm: a second store
 // given the same requests directly says what it must be.
 func TestDurationUntilResetIsTheAlgorithmsRetry(t *testing.T) {
+	checkRetries(t, func() backend.Store { return memStore(t) })
+}
+
+// checkRetries runs the retry-time cases on stores made by mk, a fresh
+// state each.
+func checkRetries(t *testing.T, mk func() backend.Store) {
 	for _, name := range algorithms.Names() {
 		if name == algorithms.Concurrency {
 			continue
 		}
 		t.Run(string(name), func(t *testing.T) {
-			h := newHarness(t, memStore(t), fmt.Sprintf(`
+			h := newHarness(t, mk(), fmt.Sprintf(`
 domain: d
 descriptors:
   - key: k
@@ -57,7 +63,7 @@ descriptors:
 	}
 	// The sliding log is not the window's end: the first request slides
 	// out at 70 s, 28.5 s after 41.5 s, where a fixed window ends at 60 s.
-	h := newHarness(t, memStore(t), `
+	h := newHarness(t, mk(), `
 domain: d
 descriptors:
   - key: k
