@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"syscall"
@@ -17,8 +18,15 @@ import (
 // replica or a read-only user can answer it.
 const checkScript = "return 1"
 
-// checkGoRedis runs checkScript on every master a go-redis client knows.
+// checkGoRedis runs checkScript on every master a go-redis client knows,
+// after dialling an address of the URL once itself: go-redis retries a
+// failed dial in the background until the context ends and then reports
+// only the deadline, while the dialler's own error says why (a TLS
+// handshake with a plain server, a refused connection).
 func checkGoRedis(ctx context.Context, t *target, c redis.UniversalClient) error {
+	if err := predial(ctx, t); err != nil {
+		return explain(err, t, nil)
+	}
 	var err error
 	if cc, ok := c.(*redis.ClusterClient); ok {
 		err = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
@@ -47,6 +55,40 @@ func checkRueidis(ctx context.Context, t *target, c rueidis.Client) error {
 	return nil
 }
 
+// predial dials the go-redis target's addresses (the server, the cluster
+// seeds, the sentinels) as the client would, until one answers, and
+// returns the first error when none does.
+func predial(ctx context.Context, t *target) error {
+	var (
+		addrs []string
+		dial  func(context.Context, string, string) (net.Conn, error)
+	)
+	switch {
+	case t.single != nil:
+		addrs, dial = []string{t.single.Addr}, t.single.Dialer
+	case t.cluster != nil:
+		addrs, dial = t.cluster.Addrs, t.cluster.Dialer
+	case t.failover != nil:
+		addrs, dial = t.failover.SentinelAddrs, t.failover.Dialer
+	}
+	if dial == nil {
+		d := &net.Dialer{Timeout: t.dialTimeout()}
+		dial = d.DialContext
+	}
+	var first error
+	for _, addr := range addrs {
+		c, err := dial(ctx, "tcp", addr)
+		if err == nil {
+			_ = c.Close()
+			return nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 // explain adds to a failed check what it means and what to change, when
 // the error tells. sentinel, when not nil, asks the sentinels what they
 // know of the master.
@@ -69,6 +111,8 @@ func explain(err error, t *target, sentinel func() string) error {
 		hint = "the server answers without TLS: write redis:// instead of rediss://"
 	case strings.Contains(msg, "malformed HTTP response") || strings.Contains(msg, "unexpected ") && t.tlsConfig() == nil && t.kind != Memory:
 		hint = "the server does not speak plain Redis: if it has TLS on, write rediss://"
+	case t.tlsConfig() == nil && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || strings.HasSuffix(msg, ": EOF")):
+		hint = "the server closed the connection without a reply: if it speaks TLS only, write rediss://"
 	case errors.Is(err, syscall.ECONNREFUSED):
 		hint = "nothing listens at that address: check the host and port, and that the server is up"
 	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &op) && op.Timeout():

@@ -101,6 +101,7 @@ import (
 	"time"
 
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/backend/storeurl"
 	"github.com/limitkit/limitkit/limiter"
 	"github.com/limitkit/limitkit/limiter/internal/settings"
 )
@@ -116,8 +117,8 @@ const (
 
 // Client libraries for Redis, the values of backend.client.
 const (
-	GoRedis = "go-redis"
-	Rueidis = "rueidis"
+	GoRedis = storeurl.GoRedis
+	Rueidis = storeurl.Rueidis
 )
 
 // Config is a parsed configuration file: the backend and the policies. It
@@ -165,17 +166,38 @@ type Backend struct {
 	// call (goredisstore.WithBatching): 0 keeps the stores' default
 	// (goredisstore.DefaultBatch), 1 sends each alone.
 	Batch int
-	// Fallback, when set, wraps the Redis store with fallback.New so that
-	// limiting goes on while Redis is unavailable.
+	// DenyCache, when set, answers repeated denials in process
+	// (denycache.New), invalidated across processes over the store's own
+	// Redis client (its pub/sub). Default: none.
+	DenyCache *DenyCache
+	// Fallback, when set, wraps the Redis store (and its deny cache) with
+	// fallback.New so that limiting goes on while Redis is unavailable.
 	Fallback *Fallback
 }
 
+// DenyCache configures denycache.New; zero fields keep its defaults.
+type DenyCache struct {
+	// MaxEntries bounds the denials remembered (default
+	// denycache.DefaultMaxEntries; at least 64).
+	MaxEntries int
+	// ProbeInterval is how often the cache checks its subscription
+	// (default denycache.DefaultProbeInterval).
+	ProbeInterval time.Duration
+	// Channel is the pub/sub channel of the invalidations (default
+	// denycache.DefaultChannel); every process sharing the store must
+	// use the same.
+	Channel string
+}
+
 // String describes b for logs with the URL's userinfo redacted (see
-// RedactURL), so that printing a Config never prints a password.
+// storeurl.RedactURL), so that printing a Config never prints a password.
 func (b Backend) String() string {
-	s := fmt.Sprintf("{URL:%s Client:%s ServerTime:%v Batch:%d", RedactURL(b.URL), b.client(), b.ServerTime, b.Batch)
+	s := fmt.Sprintf("{URL:%s Client:%s ServerTime:%v Batch:%d", storeurl.RedactURL(b.URL), b.client(), b.ServerTime, b.Batch)
 	if b.ReplicaAck != nil {
 		s += fmt.Sprintf(" ReplicaAck:%+v", *b.ReplicaAck)
+	}
+	if b.DenyCache != nil {
+		s += fmt.Sprintf(" DenyCache:%+v", *b.DenyCache)
 	}
 	if b.Fallback != nil {
 		s += fmt.Sprintf(" Fallback:%+v", *b.Fallback)
@@ -485,7 +507,7 @@ func fileError(err error) error {
 	return err
 }
 
-const backendFields = "url, client, server_time, replica_ack, batch, fallback"
+const backendFields = "url, client, server_time, replica_ack, batch, deny_cache, fallback"
 
 func (d decoder) backend(n *settings.Node, path string) error {
 	b := &d.c.Backend
@@ -501,6 +523,8 @@ func (d decoder) backend(n *settings.Node, path string) error {
 			b.ReplicaAck, err = d.replicaAck(f.Val, p)
 		case "batch":
 			b.Batch, err = d.Int(f.Val, p)
+		case "deny_cache":
+			b.DenyCache, err = d.denyCache(f.Val, p)
 		case "fallback":
 			b.Fallback, err = d.fallback(f.Val, p)
 		default:
@@ -522,6 +546,23 @@ func (d decoder) replicaAck(n *settings.Node, path string) (*ReplicaAck, error) 
 			a.OnShort, err = d.Str(f.Val, p)
 		default:
 			err = d.Unknown(f, path, "replicas, timeout, on_short")
+		}
+		return err
+	})
+}
+
+func (d decoder) denyCache(n *settings.Node, path string) (*DenyCache, error) {
+	dc := &DenyCache{}
+	return dc, d.Each(n, path, func(f settings.Pair, p string) (err error) {
+		switch f.Key {
+		case "max_entries":
+			dc.MaxEntries, err = d.Int(f.Val, p)
+		case "probe_interval":
+			dc.ProbeInterval, err = d.Duration(f.Val, p)
+		case "channel":
+			dc.Channel, err = d.Str(f.Val, p)
+		default:
+			err = d.Unknown(f, path, "max_entries, probe_interval, channel")
 		}
 		return err
 	})
