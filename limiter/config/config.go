@@ -287,11 +287,15 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	format := YAML
+	return parse(data, formatOf(path), path)
+}
+
+// formatOf is the format Load reads path in.
+func formatOf(path string) Format {
 	if strings.EqualFold(filepath.Ext(path), ".json") {
-		format = JSON
+		return JSON
 	}
-	return parse(data, format, path)
+	return YAML
 }
 
 // Parse reads and validates a configuration in format. Errors name the
