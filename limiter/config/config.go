@@ -34,38 +34,19 @@
 //
 // # Backend URLs
 //
-// The Redis URLs are read by the chosen client library's own parser, so
-// every query option that library documents works (dial_timeout=2s,
-// pool_size=20, ...):
+// The backend is opened by package backend/storeurl, which a program can
+// also use without a file: its doc lists the URLs (memory://, redis://,
+// rediss://, redis+cluster://, redis+sentinel://), their options, the
+// tls_ files (at most storeurl.MaxTLSFileSize bytes each) and how no error
+// holds the URL's password. Build checks the store (storeurl.Open): a
+// wrong password, a TLS mismatch, an unknown sentinel master or a server
+// that does not answer fails Build within the dial timeout, with the
+// reason, with both clients.
 //
-//   - memory:// keeps the state in process (backend/memorystore);
-//     memory://?max_keys=100000 bounds its keys.
-//   - redis://[user:password@]host:port[/db] and rediss:// (TLS): one
-//     server. go-redis: redis.ParseURL; rueidis: rueidis.ParseURL.
-//   - redis+cluster://host1:port1?addr=host2:port2&addr=host3:port3 (and
-//     rediss+cluster://): Redis Cluster, seeded with every address given.
-//     go-redis: redis.ParseClusterURL; rueidis: rueidis.ParseURL.
-//   - redis+sentinel://sentinel1:26379[/db]?addr=sentinel2:26379&master_name=mymaster
-//     (and rediss+sentinel://): the master a group of sentinels monitors.
-//     go-redis: redis.ParseFailoverURL; rueidis: rueidis.ParseURL, with
-//     master_name passed as its master_set.
-//
-// Both clients refuse query options they do not know (rueidis' own parser
-// ignores them). The userinfo (user name and password) is checked before
-// any parser sees the URL and is never handed to one, so no error holds
-// any of it, however malformed the URL; RedactURL hides it for logs. A
-// rediss:// URL pointed at a server without TLS fails with an error that
-// says so.
-//
-// Every rediss form takes tls_ca (the CA's PEM file), tls_cert and tls_key
-// (a client certificate and its key) and tls_server_name (the name the
-// server's certificate must hold), with both clients; errors name the one
-// at fault.
-//
-// The go-redis clients get ContextTimeoutEnabled, so that a fallback's
-// deadline also ends the call inside the client. Build does not contact
-// Redis with go-redis (the first decision does); rueidis connects in
-// Build and fails it when no server answers.
+// deny_cache: {max_entries, probe_interval, channel} on the backend puts a
+// deny cache (backend/denycache) in front of the store, invalidated over
+// the store's own Redis client; with a fallback section the stack is
+// fallback(denycache(store)).
 //
 // # Policies
 //
