@@ -24,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/limitkit/limitkit/backend/storeurl"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/examples/internal/stores"
 	"github.com/limitkit/limitkit/limiter"
@@ -170,5 +171,5 @@ func redact(b config.Backend) string {
 	if client == "" {
 		client = config.GoRedis
 	}
-	return config.RedactURL(b.URL) + " via " + client
+	return storeurl.RedactURL(b.URL) + " via " + client
 }

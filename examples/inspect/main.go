@@ -47,9 +47,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/backend/storeurl"
 	"github.com/limitkit/limitkit/internal/redisscript"
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/limiter/config"
 )
 
 // Bounds and defaults of the flags.
@@ -117,17 +117,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if *redisURL == "" {
 		return fail(errors.New("-redis URL is required"))
 	}
-	// The URL's errors never hold its userinfo (see config.GoRedisClient).
-	client, err := config.GoRedisClient(*redisURL)
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	// The URL's errors never hold its userinfo (see storeurl.Open).
+	opened, err := storeurl.Open(ctx, *redisURL, storeurl.WithClient(storeurl.GoRedis))
 	if err != nil {
 		return fail(err)
 	}
-	defer client.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	defer cancel()
-	r, err := inspect(ctx, client, o)
+	defer opened.Close()
+	if opened.GoRedis == nil {
+		return fail(errors.New("-redis: memory:// is not a Redis URL; give redis://, rediss://, redis+cluster:// or redis+sentinel://"))
+	}
+	r, err := inspect(ctx, opened.GoRedis, o)
 	if err != nil {
-		return fail(fmt.Errorf("%s: %w", config.RedactURL(*redisURL), err))
+		return fail(fmt.Errorf("%s: %w", storeurl.RedactURL(*redisURL), err))
 	}
 	r.print(stdout)
 	return 0

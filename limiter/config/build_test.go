@@ -191,8 +191,10 @@ func refusedAddr(t *testing.T) string {
 }
 
 // TestBuildFallback: the fallback section wraps the Redis store, and each
-// policy's on_failure decides while Redis cannot be reached.
+// policy's on_failure decides while Redis cannot be reached (it was up at
+// Build, which checks it).
 func TestBuildFallback(t *testing.T) {
+	srv := redistest.Start(t)
 	file := fmt.Sprintf(`
 backend:
   url: redis://%s/0
@@ -206,7 +208,7 @@ policies:
   login: {limit: 5, window: 1m, on_failure: fail_open}
   payment: {limit: 5, window: 1m, on_failure: fail_closed}
   search: {limit: 5, window: 1m}
-`, refusedAddr(t))
+`, srv.Addr())
 	cfg, err := Parse([]byte(file), YAML)
 	require.NoError(t, err)
 	require.Equal(t, &Fallback{Timeout: 200 * time.Millisecond, FailureThreshold: 2, OpenTimeout: time.Hour, Probes: 1,
@@ -218,6 +220,7 @@ policies:
 	defer set.Close()
 	require.NotNil(t, set.Fallback())
 	require.Same(t, set.Fallback(), set.Store())
+	srv.Kill()
 
 	ctx := context.Background()
 	for range 3 {
@@ -256,23 +259,6 @@ func TestBackendOpen(t *testing.T) {
 	cancel()
 	_, _, err = Backend{URL: "memory://"}.Open(ctx)
 	require.ErrorIs(t, err, context.Canceled)
-}
-
-func TestGoRedisClient(t *testing.T) {
-	for url, want := range map[string]string{
-		"redis://127.0.0.1:6379/0":                           "*redis.Client",
-		"redis+cluster://127.0.0.1:7000?addr=127.0.0.1:7001": "*redis.ClusterClient",
-		"redis+sentinel://127.0.0.1:26379?master_name=m":     "*redis.Client",
-	} {
-		c, err := GoRedisClient(url)
-		require.NoError(t, err, url)
-		require.Equal(t, want, fmt.Sprintf("%T", c), url)
-		require.NoError(t, c.Close())
-	}
-	for _, url := range []string{"memory://", "http://x", "redis://127.0.0.1:6379/0?nope=1"} {
-		_, err := GoRedisClient(url)
-		require.ErrorIs(t, err, limiter.ErrInvalidConfig, url)
-	}
 }
 
 // TestBuildServerTime: with server_time the scripts read Redis' clock, so

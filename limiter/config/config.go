@@ -34,38 +34,19 @@
 //
 // # Backend URLs
 //
-// The Redis URLs are read by the chosen client library's own parser, so
-// every query option that library documents works (dial_timeout=2s,
-// pool_size=20, ...):
+// The backend is opened by package backend/storeurl, which a program can
+// also use without a file: its doc lists the URLs (memory://, redis://,
+// rediss://, redis+cluster://, redis+sentinel://), their options, the
+// tls_ files (at most storeurl.MaxTLSFileSize bytes each) and how no error
+// holds the URL's password. Build checks the store (storeurl.Open): a
+// wrong password, a TLS mismatch, an unknown sentinel master or a server
+// that does not answer fails Build within the dial timeout, with the
+// reason, with both clients.
 //
-//   - memory:// keeps the state in process (backend/memorystore);
-//     memory://?max_keys=100000 bounds its keys.
-//   - redis://[user:password@]host:port[/db] and rediss:// (TLS): one
-//     server. go-redis: redis.ParseURL; rueidis: rueidis.ParseURL.
-//   - redis+cluster://host1:port1?addr=host2:port2&addr=host3:port3 (and
-//     rediss+cluster://): Redis Cluster, seeded with every address given.
-//     go-redis: redis.ParseClusterURL; rueidis: rueidis.ParseURL.
-//   - redis+sentinel://sentinel1:26379[/db]?addr=sentinel2:26379&master_name=mymaster
-//     (and rediss+sentinel://): the master a group of sentinels monitors.
-//     go-redis: redis.ParseFailoverURL; rueidis: rueidis.ParseURL, with
-//     master_name passed as its master_set.
-//
-// Both clients refuse query options they do not know (rueidis' own parser
-// ignores them). The userinfo (user name and password) is checked before
-// any parser sees the URL and is never handed to one, so no error holds
-// any of it, however malformed the URL; RedactURL hides it for logs. A
-// rediss:// URL pointed at a server without TLS fails with an error that
-// says so.
-//
-// Every rediss form takes tls_ca (the CA's PEM file), tls_cert and tls_key
-// (a client certificate and its key) and tls_server_name (the name the
-// server's certificate must hold), with both clients; errors name the one
-// at fault.
-//
-// The go-redis clients get ContextTimeoutEnabled, so that a fallback's
-// deadline also ends the call inside the client. Build does not contact
-// Redis with go-redis (the first decision does); rueidis connects in
-// Build and fails it when no server answers.
+// deny_cache: {max_entries, probe_interval, channel} on the backend puts a
+// deny cache (backend/denycache) in front of the store, invalidated over
+// the store's own Redis client; with a fallback section the stack is
+// fallback(denycache(store)).
 //
 // # Policies
 //
@@ -101,6 +82,7 @@ import (
 	"time"
 
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/backend/storeurl"
 	"github.com/limitkit/limitkit/limiter"
 	"github.com/limitkit/limitkit/limiter/internal/settings"
 )
@@ -116,8 +98,8 @@ const (
 
 // Client libraries for Redis, the values of backend.client.
 const (
-	GoRedis = "go-redis"
-	Rueidis = "rueidis"
+	GoRedis = storeurl.GoRedis
+	Rueidis = storeurl.Rueidis
 )
 
 // Config is a parsed configuration file: the backend and the policies. It
@@ -165,17 +147,38 @@ type Backend struct {
 	// call (goredisstore.WithBatching): 0 keeps the stores' default
 	// (goredisstore.DefaultBatch), 1 sends each alone.
 	Batch int
-	// Fallback, when set, wraps the Redis store with fallback.New so that
-	// limiting goes on while Redis is unavailable.
+	// DenyCache, when set, answers repeated denials in process
+	// (denycache.New), invalidated across processes over the store's own
+	// Redis client (its pub/sub). Default: none.
+	DenyCache *DenyCache
+	// Fallback, when set, wraps the Redis store (and its deny cache) with
+	// fallback.New so that limiting goes on while Redis is unavailable.
 	Fallback *Fallback
 }
 
+// DenyCache configures denycache.New; zero fields keep its defaults.
+type DenyCache struct {
+	// MaxEntries bounds the denials remembered (default
+	// denycache.DefaultMaxEntries; at least 64).
+	MaxEntries int
+	// ProbeInterval is how often the cache checks its subscription
+	// (default denycache.DefaultProbeInterval).
+	ProbeInterval time.Duration
+	// Channel is the pub/sub channel of the invalidations (default
+	// denycache.DefaultChannel); every process sharing the store must
+	// use the same.
+	Channel string
+}
+
 // String describes b for logs with the URL's userinfo redacted (see
-// RedactURL), so that printing a Config never prints a password.
+// storeurl.RedactURL), so that printing a Config never prints a password.
 func (b Backend) String() string {
-	s := fmt.Sprintf("{URL:%s Client:%s ServerTime:%v Batch:%d", RedactURL(b.URL), b.client(), b.ServerTime, b.Batch)
+	s := fmt.Sprintf("{URL:%s Client:%s ServerTime:%v Batch:%d", storeurl.RedactURL(b.URL), b.client(), b.ServerTime, b.Batch)
 	if b.ReplicaAck != nil {
 		s += fmt.Sprintf(" ReplicaAck:%+v", *b.ReplicaAck)
+	}
+	if b.DenyCache != nil {
+		s += fmt.Sprintf(" DenyCache:%+v", *b.DenyCache)
 	}
 	if b.Fallback != nil {
 		s += fmt.Sprintf(" Fallback:%+v", *b.Fallback)
@@ -265,11 +268,15 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	format := YAML
+	return parse(data, formatOf(path), path)
+}
+
+// formatOf is the format Load reads path in.
+func formatOf(path string) Format {
 	if strings.EqualFold(filepath.Ext(path), ".json") {
-		format = JSON
+		return JSON
 	}
-	return parse(data, format, path)
+	return YAML
 }
 
 // Parse reads and validates a configuration in format. Errors name the
@@ -443,123 +450,4 @@ func (c *Config) Policy(name string) (limiter.Config, bool) {
 // fieldError returns an Error for field, at the line the file gave it.
 func (c *Config) fieldError(field string, err error) *Error {
 	return &Error{File: c.file, Line: c.fieldLine(field), Field: field, Err: err}
-}
-
-// decoder walks a parsed file into a Config, recording each field's line
-// and collecting every problem in l. Its checks and messages are
-// settings.Decoder's, the policies' fields limiter's (settings.Limit),
-// shared with limiter.Config's UnmarshalJSON.
-type decoder struct {
-	settings.Decoder
-	c *Config
-}
-
-func (c *Config) decode(root *settings.Node, l *errorList) {
-	d := decoder{settings.Decoder{Lines: c.lines, Typos: c.typos, Report: func(err error) { l.add(fileError(err)) }}, c}
-	seen := false
-	err := d.Each(root, "", func(f settings.Pair, p string) error {
-		switch f.Key {
-		case "backend":
-			return d.backend(f.Val, p)
-		case "policies":
-			seen = true
-			return d.policies(f.Val, p)
-		}
-		return d.Unknown(f, "", "backend, policies")
-	})
-	if err != nil {
-		l.add(fileError(err))
-		return
-	}
-	if !seen {
-		l.add(&Error{Field: "policies", Err: errors.New("missing; declare at least one policy")})
-	}
-}
-
-// fileError turns a *settings.Error into an *Error.
-func fileError(err error) error {
-	var se *settings.Error
-	if errors.As(err, &se) {
-		return &Error{Line: se.Line, Field: se.Field, Err: se.Err}
-	}
-	return err
-}
-
-const backendFields = "url, client, server_time, replica_ack, batch, fallback"
-
-func (d decoder) backend(n *settings.Node, path string) error {
-	b := &d.c.Backend
-	return d.Each(n, path, func(f settings.Pair, p string) (err error) {
-		switch f.Key {
-		case "url":
-			b.URL, err = d.Str(f.Val, p)
-		case "client":
-			b.Client, err = d.Str(f.Val, p)
-		case "server_time":
-			b.ServerTime, err = d.Bool(f.Val, p)
-		case "replica_ack":
-			b.ReplicaAck, err = d.replicaAck(f.Val, p)
-		case "batch":
-			b.Batch, err = d.Int(f.Val, p)
-		case "fallback":
-			b.Fallback, err = d.fallback(f.Val, p)
-		default:
-			err = d.Unknown(f, path, backendFields)
-		}
-		return err
-	})
-}
-
-func (d decoder) replicaAck(n *settings.Node, path string) (*ReplicaAck, error) {
-	a := &ReplicaAck{}
-	return a, d.Each(n, path, func(f settings.Pair, p string) (err error) {
-		switch f.Key {
-		case "replicas":
-			a.Replicas, err = d.Int(f.Val, p)
-		case "timeout":
-			a.Timeout, err = d.Duration(f.Val, p)
-		case "on_short":
-			a.OnShort, err = d.Str(f.Val, p)
-		default:
-			err = d.Unknown(f, path, "replicas, timeout, on_short")
-		}
-		return err
-	})
-}
-
-func (d decoder) fallback(n *settings.Node, path string) (*Fallback, error) {
-	fb := &Fallback{}
-	return fb, d.Each(n, path, func(f settings.Pair, p string) (err error) {
-		switch f.Key {
-		case "timeout":
-			fb.Timeout, err = d.Duration(f.Val, p)
-		case "failure_threshold":
-			fb.FailureThreshold, err = d.Int(f.Val, p)
-		case "open_timeout":
-			fb.OpenTimeout, err = d.Duration(f.Val, p)
-		case "probes":
-			fb.Probes, err = d.Int(f.Val, p)
-		case "on_failure":
-			fb.OnFailure, err = d.FailurePolicy(f.Val, p)
-		default:
-			err = d.Unknown(f, path, "timeout, failure_threshold, open_timeout, probes, on_failure")
-		}
-		return err
-	})
-}
-
-func (d decoder) policies(n *settings.Node, path string) error {
-	return d.Each(n, path, func(f settings.Pair, p string) error {
-		v, err := settings.Limit(d.Decoder, f.Val, p)
-		if err != nil {
-			return err
-		}
-		cfg := v.(limiter.Config)
-		d.c.lines[p] = f.KeyLine
-		if cfg.Prefix == "" && validName(f.Key) == nil {
-			cfg.Prefix = policyPrefix(f.Key, cfg)
-		}
-		d.c.Policies = append(d.c.Policies, Policy{Name: f.Key, Config: cfg})
-		return nil
-	})
 }

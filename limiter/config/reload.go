@@ -1,11 +1,14 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/limitkit/limitkit/limiter"
 )
@@ -34,16 +37,62 @@ func (c *Config) limiterConfigs() []limiter.Config {
 // A file that does not load (a syntax error, an invalid limit) changes
 // nothing, and the error reports every problem Load found.
 //
+// Replace the file atomically: write the new version beside it and rename
+// it into place (mv, os.Rename; what Kubernetes does for a mounted
+// ConfigMap), so that a reader sees the old file or the new one, never
+// half of one. A file cut short can still parse (a limit of 1000 written
+// as far as "10"), so ReloadFile also waits for the file to settle: it
+// reads it again after SettleInterval and applies it only when both reads
+// are the same, trying up to MaxSettleReads times before it gives up with
+// an error, changing nothing. That catches a writer still writing, not
+// one that stopped half way: only the rename is safe from that.
+//
 //	// on SIGHUP:
 //	if err := set.ReloadFile("limits.yaml"); err != nil {
 //		log.Printf("limits not reloaded, the old ones stay: %v", err)
 //	}
 func (s *Set) ReloadFile(path string) error {
-	next, err := Load(path)
+	data, err := readSettled(path)
+	if err != nil {
+		return err
+	}
+	next, err := parse(data, formatOf(path), path)
 	if err != nil {
 		return err
 	}
 	return s.Reload(next)
+}
+
+// SettleInterval is how long ReloadFile waits between two reads of a file
+// for it to be the same; MaxSettleReads bounds the reads.
+const (
+	SettleInterval = 50 * time.Millisecond
+	MaxSettleReads = 20
+)
+
+// settle waits between two reads; a test replaces it to write meanwhile.
+var settle = func() { time.Sleep(SettleInterval) }
+
+// readSettled reads path until two reads in a row, SettleInterval apart,
+// are equal.
+func readSettled(path string) ([]byte, error) {
+	prev, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	for range MaxSettleReads - 1 {
+		settle()
+		cur, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		if bytes.Equal(prev, cur) {
+			return cur, nil
+		}
+		prev = cur
+	}
+	return nil, &Error{File: path, Err: fmt.Errorf("the file kept changing over %d reads %v apart; nothing was reloaded: "+
+		"write the new file beside it and rename it into place", MaxSettleReads, SettleInterval)}
 }
 
 // Reload changes the limits of the set's policies to next's while they

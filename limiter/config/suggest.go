@@ -7,3 +7,11 @@ import "github.com/limitkit/limitkit/limiter/internal/settings"
 func didYouMean(got string, options []string) string { return settings.DidYouMean(got, options) }
 
 func nearest(got string, options []string) string { return settings.Nearest(got, options) }
+
+// clip bounds s for an error message.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

@@ -2,17 +2,8 @@ package config
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"maps"
-	"math/big"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -26,95 +17,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/limitkit/limitkit/internal/testing/redistest"
+	"github.com/limitkit/limitkit/internal/testing/testpki"
 )
-
-// pki is a private CA and the certificates the TLS tests use, made at run
-// time and written as PEM files to a temporary directory.
-type pki struct {
-	dir                   string
-	ca                    string // the CA's certificate
-	serverCert, serverKey string // for redis.limitkit.test and 127.0.0.1
-	clientCert, clientKey string // signed by the CA
-	rogueCert, rogueKey   string // a client certificate of another CA
-	otherKey              string // a key of no certificate here
-	client                *tls.Config
-}
-
-// serverName is the DNS name in the server's certificate.
-const serverName = "redis.limitkit.test"
-
-type issuer struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-}
-
-func newKey(t *testing.T) *ecdsa.PrivateKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	return k
-}
-
-// issue makes a certificate for tmpl's names signed by by (self-signed when
-// by is nil) and writes it and its key to name.crt and name.key.
-func (p *pki) issue(t *testing.T, name string, tmpl *x509.Certificate, by *issuer) (issuer, string, string) {
-	t.Helper()
-	key := newKey(t)
-	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
-	require.NoError(t, err)
-	tmpl.SerialNumber = serial
-	tmpl.Subject = pkix.Name{CommonName: name}
-	tmpl.NotBefore = time.Now().Add(-time.Hour)
-	tmpl.NotAfter = time.Now().Add(24 * time.Hour)
-	parent, signer := tmpl, key
-	if by != nil {
-		parent, signer = by.cert, by.key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, signer)
-	require.NoError(t, err)
-	cert, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	kder, err := x509.MarshalPKCS8PrivateKey(key)
-	require.NoError(t, err)
-	certPath, keyPath := filepath.Join(p.dir, name+".crt"), filepath.Join(p.dir, name+".key")
-	require.NoError(t, os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
-	require.NoError(t, os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600))
-	return issuer{cert, key}, certPath, keyPath
-}
-
-func newPKI(t *testing.T) *pki {
-	t.Helper()
-	p := &pki{dir: t.TempDir()}
-	caTmpl := func() *x509.Certificate {
-		return &x509.Certificate{IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	}
-	ca, caPath, _ := p.issue(t, "ca", caTmpl(), nil)
-	p.ca = caPath
-	_, p.serverCert, p.serverKey = p.issue(t, "server", &x509.Certificate{
-		DNSNames: []string{serverName}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	}, &ca)
-	clientTmpl := func() *x509.Certificate {
-		return &x509.Certificate{KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	}
-	_, p.clientCert, p.clientKey = p.issue(t, "client", clientTmpl(), &ca)
-	rogue, _, _ := p.issue(t, "rogue-ca", caTmpl(), nil)
-	_, p.rogueCert, p.rogueKey = p.issue(t, "rogue-client", clientTmpl(), &rogue)
-	_, _, p.otherKey = p.issue(t, "other", clientTmpl(), &ca)
-
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
-	pair, err := tls.LoadX509KeyPair(p.clientCert, p.clientKey)
-	require.NoError(t, err)
-	p.client = &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}}
-	return p
-}
 
 // startTLS starts a TLS-only redis-server that requires client
 // certificates signed by p's CA.
-func startTLS(t *testing.T, p *pki) *redistest.Server {
+func startTLS(t *testing.T, p *testpki.PKI) *redistest.Server {
 	t.Helper()
-	return redistest.Start(t, redistest.WithTLS(p.serverCert, p.serverKey, p.ca, p.client),
+	return redistest.Start(t, redistest.WithTLS(p.ServerCert, p.ServerKey, p.CA, p.Client),
 		redistest.WithArgs("--tls-auth-clients", "yes"))
 }
 
@@ -136,8 +46,8 @@ func tlsURL(srv *redistest.Server, userinfo string, opts ...string) string {
 	return u
 }
 
-func (p *pki) opts() []string {
-	return []string{"tls_ca", p.ca, "tls_cert", p.clientCert, "tls_key", p.clientKey}
+func pkiOpts(p *testpki.PKI) []string {
+	return []string{"tls_ca", p.CA, "tls_cert", p.ClientCert, "tls_key", p.ClientKey}
 }
 
 // The ACL user of the tests and the commands it is granted: the minimal
@@ -278,14 +188,14 @@ func buildFrom(t *testing.T, file string, fn func(context.Context, *Set) error) 
 // password is in no error. Control: the same URL without tls_ca fails,
 // naming tls_ca (as every rediss:// URL did before the options).
 func TestTLSPrivateCA(t *testing.T) {
-	p := newPKI(t)
+	p := testpki.New(t)
 	srv := startTLS(t, p)
 	setACLUser(t, srv, aclCommands)
 	_, err := srv.Do("SET", "other:x", "1") // the default user reaches it
 	require.NoError(t, err)
 	for _, client := range []string{GoRedis, Rueidis} {
 		t.Run(client, func(t *testing.T) {
-			u := tlsURL(srv, aclUser+":"+aclPassword, p.opts()...)
+			u := tlsURL(srv, aclUser+":"+aclPassword, pkiOpts(p)...)
 			err := buildFrom(t, fmt.Sprintf(aclFile, u, client), func(ctx context.Context, set *Set) error {
 				if err := exercise(ctx, set); err != nil {
 					return err
@@ -298,11 +208,11 @@ func TestTLSPrivateCA(t *testing.T) {
 			require.NoError(t, err)
 
 			// tls_server_name: the certificate's DNS name verifies.
-			u = tlsURL(srv, aclUser+":"+aclPassword, append(p.opts(), "tls_server_name", serverName)...)
+			u = tlsURL(srv, aclUser+":"+aclPassword, append(pkiOpts(p), "tls_server_name", testpki.ServerName)...)
 			require.NoError(t, buildFrom(t, fmt.Sprintf(aclFile, u, client), exercise))
 
 			// Control: without tls_ca the system's trust store is used.
-			u = tlsURL(srv, aclUser+":"+aclPassword, "tls_cert", p.clientCert, "tls_key", p.clientKey)
+			u = tlsURL(srv, aclUser+":"+aclPassword, "tls_cert", p.ClientCert, "tls_key", p.ClientKey)
 			err = buildFrom(t, fmt.Sprintf(aclFile, u, client), exercise)
 			require.ErrorContains(t, err, "not signed by a CA in tls_ca")
 			require.NotContains(t, err.Error(), aclPassword)
@@ -314,35 +224,35 @@ func TestTLSPrivateCA(t *testing.T) {
 // clients, and no error quotes a file's contents or the password. The
 // first cases fail in Parse; the others when the client connects.
 func TestTLSErrors(t *testing.T) {
-	p := newPKI(t)
+	p := testpki.New(t)
 	srv := startTLS(t, p)
 	setACLUser(t, srv, aclCommands)
-	notPEM := filepath.Join(p.dir, "not.pem")
+	notPEM := filepath.Join(p.Dir, "not.pem")
 	const content = "file-content-SHOULD-NOT-APPEAR"
 	require.NoError(t, os.WriteFile(notPEM, []byte(content), 0o600))
 	user := aclUser + ":" + aclPassword
 	cases := []struct {
 		name, url, want string
 	}{
-		{"ca unreadable", tlsURL(srv, user, "tls_ca", filepath.Join(p.dir, "missing.crt")),
-			"tls_ca: cannot read the CA file: open " + filepath.Join(p.dir, "missing.crt") + ": no such file or directory"},
+		{"ca unreadable", tlsURL(srv, user, "tls_ca", filepath.Join(p.Dir, "missing.crt")),
+			"tls_ca: cannot read the CA file: open " + filepath.Join(p.Dir, "missing.crt") + ": no such file or directory"},
 		{"ca not pem", tlsURL(srv, user, "tls_ca", notPEM), "tls_ca: " + notPEM + " holds no PEM certificate"},
-		{"cert key mismatch", tlsURL(srv, user, "tls_ca", p.ca, "tls_cert", p.clientCert, "tls_key", p.otherKey),
+		{"cert key mismatch", tlsURL(srv, user, "tls_ca", p.CA, "tls_cert", p.ClientCert, "tls_key", p.OtherKey),
 			"tls_cert and tls_key do not match"},
-		{"key not pem", tlsURL(srv, user, "tls_ca", p.ca, "tls_cert", p.clientCert, "tls_key", notPEM),
+		{"key not pem", tlsURL(srv, user, "tls_ca", p.CA, "tls_cert", p.ClientCert, "tls_key", notPEM),
 			"tls_cert, tls_key: not a PEM certificate and its PEM private key"},
-		{"cert without key", tlsURL(srv, user, "tls_ca", p.ca, "tls_cert", p.clientCert), "tls_cert and tls_key go together"},
-		{"plain scheme", strings.Replace(tlsURL(srv, user, "tls_ca", p.ca), "rediss://", "redis://", 1), "the tls_ options need TLS"},
-		{"typo", tlsURL(srv, user, append(p.opts(), "tls_sever_name", serverName)...), `no URL option "tls_sever_name" (did you mean "tls_server_name"?)`},
-		{"server name", tlsURL(srv, user, append(p.opts(), "tls_server_name", "wrong.example")...),
+		{"cert without key", tlsURL(srv, user, "tls_ca", p.CA, "tls_cert", p.ClientCert), "tls_cert and tls_key go together"},
+		{"plain scheme", strings.Replace(tlsURL(srv, user, "tls_ca", p.CA), "rediss://", "redis://", 1), "the tls_ options need TLS"},
+		{"typo", tlsURL(srv, user, append(pkiOpts(p), "tls_sever_name", testpki.ServerName)...), `no URL option "tls_sever_name" (did you mean "tls_server_name"?)`},
+		{"server name", tlsURL(srv, user, append(pkiOpts(p), "tls_server_name", "wrong.example")...),
 			"set tls_server_name to a name the certificate holds"},
-		{"no client certificate", tlsURL(srv, user, "tls_ca", p.ca), "(tls-auth-clients yes); set tls_cert and tls_key"},
-		{"client certificate of another CA", tlsURL(srv, user, "tls_ca", p.ca, "tls_cert", p.rogueCert, "tls_key", p.rogueKey),
+		{"no client certificate", tlsURL(srv, user, "tls_ca", p.CA), "(tls-auth-clients yes); set tls_cert and tls_key"},
+		{"client certificate of another CA", tlsURL(srv, user, "tls_ca", p.CA, "tls_cert", p.RogueCert, "tls_key", p.RogueKey),
 			"refused the client certificate (tls_cert)"},
-		{"wrong password", tlsURL(srv, aclUser+":"+aclPassword+"x", p.opts()...), "WRONGPASS"},
+		{"wrong password", tlsURL(srv, aclUser+":"+aclPassword+"x", pkiOpts(p)...), "WRONGPASS"},
 	}
 	// A line of the client key's base64: no error may hold any of it.
-	keyPEM, err := os.ReadFile(p.clientKey)
+	keyPEM, err := os.ReadFile(p.ClientKey)
 	require.NoError(t, err)
 	keyLine := strings.Split(string(keyPEM), "\n")[1]
 	for _, client := range []string{GoRedis, Rueidis} {
@@ -390,7 +300,7 @@ func TestACLMinimalCommands(t *testing.T) {
 	if testing.Short() {
 		t.Skip("tries each command's removal against a real server")
 	}
-	p := newPKI(t)
+	p := testpki.New(t)
 	srv := startTLS(t, p)
 	try := func(cmds []string, client string) error {
 		setACLUser(t, srv, cmds)
@@ -398,7 +308,7 @@ func TestACLMinimalCommands(t *testing.T) {
 		require.NoError(t, err)
 		_, err = srv.Do("FLUSHALL")
 		require.NoError(t, err)
-		u := tlsURL(srv, aclUser+":"+aclPassword, p.opts()...)
+		u := tlsURL(srv, aclUser+":"+aclPassword, pkiOpts(p)...)
 		return buildFrom(t, fmt.Sprintf(aclFile, u, client), exercise)
 	}
 	for _, client := range []string{GoRedis, Rueidis} {
@@ -407,7 +317,7 @@ func TestACLMinimalCommands(t *testing.T) {
 		// "time" fails below).
 		noTime := slices.DeleteFunc(slices.Clone(aclCommands), func(c string) bool { return c == "time" })
 		setACLUser(t, srv, noTime)
-		u := tlsURL(srv, aclUser+":"+aclPassword, p.opts()...)
+		u := tlsURL(srv, aclUser+":"+aclPassword, pkiOpts(p)...)
 		file := strings.Replace(fmt.Sprintf(aclFile, u, client), "server_time: true", "server_time: false", 1)
 		require.NoError(t, buildFrom(t, file, exercise), client)
 		require.ErrorContains(t, try(noTime, client), "can't run this command", client)
@@ -441,41 +351,6 @@ func TestACLMinimalCommands(t *testing.T) {
 	}
 }
 
-// TestTLSOptionsEveryForm: every rediss form with both clients carries the
-// tls_ options into the TLS configuration the client dials with (for
-// go-redis sentinels too; rueidis dials its sentinels without TLS, as it
-// did before), and none reaches a client parser (which would refuse it).
-// Control: the same URLs without the options have no CA and no
-// certificate.
-func TestTLSOptionsEveryForm(t *testing.T) {
-	p := newPKI(t)
-	q := "tls_ca=" + url.QueryEscape(p.ca) + "&tls_cert=" + url.QueryEscape(p.clientCert) + "&tls_key=" + url.QueryEscape(p.clientKey) +
-		"&tls_server_name=" + serverName
-	for _, u := range []string{
-		"rediss://u:pw@127.0.0.1:6379/0?",
-		"rediss+cluster://u:pw@127.0.0.1:7000?addr=127.0.0.1:7001&",
-		"rediss+sentinel://u:pw@127.0.0.1:26379?master_name=m&",
-	} {
-		for _, client := range []string{GoRedis, Rueidis} {
-			b := Backend{URL: u + q, Client: client}
-			tg, err := b.target()
-			require.NoError(t, err, u)
-			conf := tg.tlsConfig()
-			require.NotNil(t, conf, u)
-			require.NotNil(t, conf.RootCAs, u)
-			require.Len(t, conf.Certificates, 1, u)
-			require.Equal(t, serverName, conf.ServerName, u)
-
-			b.URL = strings.TrimSuffix(u, "&")
-			b.URL = strings.TrimSuffix(b.URL, "?")
-			tg, err = b.target()
-			require.NoError(t, err, u)
-			require.Nil(t, tg.tlsConfig().RootCAs, u)
-			require.Empty(t, tg.tlsConfig().Certificates, u)
-		}
-	}
-}
-
 // TestTLSSentinel: rediss+sentinel:// reaches a TLS-only master that
 // requires client certificates, with the private CA and an ACL user:
 // rueidis through sentinels in plain RESP (it dials sentinels without
@@ -484,31 +359,31 @@ func TestTLSOptionsEveryForm(t *testing.T) {
 // master's role; the control: without it, NOPERM). Control: without
 // tls_cert the master refuses the connection, and the error says so.
 func TestTLSSentinel(t *testing.T) {
-	p := newPKI(t)
-	sn := redistest.StartSentinel(t, redistest.WithTLS(p.serverCert, p.serverKey, p.ca, p.client),
+	p := testpki.New(t)
+	sn := redistest.StartSentinel(t, redistest.WithTLS(p.ServerCert, p.ServerKey, p.CA, p.Client),
 		redistest.WithArgs("--tls-auth-clients", "yes"))
 	// rueidis asks the master for its ROLE: a sentinel URL's user needs it.
 	setACLUser(t, sn.Master, aclCommands)
 	base := "rediss+sentinel://" + aclUser + ":" + aclPassword + "@" + sn.SentinelAddrs()[0] + "?master_name=" + sn.MasterName
-	u := base + "&tls_ca=" + url.QueryEscape(p.ca) + "&tls_cert=" + url.QueryEscape(p.clientCert) + "&tls_key=" + url.QueryEscape(p.clientKey)
+	u := base + "&tls_ca=" + url.QueryEscape(p.CA) + "&tls_cert=" + url.QueryEscape(p.ClientCert) + "&tls_key=" + url.QueryEscape(p.ClientKey)
 	require.ErrorContains(t, buildFrom(t, fmt.Sprintf(aclFile, u, Rueidis), exercise), "NOPERM this user has no permissions to run the 'role' command")
 	setACLUser(t, sn.Master, append(slices.Clone(aclCommands), "role"))
 	require.NoError(t, buildFrom(t, fmt.Sprintf(aclFile, u, Rueidis), exercise))
 
-	u = base + "&tls_ca=" + url.QueryEscape(p.ca)
+	u = base + "&tls_ca=" + url.QueryEscape(p.CA)
 	err := buildFrom(t, fmt.Sprintf(aclFile, u, Rueidis), exercise)
 	require.ErrorContains(t, err, "(tls-auth-clients yes); set tls_cert and tls_key")
 	require.NotContains(t, err.Error(), aclPassword)
 
 	// go-redis dials the sentinels with TLS too: sentinels with a TLS
 	// port, which they announce.
-	sn = redistest.StartSentinel(t, redistest.WithTLS(p.serverCert, p.serverKey, p.ca, p.client), redistest.WithTLSSentinels(),
+	sn = redistest.StartSentinel(t, redistest.WithTLS(p.ServerCert, p.ServerKey, p.CA, p.Client), redistest.WithTLSSentinels(),
 		redistest.WithArgs("--tls-auth-clients", "yes"))
 	setACLUser(t, sn.Master, aclCommands)
 	// (go-redis reads a sentinel URL's userinfo as the sentinels' user,
 	// and username and password options as the master's.)
 	u = "rediss+sentinel://" + sn.SentinelTLSAddrs()[0] + "?master_name=" + sn.MasterName + "&username=" + aclUser + "&password=" + aclPassword +
-		"&tls_ca=" + url.QueryEscape(p.ca) + "&tls_cert=" + url.QueryEscape(p.clientCert) + "&tls_key=" + url.QueryEscape(p.clientKey)
+		"&tls_ca=" + url.QueryEscape(p.CA) + "&tls_cert=" + url.QueryEscape(p.ClientCert) + "&tls_key=" + url.QueryEscape(p.ClientKey)
 	require.NoError(t, buildFrom(t, fmt.Sprintf(aclFile, u, GoRedis), exercise))
 	u = strings.Replace(u, sn.SentinelTLSAddrs()[0], sn.SentinelAddrs()[0], 1) + "&dial_timeout=300ms" // control: the plain port
 	err = buildFrom(t, fmt.Sprintf(aclFile, u, GoRedis), exercise)
@@ -522,18 +397,18 @@ func TestTLSSentinel(t *testing.T) {
 // needs CLUSTER SLOTS too (control: without it, NOPERM). Control: without
 // tls_cert it is refused, and the error says so.
 func TestTLSCluster(t *testing.T) {
-	p := newPKI(t)
-	c := redistest.StartCluster(t, 3, 0, redistest.WithTLS(p.serverCert, p.serverKey, p.ca, p.client),
+	p := testpki.New(t)
+	c := redistest.StartCluster(t, 3, 0, redistest.WithTLS(p.ServerCert, p.ServerKey, p.CA, p.Client),
 		redistest.WithArgs("--tls-auth-clients", "yes"))
 	for _, n := range c.Nodes() {
 		setACLUser(t, n, aclClusterCommands)
 	}
 	addrs := c.Addrs()
 	base := "rediss+cluster://" + aclUser + ":" + aclPassword + "@" + addrs[0] + "?addr=" + addrs[1] + "&addr=" + addrs[2] +
-		"&tls_ca=" + url.QueryEscape(p.ca)
+		"&tls_ca=" + url.QueryEscape(p.CA)
 	for _, client := range []string{GoRedis, Rueidis} {
 		t.Run(client, func(t *testing.T) {
-			u := base + "&tls_cert=" + url.QueryEscape(p.clientCert) + "&tls_key=" + url.QueryEscape(p.clientKey)
+			u := base + "&tls_cert=" + url.QueryEscape(p.ClientCert) + "&tls_key=" + url.QueryEscape(p.ClientKey)
 			// Control: the clients ask each node for CLUSTER SLOTS.
 			for _, n := range c.Nodes() {
 				setACLUser(t, n, aclCommands)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/backend/denycache"
+	"github.com/limitkit/limitkit/backend/storeurl"
 	"github.com/limitkit/limitkit/limiter"
 )
 
@@ -183,17 +185,17 @@ func (c *Config) validateBackend(l *errorList) {
 		l.add(c.fieldError("backend.client", fmt.Errorf("unknown client %q%s; write %q or %q",
 			clip(b.Client, 40), didYouMean(b.Client, []string{GoRedis, Rueidis}), GoRedis, Rueidis)))
 	}
-	kind := singleKind
+	kind := storeurl.Single
 	if b.URL == "" {
 		l.add(c.fieldError("backend.url", errors.New("missing; write memory:// or redis://host:port/db")))
-	} else if t, err := b.target(); err != nil {
+	} else if k, err := b.kind(); err != nil {
 		if !l.has("backend.client") {
 			l.add(c.fieldError("backend.url", err))
 		}
 	} else {
-		kind = t.kind
+		kind = k
 	}
-	if kind == memoryKind {
+	if kind == storeurl.Memory {
 		if b.ServerTime {
 			l.add(c.fieldError("backend.server_time", errors.New("needs a Redis backend; memory:// always uses the limiter's clock")))
 		}
@@ -210,8 +212,8 @@ func (c *Config) validateBackend(l *errorList) {
 	if b.Batch < 0 {
 		l.add(c.fieldError("backend.batch", fmt.Errorf("is %d; it must be at least 1 (1 sends each Take alone)", b.Batch)))
 	}
-	if a := b.ReplicaAck; a != nil && kind != memoryKind {
-		if kind == clusterKind {
+	if a := b.ReplicaAck; a != nil && kind != storeurl.Memory {
+		if kind == storeurl.Cluster {
 			l.add(c.fieldError("backend.replica_ack", errors.New("not available on Redis Cluster; use a single-master URL (redis:// or redis+sentinel://)")))
 		}
 		if a.Replicas < 1 {
@@ -225,6 +227,16 @@ func (c *Config) validateBackend(l *errorList) {
 		default:
 			l.add(c.fieldError("backend.replica_ack.on_short", fmt.Errorf("%q%s: write \"deny\" or \"admit\"",
 				clip(a.OnShort, 40), didYouMean(a.OnShort, []string{"deny", "admit"}))))
+		}
+	}
+	if d := b.DenyCache; d != nil {
+		if d.MaxEntries < 0 || d.MaxEntries > 0 && d.MaxEntries < 64 {
+			l.add(c.fieldError("backend.deny_cache.max_entries", fmt.Errorf("is %d; it must be at least 64 (or absent for the default %d)",
+				d.MaxEntries, denycache.DefaultMaxEntries)))
+		}
+		if d.ProbeInterval < 0 || d.ProbeInterval > 0 && d.ProbeInterval < time.Millisecond {
+			l.add(c.fieldError("backend.deny_cache.probe_interval", fmt.Errorf("is %v; it must be at least 1ms (or absent for the default %v)",
+				d.ProbeInterval, denycache.DefaultProbeInterval)))
 		}
 	}
 	if f := b.Fallback; f != nil {

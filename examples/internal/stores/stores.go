@@ -7,7 +7,7 @@ import (
 
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
-	"github.com/limitkit/limitkit/limiter/config"
+	"github.com/limitkit/limitkit/backend/storeurl"
 )
 
 // Clients lists the values of the -client flag.
@@ -18,15 +18,16 @@ const URLForms = "redis://host:port/db, rediss://..., redis+cluster://host:port?
 	"redis+sentinel://host:port?addr=host2:port2&master_name=NAME"
 
 // Redis connects to the Redis named by url, in any of the forms
-// limiter/config reads (a single server, a cluster, a sentinel group; see
-// URLForms), with the named client library, "go-redis" or "rueidis", and
-// returns a store over it and a function that closes the client.
+// backend/storeurl reads (a single server, a cluster, a sentinel group;
+// see URLForms), with the named client library, "go-redis" or "rueidis",
+// checks that it answers, and returns a store over it and a function that
+// closes the client.
 func Redis(url, client string) (backend.Store, func(), error) {
-	s, closeFn, err := config.Backend{URL: url, Client: client}.Open(context.Background())
+	opened, err := storeurl.Open(context.Background(), url, storeurl.WithClient(client))
 	if err != nil {
 		return nil, nil, err
 	}
-	return s, func() { _ = closeFn() }, nil
+	return opened.Store, func() { _ = opened.Close() }, nil
 }
 
 // Open returns the store an example keeps its state in: a new memory store

@@ -1,4 +1,4 @@
-package config
+package storeurl
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/limitkit/limitkit/internal/suggest"
 )
 
 // A rediss:// URL pointed at a server without TLS fails in the handshake:
@@ -181,7 +183,7 @@ func takeTLSOptions(q url.Values) (tlsSettings, error) {
 		case "tls_server_name":
 			s.serverName = v
 		default:
-			return s, fmt.Errorf("no URL option %q%s; the TLS options are %s", clip(k, 40), didYouMean(k, tlsURLOptions),
+			return s, fmt.Errorf("no URL option %q%s; the TLS options are %s", clip(k, 40), suggest.DidYouMean(k, tlsURLOptions),
 				strings.Join(tlsURLOptions, ", "))
 		}
 		if v == "" {
@@ -200,7 +202,7 @@ func takeTLSOptions(q url.Values) (tlsSettings, error) {
 // never quote a file's contents.
 func (s tlsSettings) apply(conf *tls.Config) error {
 	if s.ca != "" {
-		pem, err := os.ReadFile(s.ca)
+		pem, err := readTLSFile(s.ca)
 		if err != nil {
 			return fmt.Errorf("tls_ca: cannot read the CA file: %w", err)
 		}
@@ -212,11 +214,11 @@ func (s tlsSettings) apply(conf *tls.Config) error {
 		conf.RootCAs = pool
 	}
 	if s.cert != "" {
-		certPEM, err := os.ReadFile(s.cert)
+		certPEM, err := readTLSFile(s.cert)
 		if err != nil {
 			return fmt.Errorf("tls_cert: cannot read the client certificate: %w", err)
 		}
-		keyPEM, err := os.ReadFile(s.key)
+		keyPEM, err := readTLSFile(s.key)
 		if err != nil {
 			return fmt.Errorf("tls_key: cannot read the client key: %w", err)
 		}
@@ -233,6 +235,30 @@ func (s tlsSettings) apply(conf *tls.Config) error {
 		conf.ServerName = s.serverName
 	}
 	return nil
+}
+
+// MaxTLSFileSize bounds each file tls_ca, tls_cert and tls_key name: a CA
+// bundle of some hundred certificates fits, and a wrong path (a device, a
+// log) cannot exhaust memory.
+const MaxTLSFileSize = 1 << 20
+
+// readTLSFile reads path, refusing more than MaxTLSFileSize bytes; it
+// reads at most one byte more, whatever the file is.
+func readTLSFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxTLSFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxTLSFileSize {
+		return nil, fmt.Errorf("%s holds more than %d bytes (MaxTLSFileSize), more than any PEM file of certificates or a key: check the path",
+			clip(path, 200), MaxTLSFileSize)
+	}
+	return data, nil
 }
 
 // explainTLS says which TLS setting a failed handshake or a refused

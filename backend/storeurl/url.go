@@ -1,4 +1,4 @@
-package config
+package storeurl
 
 import (
 	"errors"
@@ -120,16 +120,14 @@ func parseError(err error) error {
 	return err
 }
 
-// credentials returns u's user name and password and u without them, for
-// a client parser that must never see (and so never echo) the password.
-func credentials(u *url.URL) (user, password string, stripped url.URL) {
-	stripped = *u
-	stripped.User = nil
+// userinfo returns u's user name and password, which the client parsers
+// never see (and so never echo).
+func userinfo(u *url.URL) (user, password string) {
 	if u.User != nil {
 		user = u.User.Username()
 		password, _ = u.User.Password()
 	}
-	return user, password, stripped
+	return user, password
 }
 
 // secretsOf lists what of u must never be printed: the userinfo, raw and
