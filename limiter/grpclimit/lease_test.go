@@ -190,7 +190,7 @@ func leaseLimiter(t *testing.T, store backend.Store, n int64) (*limiter.Limiter,
 	return newLimiter(t, store, limiter.Config{Algorithm: algorithms.Concurrency, Limit: n, Window: time.Minute, Prefix: "cc:"})
 }
 
-func byKey(context.Context, string) string { return "k" }
+func byKey(context.Context, string) grpclimit.Key { return grpclimit.Key{Value: "k"} }
 
 // waitFor polls cond until it holds or 10 s pass (a hang, not a timing
 // assertion).

@@ -231,9 +231,9 @@ func TestKeyByPeerAndMethod(t *testing.T) {
 	lim, _ := newLimiter(t, nil, limiter.Config{Limit: 1, Window: time.Minute})
 	var seen atomic.Value
 	key := grpclimit.Join(grpclimit.PeerAddr(), grpclimit.FullMethod())
-	spy := func(ctx context.Context, m string) string {
+	spy := func(ctx context.Context, m string) grpclimit.Key {
 		k := key(ctx, m)
-		seen.Store(k)
+		seen.Store(k.Value)
 		return k
 	}
 	s := startServer(t, newInterceptor(t, lim, grpclimit.WithKey(spy)))
@@ -421,7 +421,7 @@ func TestFieldsMatchHTTPLimit(t *testing.T) {
 			rpcLim, rpcClock := newLimiter(t, nil, cfg)
 			both := httplimit.DraftHeaders | httplimit.XRateLimitHeaders
 			mw, err := httplimit.New(httpLim, httplimit.WithPolicyName("orders"), httplimit.WithHeaders(both),
-				httplimit.WithKey(func(*http.Request) string { return "127.0.0.1" }))
+				httplimit.WithKey(func(*http.Request) httplimit.Key { return httplimit.Key{Value: "127.0.0.1"} }))
 			require.NoError(t, err)
 			h := mw.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 			s := startServer(t, newInterceptor(t, rpcLim, grpclimit.WithPolicyName("orders"),

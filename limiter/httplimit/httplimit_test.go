@@ -226,7 +226,7 @@ func TestFailingStoreLetsRequestsThrough(t *testing.T) {
 	assert.EqualValues(t, 3, store.calls.Load())
 	assert.Equal(t, 3, strings.Count(logs.String(), "level=ERROR"))
 	assert.Contains(t, logs.String(), "connection refused")
-	assert.Contains(t, logs.String(), "policy=test:")
+	assert.Contains(t, logs.String(), "limit=test:")
 }
 
 func TestFailingStoreErrorHandler(t *testing.T) {

@@ -225,7 +225,7 @@ func TestLeaseReleasedOnReturn(t *testing.T) {
 		lim, _ := newLeaseLimiter(t, s, n)
 		mw, err := New(lim)
 		require.NoError(t, err)
-		mw.releaseHook = func(*http.Request, *limiter.Lease) error { return nil } // never released
+		mw.set.ReleaseHook = func(context.Context, *limiter.Lease) error { return nil } // never released
 		_, admitted, _ := load(t, mw, clients, each)
 		assert.Equal(t, int64(n), admitted)
 	})
@@ -241,7 +241,7 @@ func TestLeaseReleasedOnPanic(t *testing.T) {
 		mw, err := New(lim)
 		require.NoError(t, err)
 		if keep {
-			mw.releaseHook = func(*http.Request, *limiter.Lease) error { return nil }
+			mw.set.ReleaseHook = func(context.Context, *limiter.Lease) error { return nil }
 		}
 		var panics, remaining atomic.Int64
 		remaining.Store(-1)
@@ -296,7 +296,7 @@ func TestLeaseReleasedOnDisconnect(t *testing.T) {
 		mw, err := New(lim, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 		require.NoError(t, err)
 		if naive {
-			mw.releaseHook = func(r *http.Request, l *limiter.Lease) error { return l.Release(r.Context()) }
+			mw.set.ReleaseHook = func(ctx context.Context, l *limiter.Lease) error { return l.Release(ctx) }
 		}
 		entered := make(chan struct{}, 1)
 		var handled sync.WaitGroup
@@ -491,7 +491,7 @@ func TestNewCompositeErrors(t *testing.T) {
 	_, err = NewComposite(nil, nil)
 	assert.ErrorContains(t, err, "composite is nil")
 	_, err = NewComposite(c, []Limit{{Key: ClientIP(), Policy: "a"}})
-	assert.ErrorContains(t, err, "1 limits for a composite of 2")
+	assert.ErrorContains(t, err, "1 limits described for a composite of 2")
 	_, err = NewComposite(c, []Limit{{Key: ClientIP(), Policy: "a"}, {Policy: "b"}})
 	assert.ErrorContains(t, err, "limit 1 has no key func")
 	_, err = NewComposite(c, []Limit{{Key: ClientIP(), Policy: "a"}, {Key: ClientIP(), Policy: ""}})
