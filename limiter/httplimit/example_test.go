@@ -98,7 +98,7 @@ func ExampleDecisionFrom() {
 func ExampleWithDenyHandler() {
 	store, _ := memorystore.New()
 	lim, err := limiter.New(store, limiter.Config{Limit: 1, Window: time.Minute, Prefix: "api:",
-		Exempt: []string{"10.0.0.0/8"},       // the monitoring network
+		Exempt: []string{"10.0.0.0/8"},        // the monitoring network
 		Deny:   []string{"198.51.100.66/32"}}) // an abuser
 	if err != nil {
 		panic(err)
