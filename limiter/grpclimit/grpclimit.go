@@ -62,6 +62,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
@@ -76,24 +77,6 @@ import (
 	"github.com/limitkit/limitkit/limiter/internal/transport"
 	"github.com/limitkit/limitkit/limiter/ratelimitfields"
 )
-
-// Headers selects which rate-limit fields response metadata carries;
-// combine them with |.
-type Headers = transport.Headers
-
-// The header sets, as in limiter/httplimit.
-const (
-	// DraftHeaders are ratelimit-policy and ratelimit, the fields of the
-	// IETF httpapi draft. The default.
-	DraftHeaders = transport.DraftHeaders
-	// XRateLimitHeaders are x-ratelimit-limit, x-ratelimit-remaining and
-	// x-ratelimit-reset (seconds from now).
-	XRateLimitHeaders = transport.XRateLimitHeaders
-)
-
-// DefaultPolicyName names the policy in the metadata and in QuotaFailure
-// unless WithPolicyName says otherwise.
-const DefaultPolicyName = transport.DefaultPolicyName
 
 // ErrorPolicy says what happens to a call whose limit could not be decided
 // because the store failed.
@@ -114,13 +97,7 @@ type Option func(*Interceptor) error
 
 // WithKey sets how calls are keyed (default PeerAddr()).
 func WithKey(k KeyFunc) Option {
-	return func(i *Interceptor) error {
-		if k == nil {
-			return errors.New("grpclimit: key func is nil")
-		}
-		i.key = k
-		return nil
-	}
+	return func(i *Interceptor) error { return transport.SetFunc(&i.key, k, k == nil, "grpclimit: key func") }
 }
 
 // WithMethods limits only the methods matching patterns (default: every
@@ -148,6 +125,16 @@ func WithoutMethods(patterns ...string) Option {
 	}
 }
 
+// Defaults of the options.
+const (
+	// DefaultPolicyName names the policy in the metadata and in
+	// QuotaFailure unless WithPolicyName says otherwise.
+	DefaultPolicyName = transport.DefaultPolicyName
+	// DefaultReleaseTimeout bounds the release of a lease unless
+	// WithReleaseTimeout says otherwise.
+	DefaultReleaseTimeout = transport.DefaultReleaseTimeout
+)
+
 // WithPolicyName names the policy in the rate-limit metadata and in
 // QuotaFailure (default DefaultPolicyName). The name must be printable
 // ASCII.
@@ -155,10 +142,30 @@ func WithPolicyName(name string) Option {
 	return func(i *Interceptor) error { return i.set.SetPolicyName(name) }
 }
 
+// The metadata field sets WithHeaders selects, as in limiter/httplimit:
+// DraftHeaders (ratelimit-policy and ratelimit, the IETF httpapi draft's
+// fields; the default) and XRateLimitHeaders (x-ratelimit-limit,
+// x-ratelimit-remaining and x-ratelimit-reset, seconds from now).
+const (
+	DraftHeaders      = transport.DraftHeaders
+	XRateLimitHeaders = transport.XRateLimitHeaders
+)
+
+// Headers selects which rate-limit fields response metadata carries;
+// combine them with |.
+type Headers = transport.Headers
+
 // WithHeaders selects the metadata fields sent (default DraftHeaders). 0
 // sends none but retry-after.
 func WithHeaders(h Headers) Option {
 	return func(i *Interceptor) error { return i.set.SetHeaders(h) }
+}
+
+// WithReleaseTimeout bounds how long the release of a lease may take
+// (default DefaultReleaseTimeout). A release that fails or times out is
+// logged; its slot comes back when the lease times out.
+func WithReleaseTimeout(d time.Duration) Option {
+	return func(i *Interceptor) error { return i.set.SetReleaseTimeout(d) }
 }
 
 // WithLogger sets the logger store failures and failed lease releases are
@@ -199,28 +206,18 @@ type call struct {
 // New returns interceptors enforcing lim. It returns an error for a nil
 // limiter, an invalid option or a malformed method pattern.
 func New(lim *limiter.Limiter, opts ...Option) (*Interceptor, error) {
-	i, err := newInterceptor(opts)
-	if err != nil {
-		return nil, err
-	}
-	if i.core, err = transport.ForLimiter(lim, i.key.onCall, i.set.PolicyName, quotas); err != nil {
-		return nil, fmt.Errorf("grpclimit: %w", err)
-	}
-	return i, nil
+	return build(opts, func(i *Interceptor) (*transport.Core[call], error) {
+		return transport.ForLimiter(lim, i.key.onCall, i.set.PolicyName, quotas)
+	})
 }
 
 // NewPlans returns interceptors enforcing the plan p's resolver chooses for
 // each call's key (limiter.Plans.Admit): each plan's limit, with its
 // metadata, follows that plan's configuration.
 func NewPlans(p *limiter.Plans, opts ...Option) (*Interceptor, error) {
-	i, err := newInterceptor(opts)
-	if err != nil {
-		return nil, err
-	}
-	if i.core, err = transport.ForPlans(p, i.key.onCall, i.set.PolicyName, quotas); err != nil {
-		return nil, fmt.Errorf("grpclimit: %w", err)
-	}
-	return i, nil
+	return build(opts, func(i *Interceptor) (*transport.Core[call], error) {
+		return transport.ForPlans(p, i.key.onCall, i.set.PolicyName, quotas)
+	})
 }
 
 // Limit is one limit of a limiter.Composite as NewComposite serves it.
@@ -239,33 +236,24 @@ type Limit struct {
 // denial's QuotaFailure describe the one the decision names. WithKey and
 // WithPolicyName do not apply (each Limit has its own).
 func NewComposite(c *limiter.Composite, limits []Limit, opts ...Option) (*Interceptor, error) {
-	i, err := newInterceptor(opts)
-	if err != nil {
-		return nil, err
-	}
-	keys := make([]func(call) Key, len(limits))
+	keys := make([]KeyFunc, len(limits))
 	names := make([]string, len(limits))
 	for j, l := range limits {
-		keys[j], names[j] = l.Key.onCall, l.Policy
-		if l.Key == nil {
-			keys[j] = nil
-		}
+		keys[j], names[j] = l.Key, l.Policy
 	}
-	if i.core, err = transport.ForComposite(c, keys, names, quotas); err != nil {
-		return nil, fmt.Errorf("grpclimit: %w", err)
-	}
-	if len(limits) > 0 {
-		i.set.PolicyName = names[0]
-	}
-	return i, nil
+	return build(opts, func(i *Interceptor) (*transport.Core[call], error) {
+		i.set.PolicyName = transport.First(names, i.set.PolicyName)
+		return transport.ForComposite(c, onCalls(keys), names, quotas)
+	})
 }
 
-func newInterceptor(opts []Option) (*Interceptor, error) {
+// build applies opts to an Interceptor with the defaults and gives it the
+// core newCore makes.
+func build(opts []Option, newCore func(*Interceptor) (*transport.Core[call], error)) (*Interceptor, error) {
 	i := &Interceptor{set: transport.NewSettings("grpclimit"), key: PeerAddr()}
-	for _, opt := range opts {
-		if err := opt(i); err != nil {
-			return nil, err
-		}
+	var err error
+	if i.core, err = transport.Build("grpclimit", i, opts, newCore); err != nil {
+		return nil, err
 	}
 	return i, nil
 }

@@ -3,22 +3,10 @@ package grpclimit
 import (
 	"context"
 	"log/slog"
-	"time"
 
 	"github.com/limitkit/limitkit/limiter"
 	"github.com/limitkit/limitkit/limiter/internal/transport"
 )
-
-// DefaultReleaseTimeout bounds the release of a lease unless
-// WithReleaseTimeout says otherwise.
-const DefaultReleaseTimeout = transport.DefaultReleaseTimeout
-
-// WithReleaseTimeout bounds how long the release of a lease may take
-// (default DefaultReleaseTimeout). A release that fails or times out is
-// logged; its slot comes back when the lease times out.
-func WithReleaseTimeout(d time.Duration) Option {
-	return func(i *Interceptor) error { return i.set.SetReleaseTimeout(d) }
-}
 
 // LeaseFrom returns the lease the interceptor holds for the call whose
 // context is ctx, under a concurrency limit: a handler that may run longer

@@ -1,21 +1,21 @@
 package grpclimit_test
 
 import (
-	"fmt"
-	"os"
-	"path/filepath"
+	"context"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/limiter/config"
 	"github.com/limitkit/limitkit/limiter/grpclimit"
+	"github.com/limitkit/limitkit/limiter/internal/transport/transporttest"
 )
 
 // TestPolicyFollowsSetConfig (issue 22, defect 13): on a real server, after
@@ -49,34 +49,20 @@ func TestPolicyFollowsSetConfig(t *testing.T) {
 	assert.Equal(t, []string{`"default";q=2;qu="concurrent-requests"`}, md.Get("ratelimit-policy"))
 }
 
-const liveFile = `
-backend:
-  url: memory://
-policies:
-  api:
-    limit: %d
-    window: %s
-`
-
-// TestPolicyFollowsReloadFile: a configuration file's reload
-// (config.Set.ReloadFile, which calls SetConfig) reaches the metadata.
-func TestPolicyFollowsReloadFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "limits.yaml")
-	write := func(limit int, window string) {
-		require.NoError(t, os.WriteFile(path, []byte(fmtFile(limit, window)), 0o600))
-	}
-	write(3, "1m")
-	cfg, err := config.Load(path)
+// TestPolicyFollowsGroupReload: a configuration file's reload
+// (config.Set.ReloadFile swaps every policy with limiter.Group.SetConfigs)
+// reaches the metadata. The config package is not imported here: it would
+// bring the Redis clients into this module's requirements.
+func TestPolicyFollowsGroupReload(t *testing.T) {
+	store, err := memorystore.New()
 	require.NoError(t, err)
-	set, err := cfg.Build(t.Context())
+	group, err := limiter.NewGroup(store, []limiter.Config{{Limit: 3, Window: time.Minute, Prefix: "api:"}})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = set.Close() })
-	s := startServer(t, newInterceptor(t, set.Limiter("api")))
+	s := startServer(t, newInterceptor(t, group.Limiters()[0]))
 	md, err := s.check(t.Context())
 	require.NoError(t, err)
 	assert.Equal(t, []string{`"default";q=3;w=60`}, md.Get("ratelimit-policy"))
-	write(7, "10s")
-	require.NoError(t, set.ReloadFile(path))
+	require.NoError(t, group.SetConfigs([]limiter.Config{{Limit: 7, Window: 10 * time.Second, Prefix: "api:"}}))
 	md, err = s.check(t.Context())
 	require.NoError(t, err)
 	assert.Equal(t, []string{`"default";q=7;w=10`}, md.Get("ratelimit-policy"))
@@ -106,4 +92,17 @@ func TestListsReachGRPC(t *testing.T) {
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "an address in metadata is no client address")
 }
 
-func fmtFile(limit int, window string) string { return fmt.Sprintf(liveFile, limit, window) }
+// TestReloadToAndFromConcurrency (issue 22, defect 7): calls through the
+// unary interceptor while the limit switches between "concurrency" and
+// "fixed_window" never fail.
+func TestReloadToAndFromConcurrency(t *testing.T) {
+	lim, _ := transporttest.NewLimiter(t, nil, transporttest.LeaseConfig)
+	ic := newInterceptor(t, lim, grpclimit.WithKey(grpclimit.FullMethod()))
+	unary := ic.Unary()
+	info := &grpc.UnaryServerInfo{FullMethod: "/a.B/C"}
+	handler := func(context.Context, any) (any, error) { return nil, nil }
+	transporttest.ReloadLoop(t, lim, func() bool {
+		_, err := unary(t.Context(), nil, info, handler)
+		return err == nil
+	})
+}

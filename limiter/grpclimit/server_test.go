@@ -28,14 +28,14 @@ import (
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/backend/storetest"
-	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/limiter"
 	"github.com/limitkit/limitkit/limiter/grpclimit"
 	"github.com/limitkit/limitkit/limiter/httplimit"
+	"github.com/limitkit/limitkit/limiter/internal/transport/transporttest"
 	"github.com/limitkit/limitkit/limiter/observe"
 )
 
-var start = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+var start = transporttest.Start
 
 const (
 	check = "/grpc.health.v1.Health/Check"
@@ -43,18 +43,7 @@ const (
 )
 
 // newLimiter returns a limiter on a memory store driven by a fake clock.
-func newLimiter(t *testing.T, store backend.Store, cfg limiter.Config) (*limiter.Limiter, *clock.Fake) {
-	t.Helper()
-	if store == nil {
-		s, err := memorystore.New()
-		require.NoError(t, err)
-		store = s
-	}
-	fake := clock.NewFake(start)
-	lim, err := limiter.New(store, cfg, limiter.WithClock(fake))
-	require.NoError(t, err)
-	return lim, fake
-}
+var newLimiter = transporttest.NewLimiter
 
 // server is a real gRPC server on a loopback TCP port serving the standard
 // health service, with a client connected to it.

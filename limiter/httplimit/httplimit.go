@@ -91,7 +91,6 @@ package httplimit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -132,13 +131,7 @@ type Option func(*Middleware) error
 
 // WithKey sets how requests are keyed (default ClientIP()).
 func WithKey(k KeyFunc) Option {
-	return func(m *Middleware) error {
-		if k == nil {
-			return errors.New("httplimit: key func is nil")
-		}
-		m.key = k
-		return nil
-	}
+	return func(m *Middleware) error { return transport.SetFunc(&m.key, k, k == nil, "httplimit: key func") }
 }
 
 // WithPolicyName names the policy in the draft headers (default
@@ -164,11 +157,7 @@ func WithLogger(l *slog.Logger) Option {
 // with the middleware's logger and let the request through).
 func WithErrorHandler(h ErrorHandler) Option {
 	return func(m *Middleware) error {
-		if h == nil {
-			return errors.New("httplimit: error handler is nil")
-		}
-		m.onError = h
-		return nil
+		return transport.SetFunc(&m.onError, h, h == nil, "httplimit: error handler")
 	}
 }
 
@@ -220,32 +209,23 @@ type Middleware struct {
 // New returns middleware enforcing lim. It returns an error for a nil
 // limiter or an invalid option.
 func New(lim *limiter.Limiter, opts ...Option) (*Middleware, error) {
-	m, err := newMiddleware(opts)
-	if err != nil {
-		return nil, err
-	}
-	if m.core, err = transport.ForLimiter(lim, m.key, m.set.PolicyName, problems); err != nil {
-		return nil, fmt.Errorf("httplimit: %w", err)
-	}
-	return m, nil
+	return build(opts, func(m *Middleware) (*transport.Core[*http.Request], error) {
+		return transport.ForLimiter(lim, m.key, m.set.PolicyName, problems)
+	})
 }
 
-// NewPlans returns middleware enforcing the plan p's resolver chooses for
-// each request's key (limiter.Plans.Admit): each plan's limit, with its
-// headers, follows that plan's configuration.
+// NewPlans returns middleware enforcing, for each request, the plan p's
+// resolver chooses for its key (limiter.Plans.Admit). Every plan's limit
+// has its own headers, and they change with that plan's configuration.
 func NewPlans(p *limiter.Plans, opts ...Option) (*Middleware, error) {
-	m, err := newMiddleware(opts)
-	if err != nil {
-		return nil, err
-	}
-	if m.core, err = transport.ForPlans(p, m.key, m.set.PolicyName, problems); err != nil {
-		return nil, fmt.Errorf("httplimit: %w", err)
-	}
-	return m, nil
+	return build(opts, func(m *Middleware) (*transport.Core[*http.Request], error) {
+		return transport.ForPlans(p, m.key, m.set.PolicyName, problems)
+	})
 }
 
-// newMiddleware returns a Middleware with the defaults and opts applied.
-func newMiddleware(opts []Option) (*Middleware, error) {
+// build returns a Middleware with the defaults and opts applied, serving
+// through the core newCore makes.
+func build(opts []Option, newCore func(*Middleware) (*transport.Core[*http.Request], error)) (*Middleware, error) {
 	m := &Middleware{
 		set:        transport.NewSettings("httplimit"),
 		key:        ClientIP(),
@@ -253,10 +233,9 @@ func newMiddleware(opts []Option) (*Middleware, error) {
 		deny:       http.HandlerFunc(forbidden),
 	}
 	m.denied = http.HandlerFunc(m.tooManyRequests)
-	for _, opt := range opts {
-		if err := opt(m); err != nil {
-			return nil, err
-		}
+	var err error
+	if m.core, err = transport.Build("httplimit", m, opts, newCore); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

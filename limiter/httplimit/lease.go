@@ -2,7 +2,6 @@ package httplimit
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -55,20 +54,13 @@ type Limit struct {
 // (limiter.Decision.Rule). The fields follow limiter.Composite.SetConfigs.
 // WithKey and WithPolicyName do not apply (each Limit has its own).
 func NewComposite(c *limiter.Composite, limits []Limit, opts ...Option) (*Middleware, error) {
-	m, err := newMiddleware(opts)
-	if err != nil {
-		return nil, err
-	}
 	keys := make([]func(*http.Request) Key, len(limits))
 	names := make([]string, len(limits))
 	for i, l := range limits {
 		keys[i], names[i] = l.Key, l.Policy
 	}
-	if m.core, err = transport.ForComposite(c, keys, names, problems); err != nil {
-		return nil, fmt.Errorf("httplimit: %w", err)
-	}
-	if len(limits) > 0 {
-		m.set.PolicyName = names[0]
-	}
-	return m, nil
+	return build(opts, func(m *Middleware) (*transport.Core[*http.Request], error) {
+		m.set.PolicyName = transport.First(names, m.set.PolicyName)
+		return transport.ForComposite(c, keys, names, problems)
+	})
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/limitkit/limitkit/internal/testing/redistest"
 	"github.com/limitkit/limitkit/limiter"
 	"github.com/limitkit/limitkit/limiter/config"
+	"github.com/limitkit/limitkit/limiter/internal/transport/transporttest"
 )
 
 // leaseStores runs check on the memory store, then on a real redis-server
@@ -92,18 +93,7 @@ func (g *gauge) enter() {
 
 func (g *gauge) leave() { g.now.Add(-1) }
 
-// waitFor polls cond until it holds or 10 s pass (a hang, not a timing
-// assertion: the condition is met at once on a working system).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+var waitFor = transporttest.WaitFor
 
 // gated sends two rounds of 2n requests, one at a time, to a server whose
 // handlers stay in flight until the end, the fake clock moving a second

@@ -202,3 +202,14 @@ func (s *Settings) LogFailure(ctx context.Context, o *Outcome, then string, attr
 	attrs = append(attrs, slog.Any("error", err))
 	s.Logger.LogAttrs(ctx, level, msg, attrs...)
 }
+
+// SetFunc sets *dst to f, an option's func, or refuses a nil one (isNil:
+// f == nil, which a type parameter cannot say); what names the option in
+// the error.
+func SetFunc[F any](dst *F, f F, isNil bool, what string) error {
+	if isNil {
+		return errors.New(what + " is nil")
+	}
+	*dst = f
+	return nil
+}

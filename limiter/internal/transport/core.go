@@ -72,7 +72,7 @@ func ForLimiter[R any](lim *limiter.Limiter, key func(R) Key, name string, extra
 	if lim == nil {
 		return nil, errors.New("limiter is nil; build one with limiter.New")
 	}
-	s := &limiterSource{lim: lim}
+	s := &oneSource{a: lim}
 	s.views = newViews(lim.Generation, func(gen uint64) (*View, error) {
 		return limiterView(gen, name, lim.Config()), nil
 	}, extra)
@@ -92,7 +92,7 @@ func ForComposite[R any](c *limiter.Composite, keys []func(R) Key, names []strin
 			return nil, fmt.Errorf("limit %d has no key func", i)
 		}
 	}
-	s := &compositeSource{c: c}
+	s := &oneSource{a: c}
 	s.views = newViews(c.Generation, func(gen uint64) (*View, error) {
 		return compositeView(gen, names, c.Configs())
 	}, extra)
@@ -161,25 +161,20 @@ func (c *Core[R]) Admit(ctx context.Context, r R) Outcome {
 	return o
 }
 
-type limiterSource struct {
-	lim   *limiter.Limiter
+// admitter is a Limiter or a Composite.
+type admitter interface {
+	Admit(ctx context.Context, req limiter.Request) (*limiter.Lease, limiter.Decision, error)
+}
+
+// oneSource serves a Limiter or a Composite: one configuration at a time.
+type oneSource struct {
+	a     admitter
 	views *views
 }
 
-func (s *limiterSource) admit(ctx context.Context, req limiter.Request) (*limiter.Lease, limiter.Decision, *View, error) {
+func (s *oneSource) admit(ctx context.Context, req limiter.Request) (*limiter.Lease, limiter.Decision, *View, error) {
 	v := s.views.current()
-	lease, d, err := s.lim.Admit(ctx, req)
-	return lease, d, v, err
-}
-
-type compositeSource struct {
-	c     *limiter.Composite
-	views *views
-}
-
-func (s *compositeSource) admit(ctx context.Context, req limiter.Request) (*limiter.Lease, limiter.Decision, *View, error) {
-	v := s.views.current()
-	lease, d, err := s.c.Admit(ctx, req)
+	lease, d, err := s.a.Admit(ctx, req)
 	return lease, d, v, err
 }
 
@@ -195,4 +190,28 @@ func (s *plansSource) admit(ctx context.Context, req limiter.Request) (*limiter.
 		v = pv.current()
 	}
 	return lease, d, v, err
+}
+
+// First is names[0], or def when there are none: the policy name a
+// composite's logs use.
+func First(names []string, def string) string {
+	if len(names) == 0 {
+		return def
+	}
+	return names[0]
+}
+
+// Build applies opts to t, a transport with its defaults set, and makes
+// its core with newCore; pkg names the transport in errors.
+func Build[T any, O ~func(*T) error, R any](pkg string, t *T, opts []O, newCore func(*T) (*Core[R], error)) (*Core[R], error) {
+	for _, opt := range opts {
+		if err := opt(t); err != nil {
+			return nil, err
+		}
+	}
+	core, err := newCore(t)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", pkg, err)
+	}
+	return core, nil
 }
