@@ -808,7 +808,7 @@ func (s *Store) decide(ctx context.Context, b *breaker, req backend.Request, tak
 		return backend.Result{}, fmt.Errorf("fallback: local store: %w", err)
 	}
 	res.Degraded = true
-	res.Lease = -res.Lease // a local lease: released to the local store
+	res.Lease = s.localLease(res.Lease) // a local lease: released to the local store
 	return res, nil
 }
 
@@ -856,7 +856,7 @@ func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 	}
 	res.Rule = index[res.Rule]
 	res.Degraded = true
-	res.Lease = -res.Lease // a local lease: released to the local store
+	res.Lease = s.localLease(res.Lease) // a local lease: released to the local store
 	return res, nil
 }
 

@@ -4,15 +4,58 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/internal/boundid"
 )
 
+// Local lease ids. The local store's ids are times (1/1000 ms, below
+// 2^53), so two processes granting in the same instant would issue the
+// same id, and a Release by id in one would free the other's holder. A
+// local lease's id is therefore the local id with this store's tag in the
+// bits above 2^53, negated: an id another store (another process) granted
+// carries another tag and is refused as not held, with no store call.
+const (
+	localIDBits = 53
+	localIDMask = 1<<localIDBits - 1
+	tagBits     = 63 - localIDBits // 10: one in 1,023 tags shared by two stores
+)
+
+// processSeed (random) makes the tags of this process's stores unlike
+// another's.
+var processSeed = maphash.MakeSeed()
+
+// tag is this store's local lease tag, 1 to 2^10-1: a hash of the
+// process's random seed and the store's shared state, which all its policy
+// views (WithPolicy) share, so any of them releases its leases.
+func (s *Store) tag() int64 {
+	return int64(maphash.Comparable(processSeed, s.shared)%(1<<tagBits-1)) + 1
+}
+
+// localLease is the lease id of a local store's lease id (0: none).
+func (s *Store) localLease(id int64) int64 {
+	if id <= 0 || id > localIDMask {
+		return -id // an id out of range is the local store's to refuse
+	}
+	return -(s.tag()<<localIDBits | id)
+}
+
+// localID is the local store's id of a local lease id, and false when this
+// store did not grant it.
+func (s *Store) localID(lease int64) (int64, bool) {
+	v := -lease
+	if v>>localIDBits != s.tag() {
+		return 0, false
+	}
+	return v & localIDMask, true
+}
+
 // Release implements backend.LeaseStore. A local lease (a negative id,
 // granted by a Local policy) is released on the local store, whatever the
-// breaker's state; any other on the primary, through the breaker and with
-// its deadline. When the primary cannot be reached the error wraps
+// breaker's state, and only by the store that granted it (another
+// process's local lease is not held here); any other on the primary,
+// through the breaker and with its deadline. When the primary cannot be reached the error wraps
 // ErrUnavailable: the lease stays held there until it expires or a later
 // Release succeeds.
 func (s *Store) Release(ctx context.Context, req backend.Request, lease int64) (bool, error) {
@@ -24,7 +67,11 @@ func (s *Store) Release(ctx context.Context, req backend.Request, lease int64) (
 		if err != nil {
 			return false, err
 		}
-		held, err := local.Release(ctx, req, -lease)
+		id, ours := s.localID(lease)
+		if !ours {
+			return false, nil
+		}
+		held, err := local.Release(ctx, req, id)
 		if err != nil {
 			return false, fmt.Errorf("fallback: local store: %w", err)
 		}
@@ -47,7 +94,7 @@ func (s *Store) Release(ctx context.Context, req backend.Request, lease int64) (
 }
 
 // Renew implements backend.LeaseStore. Like Release, a local lease is
-// renewed on the local store (the new id negated again, the Result
+// renewed on the local store that granted it (the new id negated again, the Result
 // Degraded) and any other on the primary; when the primary cannot be
 // reached the error wraps ErrUnavailable and the lease is unchanged.
 func (s *Store) Renew(ctx context.Context, req backend.Request, lease int64) (backend.Result, error) {
@@ -59,11 +106,17 @@ func (s *Store) Renew(ctx context.Context, req backend.Request, lease int64) (ba
 		if err != nil {
 			return backend.Result{}, err
 		}
-		res, err := local.Renew(ctx, req, -lease)
+		id, ours := s.localID(lease)
+		if !ours {
+			// Not held here: refused as the local store refuses a lease
+			// it does not hold.
+			return backend.Result{Limit: req.Rule.Limit, Degraded: true}, nil
+		}
+		res, err := local.Renew(ctx, req, id)
 		if err != nil {
 			return backend.Result{}, fmt.Errorf("fallback: local store: %w", err)
 		}
-		res.Lease = -res.Lease
+		res.Lease = s.localLease(res.Lease)
 		res.Degraded = true
 		return res, nil
 	}

@@ -118,11 +118,13 @@ type Config struct {
 	Guard *Guard
 	// Exempt lists keys that are never limited: Allow admits them with
 	// Decision.Exempt set and no store call. Each entry is an exact key
-	// or, for keys that are IP addresses, an address ("192.0.2.7") or a
-	// CIDR prefix ("10.0.0.0/8", "2001:db8::/32"); IPv4-mapped IPv6 keys
-	// match IPv4 entries, and a network key ("2001:db8:1:2::/64") an
-	// entry that holds all of it. An entry written as a prefix must be a valid one
-	// with no host bits set. Default: none.
+	// or an address ("192.0.2.7") or CIDR prefix ("10.0.0.0/8",
+	// "2001:db8::/32"), read strictly: no white space around it, no IPv6
+	// zone, no host bits set. Address entries match client addresses
+	// only: the key itself for Allow (IPv4-mapped keys match IPv4 entries,
+	// a network key "2001:db8:1:2::/64" an entry that holds all of it), and
+	// for Admit only Request.Client, never a key a client wrote. Default:
+	// none.
 	Exempt []string
 	// Deny lists keys that are always denied, without a store call:
 	// Decision.DenyListed is set and RetryAfter is 0, and Wait returns

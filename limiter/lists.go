@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/limitkit/limitkit/internal/boundid"
+	"github.com/limitkit/limitkit/limiter/internal/ipmask"
 )
 
 // ErrDenyListed is returned by Wait and WaitN for a key on the limit's deny
@@ -68,123 +69,54 @@ func parseEntries(field string, entries []string) (map[string]struct{}, []netip.
 }
 
 // parseEntry reads one entry: an IP address (a prefix of its full length),
-// a CIDR prefix, or else an exact key. An entry with a "/bits" suffix whose
-// front is made of address characters is meant as a prefix and must be a
-// valid one, with no host bits set.
+// a CIDR prefix, or else an exact key. An entry that parses as an address,
+// or has a "/bits" suffix after address characters, is an address entry
+// and must be a valid one (ipmask.Parse: no zone, no host bits set). White
+// space around any entry is refused: it would make an exact key that no
+// request has, silently.
 func parseEntry(e string) (netip.Prefix, bool, error) {
 	if e == "" {
 		return netip.Prefix{}, false, errors.New("empty; write a key, an IP address or a CIDR prefix")
 	}
-	if a, err := netip.ParseAddr(e); err == nil {
-		a = a.WithZone("").Unmap()
-		return netip.PrefixFrom(a, a.BitLen()), true, nil
+	if strings.TrimSpace(e) != e {
+		return netip.Prefix{}, false, errors.New("has white space around it; remove it")
 	}
-	front, bits, ok := strings.Cut(e, "/")
-	if !ok || !looksLikeAddr(front) || !allDigits(bits) {
+	if _, err := netip.ParseAddr(e); err != nil && !(strings.Contains(e, "/") && ipmask.LooksLikeAddr(e)) {
 		return netip.Prefix{}, false, nil
 	}
-	p, err := netip.ParsePrefix(e)
-	if err != nil {
-		return netip.Prefix{}, false, errors.New("not a valid CIDR prefix; write it like 10.0.0.0/8 or 2001:db8::/32")
-	}
-	if m := p.Masked(); m != p {
-		return netip.Prefix{}, false, fmt.Errorf("has host bits set; write %s", m)
-	}
-	if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
-		p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
-	}
-	return p, true, nil
-}
-
-// looksLikeAddr reports whether s is made of the characters of an IP
-// address, with a dot or a colon, before any IPv6 zone ("%eth0").
-func looksLikeAddr(s string) bool {
-	if i := strings.IndexByte(s, '%'); i >= 0 {
-		s = s[:i]
-	}
-	if s == "" {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' || c == '.' || c == ':') {
-			return false
-		}
-	}
-	return strings.ContainsAny(s, ".:")
-}
-
-func allDigits(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
+	p, err := ipmask.Parse(e)
+	return p, true, err
 }
 
 // check says what the lists say of key. A deny entry wins over an
-// exemption. The key is parsed as an address, or a network wholly inside
-// an entry, only when there are address entries.
+// exemption. The address entries apply to the key itself, when it is an
+// address or a network (Allow's callers choose their keys).
 func (l *lists) check(key string) verdict {
+	if len(l.denyNets)+len(l.exemptNets) == 0 {
+		return l.checkClient(key, netip.Prefix{})
+	}
+	p, _ := ipmask.KeyPrefix(key)
+	return l.checkClient(key, p)
+}
+
+// checkClient says what the lists say of key from the client at p: the
+// key entries apply to key, the address entries to p only (none when p is
+// not valid).
+func (l *lists) checkClient(key string, p netip.Prefix) verdict {
 	if _, ok := l.denyKeys[key]; ok {
 		return denyListed
 	}
-	exempt := false
-	if _, ok := l.exemptKeys[key]; ok {
-		exempt = true
-	}
-	if len(l.denyNets)+len(l.exemptNets) > 0 {
-		if p, ok := keyPrefix(key); ok {
-			if contains(l.denyNets, p) {
-				return denyListed
-			}
-			exempt = exempt || contains(l.exemptNets, p)
+	_, exempt := l.exemptKeys[key]
+	if p.IsValid() && len(l.denyNets)+len(l.exemptNets) > 0 {
+		if ipmask.Contains(l.denyNets, p) {
+			return denyListed
 		}
+		exempt = exempt || ipmask.Contains(l.exemptNets, p)
 	}
 	if exempt {
 		return exempted
 	}
 	return unlisted
-}
-
-// keyPrefix reads a key that is an IP address (a prefix of its full
-// length) or a network, such as the "2001:db8:1:2::/64" of httplimit's
-// IPv6Prefix key funcs. The shape is checked first: a failed parse
-// allocates its error.
-func keyPrefix(key string) (netip.Prefix, bool) {
-	front, bits, isNet := strings.Cut(key, "/")
-	if !looksLikeAddr(front) || isNet && !allDigits(bits) {
-		return netip.Prefix{}, false
-	}
-	if isNet {
-		p, err := netip.ParsePrefix(key)
-		if err != nil {
-			return netip.Prefix{}, false
-		}
-		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
-			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
-		}
-		return p, true
-	}
-	a, err := netip.ParseAddr(key)
-	if err != nil {
-		return netip.Prefix{}, false
-	}
-	a = a.WithZone("").Unmap()
-	return netip.PrefixFrom(a, a.BitLen()), true
-}
-
-// contains reports whether one of nets holds all of k.
-func contains(nets []netip.Prefix, k netip.Prefix) bool {
-	for _, p := range nets {
-		if p.Bits() <= k.Bits() && p.Contains(k.Addr()) {
-			return true
-		}
-	}
-	return false
 }
 
 // listed returns the decision for a listed key under c without a store
@@ -195,8 +127,28 @@ func (c *compiled) listed(key string) (d Decision, ok bool) {
 	if c.lists == nil || key == "" {
 		return Decision{}, false
 	}
+	return c.verdictDecision(c.lists.check(key))
+}
+
+// listedClient is listed for a transport's request: the address entries
+// apply to client only (see Request.Client), never to the key.
+func (c *compiled) listedClient(key string, client netip.Addr) (d Decision, ok bool) {
+	if c.lists == nil || key == "" {
+		return Decision{}, false
+	}
+	var p netip.Prefix
+	if client.IsValid() {
+		a := ipmask.Normalize(client)
+		p = netip.PrefixFrom(a, a.BitLen())
+	}
+	return c.verdictDecision(c.lists.checkClient(key, p))
+}
+
+// verdictDecision is the decision for a listed key; ok is false for an
+// unlisted one.
+func (c *compiled) verdictDecision(v verdict) (d Decision, ok bool) {
 	limit := c.config.Limit
-	switch c.lists.check(key) {
+	switch v {
 	case exempted:
 		return Decision{Allowed: true, Exempt: true, Limit: limit, Remaining: limit}, true
 	case denyListed:

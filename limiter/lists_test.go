@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/netip"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/limitkit/limitkit/algorithms"
@@ -266,4 +268,58 @@ type allocStore struct {
 func (s *allocStore) Take(ctx context.Context, r backend.Request) (backend.Result, error) {
 	s.sink = make([]byte, 64+len(s.sink)%2)
 	return s.Store.Take(ctx, r)
+}
+
+// TestListEntriesReadStrictly (issue 22, defect 8): white space around an
+// entry and an IPv6 zone are refused with an error saying what to change,
+// instead of becoming an exact key or an address with zone "eth0/64".
+func TestListEntriesReadStrictly(t *testing.T) {
+	store, err := memorystore.New()
+	require.NoError(t, err)
+	for entry, want := range map[string]string{
+		"203.0.113.0/24 ": "has white space around it; remove it",
+		" monitor":        "has white space around it; remove it",
+		"fe80::1%eth0/64": "has an IPv6 zone",
+		"fe80::1%eth0":    "has an IPv6 zone",
+	} {
+		_, err := limiter.New(store, limiter.Config{Limit: 1, Window: time.Minute, Deny: []string{entry}})
+		require.ErrorIs(t, err, limiter.ErrInvalidConfig, "%q", entry)
+		require.ErrorContains(t, err, want, "%q", entry)
+	}
+}
+
+// TestAdmitAppliesAddressEntriesToClientsOnly (issue 22, defect 8): Admit
+// matches address entries against Request.Client, never against a key
+// that only looks like an address (a header's value); exact key entries
+// still match the key. Control: Allow, whose caller chose the key, matches
+// the key itself.
+func TestAdmitAppliesAddressEntriesToClientsOnly(t *testing.T) {
+	store, err := memorystore.New()
+	require.NoError(t, err)
+	lim, err := limiter.New(store, limiter.Config{Limit: 1, Window: time.Minute, Prefix: "adm:",
+		Exempt: []string{"10.0.0.0/8", "monitor"}, Deny: []string{"198.51.100.0/24"}})
+	require.NoError(t, err)
+	ctx := t.Context()
+	admit := func(key, client string) limiter.Decision {
+		req := limiter.Request{Keys: []string{key}}
+		if client != "" {
+			req.Client = netip.MustParseAddr(client)
+		}
+		_, d, err := lim.Admit(ctx, req)
+		require.NoError(t, err)
+		return d
+	}
+	for range 2 {
+		assert.True(t, admit("10.9.9.9", "10.9.9.9").Exempt, "the client address is exempt")
+		assert.True(t, admit("1:10.9.9.9", "::ffff:10.9.9.9").Exempt, "a FirstOf key of an exempt client")
+		assert.True(t, admit("monitor", "").Exempt, "an exact key entry")
+		assert.True(t, admit("x", "198.51.100.7").DenyListed, "a denied client")
+	}
+	assert.False(t, admit("10.9.9.9", "").Exempt, "a key that looks like an exempt address")
+	assert.False(t, admit("10.9.9.9", "").Allowed, "...is limited like any key")
+	assert.False(t, admit("198.51.100.7", "").DenyListed, "a key that looks like a denied address")
+
+	d, err := lim.Allow(ctx, "10.1.1.1")
+	require.NoError(t, err)
+	assert.True(t, d.Exempt, "control: Allow matches the key itself")
 }

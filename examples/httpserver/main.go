@@ -128,7 +128,16 @@ func newApp(cfg config) (http.Handler, func(), error) {
 	if cfg.Clock != nil {
 		opts = append(opts, limiter.WithClock(cfg.Clock))
 	}
-	lim, err := limiter.New(observe.Wrap(store, metrics.Observer()), limiter.Config{Limit: limit, Window: window, Prefix: prefix}, opts...)
+	// The address lists match the client address the key func finds,
+	// behind proxies too.
+	limCfg := limiter.Config{Limit: limit, Window: window, Prefix: prefix}
+	if cfg.Exempt != "" {
+		limCfg.Exempt = strings.Split(cfg.Exempt, ",")
+	}
+	if cfg.Deny != "" {
+		limCfg.Deny = strings.Split(cfg.Deny, ",")
+	}
+	lim, err := limiter.New(observe.Wrap(store, metrics.Observer()), limCfg, opts...)
 	if err != nil {
 		closeStore()
 		return nil, nil, err
@@ -141,8 +150,6 @@ func newApp(cfg config) (http.Handler, func(), error) {
 			return nil, nil, fmt.Errorf("-trusted-proxies: %w", err)
 		}
 	}
-	// The address lists match the client address, behind proxies too.
-	clientAddr := key
 	// An IPv6 subscriber usually holds a whole /64: limit the network, or
 	// the client could cycle through its addresses.
 	key, err = httplimit.IPv6Prefix(64, key)
@@ -155,13 +162,6 @@ func newApp(cfg config) (http.Handler, func(), error) {
 		httplimit.WithPolicyName("crawl"),
 		httplimit.WithHeaders(httplimit.DraftHeaders | httplimit.XRateLimitHeaders),
 		httplimit.WithLogger(cfg.Logger),
-		httplimit.WithClientAddr(clientAddr),
-	}
-	if cfg.Exempt != "" {
-		mwOpts = append(mwOpts, httplimit.WithExemptAddrs(strings.Split(cfg.Exempt, ",")...))
-	}
-	if cfg.Deny != "" {
-		mwOpts = append(mwOpts, httplimit.WithDenyAddrs(strings.Split(cfg.Deny, ",")...))
 	}
 	mw, err := httplimit.New(lim, mwOpts...)
 	if err != nil {

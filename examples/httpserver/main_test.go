@@ -237,5 +237,5 @@ func TestExemptAndDeny(t *testing.T) {
 	assert.Equal(t, `"crawl";r=99`, resp.Header.Get("RateLimit"))
 
 	_, _, err := newApp(config{Exempt: "10.0.0.0/33", Logger: slog.New(slog.DiscardHandler)})
-	assert.ErrorContains(t, err, `exempt address "10.0.0.0/33"`)
+	assert.ErrorContains(t, err, `exempt entry "10.0.0.0/33"`)
 }

@@ -8,5 +8,5 @@ import (
 
 // SetReleaseHook makes ic release leases with hook, for tests' controls.
 func SetReleaseHook(ic *Interceptor, hook func(context.Context, *limiter.Lease) error) {
-	ic.releaseHook = hook
+	ic.set.ReleaseHook = hook
 }

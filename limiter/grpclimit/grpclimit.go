@@ -35,6 +35,20 @@
 // WithHeaders, x-ratelimit-limit, x-ratelimit-remaining and
 // x-ratelimit-reset), plus retry-after when denied.
 //
+// The limit's exemptions and deny list (limiter.Config.Exempt and Deny)
+// cost no store call: an exempt call is served without fields or
+// decision, a deny-listed one fails with codes.PermissionDenied. Their
+// address entries apply only to keys derived from the peer's address
+// (PeerAddr, and IPv6Prefix, Join or FirstOf of it; see Key).
+//
+// The metadata and QuotaFailure follow the limiter's configuration: after
+// limiter.Limiter.SetConfig (or a configuration file's reload) they
+// describe the new limit, and a change to or from "concurrency" switches
+// between units and leases without failing a call in flight
+// (limiter.Limiter.Admit decides both from one configuration).
+// NewComposite serves a limiter.Composite and NewPlans a limiter.Plans the
+// same way.
+//
 // A store failure never panics and by default never fails the call: it is
 // logged with log/slog and the call is served (FailOpen). WithErrorPolicy
 // (FailClosed) answers codes.Unavailable instead. A call that yields no key
@@ -48,7 +62,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -61,26 +74,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/limitkit/limitkit/limiter"
+	"github.com/limitkit/limitkit/limiter/internal/transport"
 	"github.com/limitkit/limitkit/limiter/ratelimitfields"
 )
-
-// Headers selects which rate-limit fields response metadata carries;
-// combine them with |.
-type Headers uint8
-
-// The header sets, as in limiter/httplimit.
-const (
-	// DraftHeaders are ratelimit-policy and ratelimit, the fields of the
-	// IETF httpapi draft. The default.
-	DraftHeaders Headers = 1 << iota
-	// XRateLimitHeaders are x-ratelimit-limit, x-ratelimit-remaining and
-	// x-ratelimit-reset (seconds from now).
-	XRateLimitHeaders
-)
-
-// DefaultPolicyName names the policy in the metadata and in QuotaFailure
-// unless WithPolicyName says otherwise.
-const DefaultPolicyName = "default"
 
 // ErrorPolicy says what happens to a call whose limit could not be decided
 // because the store failed.
@@ -101,13 +97,7 @@ type Option func(*Interceptor) error
 
 // WithKey sets how calls are keyed (default PeerAddr()).
 func WithKey(k KeyFunc) Option {
-	return func(i *Interceptor) error {
-		if k == nil {
-			return errors.New("grpclimit: key func is nil")
-		}
-		i.key = k
-		return nil
-	}
+	return func(i *Interceptor) error { return transport.SetFunc(&i.key, k, k == nil, "grpclimit: key func") }
 }
 
 // WithMethods limits only the methods matching patterns (default: every
@@ -135,29 +125,53 @@ func WithoutMethods(patterns ...string) Option {
 	}
 }
 
+// Defaults of the options.
+const (
+	// DefaultPolicyName names the policy in the metadata and in
+	// QuotaFailure unless WithPolicyName says otherwise.
+	DefaultPolicyName = transport.DefaultPolicyName
+	// DefaultReleaseTimeout bounds the release of a lease unless
+	// WithReleaseTimeout says otherwise.
+	DefaultReleaseTimeout = transport.DefaultReleaseTimeout
+)
+
 // WithPolicyName names the policy in the rate-limit metadata and in
 // QuotaFailure (default DefaultPolicyName). The name must be printable
 // ASCII.
 func WithPolicyName(name string) Option {
-	return func(i *Interceptor) error {
-		if err := ratelimitfields.CheckName(name); err != nil {
-			return fmt.Errorf("grpclimit: %w", err)
-		}
-		i.policyName = name
-		return nil
-	}
+	return func(i *Interceptor) error { return i.set.SetPolicyName(name) }
 }
+
+// The metadata field sets WithHeaders selects, as in limiter/httplimit:
+// DraftHeaders (ratelimit-policy and ratelimit, the IETF httpapi draft's
+// fields; the default) and XRateLimitHeaders (x-ratelimit-limit,
+// x-ratelimit-remaining and x-ratelimit-reset, seconds from now).
+const (
+	DraftHeaders      = transport.DraftHeaders
+	XRateLimitHeaders = transport.XRateLimitHeaders
+)
+
+// Headers selects which rate-limit fields response metadata carries;
+// combine them with |.
+type Headers = transport.Headers
 
 // WithHeaders selects the metadata fields sent (default DraftHeaders). 0
 // sends none but retry-after.
 func WithHeaders(h Headers) Option {
-	return func(i *Interceptor) error {
-		if h&^(DraftHeaders|XRateLimitHeaders) != 0 {
-			return fmt.Errorf("grpclimit: unknown header set %#x", uint8(h))
-		}
-		i.headers = h
-		return nil
-	}
+	return func(i *Interceptor) error { return i.set.SetHeaders(h) }
+}
+
+// WithReleaseTimeout bounds how long the release of a lease may take
+// (default DefaultReleaseTimeout). A release that fails or times out is
+// logged; its slot comes back when the lease times out.
+func WithReleaseTimeout(d time.Duration) Option {
+	return func(i *Interceptor) error { return i.set.SetReleaseTimeout(d) }
+}
+
+// WithLogger sets the logger store failures and failed lease releases are
+// reported to (default slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(i *Interceptor) error { return i.set.SetLogger(l) }
 }
 
 // WithErrorPolicy sets what happens when the store fails (default
@@ -172,66 +186,74 @@ func WithErrorPolicy(p ErrorPolicy) Option {
 	}
 }
 
-// WithLogger sets the logger store failures are reported to (default
-// slog.Default()).
-func WithLogger(l *slog.Logger) Option {
-	return func(i *Interceptor) error {
-		if l == nil {
-			return errors.New("grpclimit: logger is nil")
-		}
-		i.logger = l
-		return nil
-	}
+// Interceptor limits the calls of a gRPC server. It is safe for concurrent
+// use; build it with New, NewComposite or NewPlans.
+type Interceptor struct {
+	set     transport.Settings
+	core    *transport.Core[call]
+	key     KeyFunc
+	only    methods
+	exempt  methods
+	onError ErrorPolicy
 }
 
-// Interceptor limits the calls of a gRPC server. It is safe for concurrent
-// use; build it with New.
-type Interceptor struct {
-	lim        *limiter.Limiter
-	key        KeyFunc
-	only       methods
-	exempt     methods
-	policyName string
-	headers    Headers
-	onError    ErrorPolicy
-	logger     *slog.Logger
-
-	// Precomputed from the limiter's configuration.
-	policy *ratelimitfields.Policy // the rate-limit field values
-	quotas [2]quota                // the main limit's and the guard's
-	mode   atomic.Pointer[mode]    // whether the limit in force holds leases
-
-	// releaseTimeout bounds a lease's release (WithReleaseTimeout);
-	// releaseHook, when set (by tests' controls), releases instead.
-	releaseTimeout time.Duration
-	releaseHook    func(context.Context, *limiter.Lease) error
+// call is what key funcs read: the call's context and full method.
+type call struct {
+	ctx    context.Context
+	method string
 }
 
 // New returns interceptors enforcing lim. It returns an error for a nil
 // limiter, an invalid option or a malformed method pattern.
 func New(lim *limiter.Limiter, opts ...Option) (*Interceptor, error) {
-	if lim == nil {
-		return nil, errors.New("grpclimit: limiter is nil; build one with limiter.New")
-	}
-	i := &Interceptor{
-		lim:        lim,
-		key:        PeerAddr(),
-		policyName: DefaultPolicyName,
-		headers:    DraftHeaders,
-		logger:     slog.Default(),
+	return build(opts, func(i *Interceptor) (*transport.Core[call], error) {
+		return transport.ForLimiter(lim, i.key.onCall, i.set.PolicyName, quotas)
+	})
+}
 
-		releaseTimeout: DefaultReleaseTimeout,
+// NewPlans returns interceptors enforcing the plan p's resolver chooses for
+// each call's key (limiter.Plans.Admit): each plan's limit, with its
+// metadata, follows that plan's configuration.
+func NewPlans(p *limiter.Plans, opts ...Option) (*Interceptor, error) {
+	return build(opts, func(i *Interceptor) (*transport.Core[call], error) {
+		return transport.ForPlans(p, i.key.onCall, i.set.PolicyName, quotas)
+	})
+}
+
+// Limit is one limit of a limiter.Composite as NewComposite serves it.
+type Limit struct {
+	// Key keys the calls for this limit. Required.
+	Key KeyFunc
+	// Policy names the limit in the metadata and in QuotaFailure;
+	// printable ASCII, one name per limit. Required.
+	Policy string
+}
+
+// NewComposite returns interceptors enforcing the limits of c, all or
+// nothing, limits[i] describing c's limit i: a lease when one of them is
+// a concurrency limit (released as under New), a unit of each otherwise.
+// The ratelimit-policy metadata lists every limit; ratelimit and a
+// denial's QuotaFailure describe the one the decision names. WithKey and
+// WithPolicyName do not apply (each Limit has its own).
+func NewComposite(c *limiter.Composite, limits []Limit, opts ...Option) (*Interceptor, error) {
+	keys := make([]KeyFunc, len(limits))
+	names := make([]string, len(limits))
+	for j, l := range limits {
+		keys[j], names[j] = l.Key, l.Policy
 	}
-	for _, opt := range opts {
-		if err := opt(i); err != nil {
-			return nil, err
-		}
-	}
-	cfg := lim.Config()
-	i.policy = ratelimitfields.NewPolicy(i.policyName, cfg)
-	i.quotas[0] = newQuota(i.policyName, cfg.Limit, cfg.Window, i.leases())
-	if g := cfg.Guard; g != nil {
-		i.quotas[1] = newQuota(i.policyName+ratelimitfields.GuardSuffix, g.Limit, g.Window, false)
+	return build(opts, func(i *Interceptor) (*transport.Core[call], error) {
+		i.set.PolicyName = transport.First(names, i.set.PolicyName)
+		return transport.ForComposite(c, onCalls(keys), names, quotas)
+	})
+}
+
+// build applies opts to an Interceptor with the defaults and gives it the
+// core newCore makes.
+func build(opts []Option, newCore func(*Interceptor) (*transport.Core[call], error)) (*Interceptor, error) {
+	i := &Interceptor{set: transport.NewSettings("grpclimit"), key: PeerAddr()}
+	var err error
+	if i.core, err = transport.Build("grpclimit", i, opts, newCore); err != nil {
+		return nil, err
 	}
 	return i, nil
 }
@@ -242,7 +264,7 @@ func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 		if !i.limits(info.FullMethod) {
 			return handler(ctx, req)
 		}
-		d, decided, lease, md, err := i.decide(ctx, info.FullMethod)
+		o, md, err := i.decide(ctx, info.FullMethod)
 		if md != nil {
 			// Fails only outside a server call (a test calling the
 			// interceptor directly): nothing to send the fields on.
@@ -251,44 +273,23 @@ func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 		if err != nil {
 			return nil, err
 		}
-		if decided {
-			ctx = &decisionCtx{Context: ctx, d: d, lease: lease}
+		if o.Verdict == transport.Admitted {
+			ctx = transport.WithDecision(ctx, &o)
 		}
-		if lease != nil {
+		if o.Lease != nil {
 			// A deferred call runs on return and while panicking alike.
-			defer i.release(ctx, info.FullMethod, lease)
+			defer i.release(ctx, info.FullMethod, o.Lease)
 		}
 		return handler(ctx, req)
 	}
 }
 
-// decisionKey is the context key of the decision.
-type decisionKey struct{}
-
-// decisionCtx carries the decision (and the lease, under a concurrency
-// limit) in one allocation.
-type decisionCtx struct {
-	context.Context
-	d     limiter.Decision
-	lease *limiter.Lease
-}
-
-func (c *decisionCtx) Value(key any) any {
-	if key == (decisionKey{}) {
-		return c
-	}
-	return c.Context.Value(key)
-}
-
 // DecisionFrom returns the decision the interceptor made for the call whose
 // context is ctx, for the handler (and interceptors chained after it). ok
-// is false when no decision was made: an exempt method, or a call served
-// because the store failed.
+// is false when no decision was made: an exempt method or key, or a call
+// served because the store failed.
 func DecisionFrom(ctx context.Context) (d limiter.Decision, ok bool) {
-	if c, ok := ctx.Value(decisionKey{}).(*decisionCtx); ok {
-		return c.d, true
-	}
-	return limiter.Decision{}, false
+	return transport.DecisionFrom(ctx)
 }
 
 // decidedStream is a server stream whose context carries the decision.
@@ -307,20 +308,20 @@ func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 		if !i.limits(info.FullMethod) {
 			return handler(srv, ss)
 		}
-		d, decided, lease, md, err := i.decide(ss.Context(), info.FullMethod)
+		o, md, err := i.decide(ss.Context(), info.FullMethod)
 		if md != nil {
 			_ = ss.SetHeader(md) // nothing is sent yet, so it cannot be too late
 		}
 		if err != nil {
 			return err
 		}
-		if decided {
-			ss = &decidedStream{ServerStream: ss, ctx: &decisionCtx{Context: ss.Context(), d: d, lease: lease}}
+		if o.Verdict == transport.Admitted {
+			ss = &decidedStream{ServerStream: ss, ctx: transport.WithDecision(ss.Context(), &o)}
 		}
-		if lease != nil {
+		if o.Lease != nil {
 			// The stream ends when the handler returns, whether it ran
 			// to its end, the client cancelled or it panicked.
-			defer i.release(ss.Context(), info.FullMethod, lease)
+			defer i.release(ss.Context(), info.FullMethod, o.Lease)
 		}
 		return handler(srv, ss)
 	}
@@ -334,67 +335,58 @@ func (i *Interceptor) limits(method string) bool {
 	return i.only.empty() || i.only.matches(method)
 }
 
-// decide takes a unit (or a lease) for the call and returns the decision
-// (decided is false when none was made), the lease to release when the
-// call ends, the metadata to send and the call's error: nil to serve it.
-func (i *Interceptor) decide(ctx context.Context, method string) (d limiter.Decision, decided bool, lease *limiter.Lease, md metadata.MD, err error) {
-	key := i.key(ctx, method)
-	if key == "" {
-		return d, false, nil, nil, errNoKey
-	}
-	if i.leases() {
-		lease, d, err = i.lim.Acquire(ctx, key)
-	} else {
-		d, err = i.lim.Allow(ctx, key)
-	}
-	if err != nil {
-		if errors.Is(err, limiter.ErrInvalidRequest) {
-			return d, false, nil, nil, errNoKey
+// decide admits the call and returns the outcome, the metadata to send
+// and the call's error: nil to serve it.
+func (i *Interceptor) decide(ctx context.Context, method string) (transport.Outcome, metadata.MD, error) {
+	o := i.core.Admit(ctx, call{ctx: ctx, method: method})
+	switch o.Verdict {
+	case transport.Exempt:
+		return o, nil, nil
+	case transport.NoKey:
+		return o, nil, errNoKey
+	case transport.DenyListed:
+		return o, nil, errDenyListed
+	case transport.Failed:
+		var md metadata.MD
+		if i.set.Headers&DraftHeaders != 0 && o.View != nil {
+			md = metadata.MD{"ratelimit-policy": {o.View.Fields.Policy()}}
 		}
-		if i.headers&DraftHeaders != 0 {
-			md = metadata.MD{"ratelimit-policy": {i.policy.Policy()}}
-		}
-		return d, false, nil, md, i.storeError(ctx, method, err)
+		return o, md, i.storeError(ctx, method, &o)
 	}
-	md = i.fields(d)
-	if d.Allowed {
-		return d, true, lease, md, nil
+	md := i.fields(o.View, o.Decision)
+	if o.Verdict == transport.Admitted {
+		return o, md, nil
 	}
 	if md == nil {
 		md = metadata.MD{}
 	}
-	md["retry-after"] = []string{strconv.FormatInt(ratelimitfields.RetryAfter(d.RetryAfter), 10)}
-	return d, true, nil, md, i.denial(d)
+	md["retry-after"] = []string{strconv.FormatInt(ratelimitfields.RetryAfter(o.Decision.RetryAfter), 10)}
+	return o, md, denial(o.View, o.Decision)
 }
 
-var errNoKey = status.Error(codes.InvalidArgument, "grpclimit: the call does not say who is making it (no rate limit key)")
+var (
+	errNoKey      = status.Error(codes.InvalidArgument, "grpclimit: the call does not say who is making it (no rate limit key)")
+	errDenyListed = status.Error(codes.PermissionDenied, "grpclimit: this client may not use this service")
+)
 
 // storeError applies the error policy to a store failure.
-func (i *Interceptor) storeError(ctx context.Context, method string, err error) error {
-	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		// The client went away or its deadline passed; nothing failed.
-		i.logger.LogAttrs(ctx, slog.LevelDebug, "limitkit: rate limit not decided; call ended",
-			slog.String("method", method), slog.Any("error", err))
+func (i *Interceptor) storeError(ctx context.Context, method string, o *transport.Outcome) error {
+	if transport.Ended(ctx, o.Err) {
+		i.set.LogFailure(ctx, o, "", slog.String("method", method))
 		return status.FromContextError(ctx.Err()).Err()
 	}
 	if i.onError == FailClosed {
-		i.logger.LogAttrs(ctx, slog.LevelError, "limitkit: rate limit not decided; call refused",
-			slog.String("policy", i.policyName), slog.String("method", method), slog.Any("error", err))
-		// The cause stays in the log: store errors name servers.
+		i.set.LogFailure(ctx, o, "call refused", slog.String("method", method))
 		return status.Error(codes.Unavailable, "grpclimit: rate limit could not be decided; retry later")
 	}
-	i.logger.LogAttrs(ctx, slog.LevelError, "limitkit: rate limit not decided; call let through",
-		slog.String("policy", i.policyName), slog.String("method", method), slog.Any("error", err))
+	i.set.LogFailure(ctx, o, "call let through", slog.String("method", method))
 	return nil
 }
 
 // denial is the status of a denied call. Denied calls are what an attack
-// sends, so the constant parts are made once (see quotas).
-func (i *Interceptor) denial(d limiter.Decision) error {
-	q := &i.quotas[0]
-	if i.policy.IsGuard(d) {
-		q = &i.quotas[1]
-	}
+// sends, so the constant parts are made once per configuration (quotas).
+func denial(v *transport.View, d limiter.Decision) error {
+	q := &v.Extra.([]quota)[v.Fields.Index(d)]
 	retry := max(d.RetryAfter, 0)
 	ri, err := anypb.New(&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)})
 	if err != nil || q.detail == nil {
@@ -415,34 +407,37 @@ type quota struct {
 	detail  *anypb.Any // its errdetails.QuotaFailure
 }
 
-// newQuota makes a policy's quota; lease is true for a concurrency limit,
-// whose limit is calls in flight and whose window is the lease timeout.
-func newQuota(name string, limit int64, window time.Duration, lease bool) quota {
-	q := quota{message: fmt.Sprintf("grpclimit: rate limit %q exceeded; retry after ", name)}
-	desc := fmt.Sprintf("%d requests per %v", limit, window)
-	if lease {
-		q.message = fmt.Sprintf("grpclimit: concurrency limit %q reached; retry after at most ", name)
-		desc = fmt.Sprintf("%d concurrent requests", limit)
+// quotas makes a view's quotas, one per policy (the View's Extra). A
+// concurrency limit's limit is calls in flight and its window the lease
+// timeout.
+func quotas(v *transport.View) any {
+	qs := make([]quota, len(v.Policies))
+	for j, p := range v.Policies {
+		q := quota{message: fmt.Sprintf("grpclimit: rate limit %q exceeded; retry after ", p.Name)}
+		desc := fmt.Sprintf("%d requests per %v", p.Limit, p.Window)
+		if p.Lease {
+			q.message = fmt.Sprintf("grpclimit: concurrency limit %q reached; retry after at most ", p.Name)
+			desc = fmt.Sprintf("%d concurrent requests", p.Limit)
+		}
+		q.detail, _ = anypb.New(&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
+			Subject:     "policy:" + p.Name,
+			Description: desc,
+			QuotaId:     p.Name,
+			QuotaValue:  p.Limit,
+		}}})
+		qs[j] = q
 	}
-	q.detail, _ = anypb.New(&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
-		Subject:     "policy:" + name,
-		Description: desc,
-		QuotaId:     name,
-		QuotaValue:  limit,
-	}}})
-	return q
+	return qs
 }
 
 // fields returns the rate-limit metadata of d, as limiter/httplimit writes
 // its header fields; nil when none are selected.
-func (i *Interceptor) fields(d limiter.Decision) metadata.MD {
-	if i.headers == 0 {
+func (i *Interceptor) fields(v *transport.View, d limiter.Decision) metadata.MD {
+	if i.set.Headers == 0 {
 		return nil
 	}
 	md := make(metadata.MD, 5)
-	// A fallback failing open that counted nothing gets no ratelimit:
-	// r=0 would tell clients to stop (ratelimitfields.Counted).
-	i.policy.Fields(d, i.headers&DraftHeaders != 0, i.headers&XRateLimitHeaders != 0, func(f ratelimitfields.Field, value string) {
+	i.set.Fields(v, d, func(f ratelimitfields.Field, value string) {
 		md[f.LowerName()] = []string{value}
 	})
 	return md

@@ -2,31 +2,40 @@ package grpclimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
-	"strconv"
 	"strings"
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
-	"github.com/limitkit/limitkit/limiter/internal/ipmask"
+	"github.com/limitkit/limitkit/limiter/internal/transport"
 )
 
 // KeyFunc names the subject a call is limited as: a client address, an
-// API key, a tenant, the method. It returns "" when the call carries no
-// key; the call then fails with codes.InvalidArgument. Any func of this
-// type is a key: read what an authentication interceptor stored in ctx, say
-// (chain it before the limiter).
-type KeyFunc func(ctx context.Context, fullMethod string) string
+// API key, a tenant, the method. It returns an empty Key when the call
+// carries no key; the call then fails with codes.InvalidArgument. Any func
+// of this type is a key: read what an authentication interceptor stored in
+// ctx, say (chain it before the limiter), and return Key{Value: id}; only
+// funcs that derived the key from the peer's address set Key.Client.
+type KeyFunc func(ctx context.Context, fullMethod string) Key
+
+// Key is what a KeyFunc found: Value is the key, and Client the client
+// address it was derived from, when it was (PeerAddr, and IPv6Prefix, Join
+// or FirstOf of it). The address entries of limiter.Config.Exempt and Deny
+// apply to Client only: a key a client sends itself, such as metadata
+// holding "10.9.9.9", never matches one.
+type Key = transport.Key
+
+// onCall is k as the transport core calls it.
+func (k KeyFunc) onCall(c call) Key { return k(c.ctx, c.method) }
 
 // FullMethod keys calls by their full method, "/package.Service/Method",
 // so each method gets its own allowance shared by all clients. Join it with
 // a client key for per-client, per-method limits.
 func FullMethod() KeyFunc {
-	return func(_ context.Context, fullMethod string) string { return fullMethod }
+	return func(_ context.Context, fullMethod string) Key { return Key{Value: fullMethod} }
 }
 
 // PeerAddr keys calls by the address of the direct peer, without its port.
@@ -35,15 +44,15 @@ func FullMethod() KeyFunc {
 // gives no key. Behind a proxy every call comes from the proxy: key by
 // what the proxy vouches for instead.
 func PeerAddr() KeyFunc {
-	return func(ctx context.Context, _ string) string {
+	return func(ctx context.Context, _ string) Key {
 		p, ok := peer.FromContext(ctx)
 		if !ok || p.Addr == nil {
-			return ""
+			return Key{}
 		}
 		if a, ok := addrOf(p.Addr); ok {
-			return a.String()
+			return transport.ClientKey(a)
 		}
-		return ""
+		return Key{}
 	}
 }
 
@@ -60,10 +69,7 @@ func addrOf(addr net.Addr) (netip.Addr, bool) {
 		}
 		a = ap.Addr()
 	}
-	if !a.IsValid() {
-		return netip.Addr{}, false
-	}
-	return a.Unmap().WithZone(""), true
+	return a, a.IsValid()
 }
 
 // IPv6Prefix keys IPv6 clients by their network instead of their address:
@@ -71,81 +77,64 @@ func addrOf(addr net.Addr) (netip.Addr, bool) {
 // "2001:db8:1:2:aaaa::1" becomes "2001:db8:1:2::/64". A subscriber usually
 // holds a whole /64 and could cycle through its addresses; 64 is the usual
 // choice. IPv4 keys, and keys that are not addresses, are kept as they
-// are. bits must be 1 to 128.
+// are; the client address stays the peer's (for the address lists). bits
+// must be 1 to 128.
 func IPv6Prefix(bits int, key KeyFunc) (KeyFunc, error) {
-	if err := ipmask.CheckBits(bits); err != nil {
+	var inner func(call) Key
+	if key != nil {
+		inner = key.onCall
+	}
+	k, err := transport.IPv6Prefix(bits, inner)
+	if err != nil {
 		return nil, fmt.Errorf("grpclimit: %w", err)
 	}
-	if key == nil {
-		return nil, errors.New("grpclimit: key func is nil")
-	}
-	return func(ctx context.Context, method string) string {
-		return ipmask.Mask(key(ctx, method), bits)
-	}, nil
+	return fromCall(k), nil
 }
 
 // Metadata keys calls by the first value of the named request metadata
 // key, such as an API key ("x-api-key"), trimmed of spaces. Names are
-// case-insensitive. A missing or blank value gives no key.
+// case-insensitive. A missing or blank value gives no key. The key is not
+// a client address, whatever it holds.
 func Metadata(name string) KeyFunc {
 	name = strings.ToLower(strings.TrimSpace(name))
-	return func(ctx context.Context, _ string) string {
+	return func(ctx context.Context, _ string) Key {
 		if name == "" {
-			return ""
+			return Key{}
 		}
 		// ValueFromIncomingContext does not copy the whole metadata.
 		vs := metadata.ValueFromIncomingContext(ctx, name)
 		if len(vs) == 0 {
-			return ""
+			return Key{}
 		}
-		return strings.TrimSpace(vs[0])
+		return Key{Value: strings.TrimSpace(vs[0])}
 	}
 }
 
 // Join keys calls by several keys at once, such as the client address on
-// each method: Join(PeerAddr(), FullMethod()). Every part must be found, or
-// the call has no key. Parts are joined with '|', escaped so that different
-// parts never make the same key.
-func Join(keys ...KeyFunc) KeyFunc {
-	return func(ctx context.Context, method string) string {
-		var b strings.Builder
-		for j, k := range keys {
-			if k == nil {
-				return ""
-			}
-			part := k(ctx, method)
-			if part == "" {
-				return ""
-			}
-			if j > 0 {
-				b.WriteByte('|')
-			}
-			for n := 0; n < len(part); n++ {
-				if c := part[n]; c == '|' || c == '\\' {
-					b.WriteByte('\\')
-				}
-				b.WriteByte(part[n])
-			}
-		}
-		return b.String()
-	}
-}
+// each method: Join(PeerAddr(), FullMethod()). Every part must be found (a
+// nil part finds none), or the call has no key. Parts are joined with '|',
+// escaped so that different parts never make the same key. The client
+// address is the first part's that has one.
+func Join(keys ...KeyFunc) KeyFunc { return fromCall(transport.Join(onCalls(keys))) }
 
-// FirstOf keys calls by the first of keys that finds one, such as the API
-// key when sent and the peer address otherwise:
+// FirstOf keys calls by the first of keys that finds one (nil ones are
+// skipped), such as the API key when sent and the peer address otherwise:
 // FirstOf(Metadata("x-api-key"), PeerAddr()). The key is prefixed with the
 // position of the func that found it ("0:k-123", "1:192.0.2.1"), so an API
-// key written like an address never shares that address's allowance.
-func FirstOf(keys ...KeyFunc) KeyFunc {
-	return func(ctx context.Context, method string) string {
-		for j, k := range keys {
-			if k == nil {
-				continue
-			}
-			if key := k(ctx, method); key != "" {
-				return strconv.Itoa(j) + ":" + key
-			}
+// key written like an address never shares that address's allowance; it
+// is a client address when that func's was.
+func FirstOf(keys ...KeyFunc) KeyFunc { return fromCall(transport.FirstOf(onCalls(keys))) }
+
+func onCalls(keys []KeyFunc) []func(call) Key {
+	fs := make([]func(call) Key, len(keys))
+	for i, k := range keys {
+		if k != nil {
+			fs[i] = k.onCall
 		}
-		return ""
 	}
+	return fs
+}
+
+func fromCall(k func(call) Key) KeyFunc {
+	return func(ctx context.Context, method string) Key { return k(call{ctx: ctx, method: method}) }
 }

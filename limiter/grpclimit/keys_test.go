@@ -31,17 +31,19 @@ func TestPeerAddr(t *testing.T) {
 		{fromPeer(&net.UnixAddr{Name: "/run/app.sock", Net: "unix"}), ""},
 		{context.Background(), ""},
 	} {
-		assert.Equal(t, c.want, key(c.ctx, "/a/B"))
+		k := key(c.ctx, "/a/B")
+		assert.Equal(t, c.want, k.Value)
+		assert.Equal(t, c.want != "", k.Client.IsValid(), "a peer key is a client address")
 	}
 }
 
 func TestIPv6Prefix(t *testing.T) {
 	key, err := grpclimit.IPv6Prefix(64, grpclimit.PeerAddr())
 	assert.NoError(t, err)
-	assert.Equal(t, "2001:db8:1:2::/64", key(fromPeer(tcp("[2001:db8:1:2:aaaa::1]:5000")), "/a/B"))
-	assert.Equal(t, "2001:db8:1:2::/64", key(fromPeer(tcp("[2001:db8:1:2:bbbb::9]:5000")), "/a/B"), "one /64, one key")
-	assert.Equal(t, "192.0.2.1", key(fromPeer(tcp("192.0.2.1:5000")), "/a/B"), "IPv4 kept")
-	assert.Equal(t, "", key(context.Background(), "/a/B"))
+	assert.Equal(t, "2001:db8:1:2::/64", key(fromPeer(tcp("[2001:db8:1:2:aaaa::1]:5000")), "/a/B").Value)
+	assert.Equal(t, "2001:db8:1:2::/64", key(fromPeer(tcp("[2001:db8:1:2:bbbb::9]:5000")), "/a/B").Value, "one /64, one key")
+	assert.Equal(t, "192.0.2.1", key(fromPeer(tcp("192.0.2.1:5000")), "/a/B").Value, "IPv4 kept")
+	assert.Equal(t, "", key(context.Background(), "/a/B").Value)
 	for _, bits := range []int{0, 129, -1} {
 		_, err := grpclimit.IPv6Prefix(bits, grpclimit.PeerAddr())
 		assert.Error(t, err, bits)
@@ -50,24 +52,21 @@ func TestIPv6Prefix(t *testing.T) {
 	assert.Error(t, err)
 }
 
+// TestMetadataJoinFirstOf: metadata keys are never client addresses; Join
+// and FirstOf (tested in the transport core) carry the peer's address.
 func TestMetadataJoinFirstOf(t *testing.T) {
-	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-api-key", " k|1 ", "x-tenant", "acme"))
-	assert.Equal(t, "k|1", grpclimit.Metadata("X-Api-Key")(ctx, "/a/B"))
-	assert.Equal(t, "", grpclimit.Metadata("x-other")(ctx, "/a/B"))
-	assert.Equal(t, "", grpclimit.Metadata("")(ctx, "/a/B"))
+	ctx := metadata.NewIncomingContext(fromPeer(tcp("192.0.2.1:5000")), metadata.Pairs("x-api-key", " k|1 ", "x-tenant", "10.9.9.9"))
+	assert.Equal(t, grpclimit.Key{Value: "k|1"}, grpclimit.Metadata("X-Api-Key")(ctx, "/a/B"))
+	assert.Equal(t, grpclimit.Key{Value: "10.9.9.9"}, grpclimit.Metadata("x-tenant")(ctx, "/a/B"), "an address in metadata is no client address")
+	assert.Equal(t, grpclimit.Key{}, grpclimit.Metadata("x-other")(ctx, "/a/B"))
+	assert.Equal(t, grpclimit.Key{}, grpclimit.Metadata("")(ctx, "/a/B"))
 
-	join := grpclimit.Join(grpclimit.Metadata("x-api-key"), grpclimit.FullMethod())
-	assert.Equal(t, `k\|1|/a/B`, join(ctx, "/a/B"))
-	// Escaping keeps ("a|b", "c") and ("a", "b|c") apart.
-	ab := func(context.Context, string) string { return "a|b" }
-	a := func(context.Context, string) string { return "a" }
-	c := func(context.Context, string) string { return "c" }
-	bc := func(context.Context, string) string { return "b|c" }
-	assert.NotEqual(t, grpclimit.Join(ab, c)(ctx, ""), grpclimit.Join(a, bc)(ctx, ""))
-	assert.Equal(t, "", grpclimit.Join(grpclimit.Metadata("x-other"), grpclimit.FullMethod())(ctx, "/a/B"), "a missing part")
-	assert.Equal(t, "", grpclimit.Join(nil, a)(ctx, ""), "a nil part")
+	peerAddr := netip.MustParseAddr("192.0.2.1")
+	join := grpclimit.Join(grpclimit.Metadata("x-api-key"), grpclimit.PeerAddr(), grpclimit.FullMethod())
+	assert.Equal(t, grpclimit.Key{Value: `k\|1|192.0.2.1|/a/B`, Client: peerAddr}, join(ctx, "/a/B"))
+	assert.Equal(t, grpclimit.Key{}, grpclimit.Join(nil, grpclimit.FullMethod())(ctx, "/a/B"), "a nil part")
 
-	first := grpclimit.FirstOf(nil, grpclimit.Metadata("x-other"), grpclimit.Metadata("x-tenant"))
-	assert.Equal(t, "2:acme", first(ctx, "/a/B"))
-	assert.Equal(t, "", first(context.Background(), "/a/B"))
+	first := grpclimit.FirstOf(nil, grpclimit.Metadata("x-other"), grpclimit.PeerAddr())
+	assert.Equal(t, grpclimit.Key{Value: "2:192.0.2.1", Client: peerAddr}, first(ctx, "/a/B"))
+	assert.Equal(t, grpclimit.Key{}, first(context.Background(), "/a/B"))
 }

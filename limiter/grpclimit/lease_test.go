@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -24,6 +23,7 @@ import (
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/limiter"
 	"github.com/limitkit/limitkit/limiter/grpclimit"
+	"github.com/limitkit/limitkit/limiter/internal/transport/transporttest"
 )
 
 // work is a test service with a unary method and a bidirectional stream,
@@ -130,9 +130,9 @@ func startWork(t *testing.T, lim *limiter.Limiter, ic *grpclimit.Interceptor) *w
 		defer s.ended.Add(1)
 		defer func() {
 			if p := recover(); p != nil {
-				assert.Equal(t, "boom", p, "the handler's panic goes on")
+				require.Equal(t, "boom", p, "the handler's panic goes on")
 				d, perr := s.lim.Peek(context.Background(), "k")
-				assert.NoError(t, perr)
+				require.NoError(t, perr)
 				s.remaining.Store(d.Remaining)
 				s.panics.Add(1)
 				err = status.Error(codes.Internal, "panic")
@@ -190,20 +190,9 @@ func leaseLimiter(t *testing.T, store backend.Store, n int64) (*limiter.Limiter,
 	return newLimiter(t, store, limiter.Config{Algorithm: algorithms.Concurrency, Limit: n, Window: time.Minute, Prefix: "cc:"})
 }
 
-func byKey(context.Context, string) string { return "k" }
+func byKey(context.Context, string) grpclimit.Key { return grpclimit.Key{Value: "k"} }
 
-// waitFor polls cond until it holds or 10 s pass (a hang, not a timing
-// assertion).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+var waitFor = transporttest.WaitFor
 
 // gatedCalls sends two rounds of 2n blocking Do calls, one at a time, the
 // fake clock moving a second between rounds, and returns the most
@@ -238,14 +227,14 @@ func TestLeaseUnaryBoundsInFlight(t *testing.T) {
 	lim, fake := leaseLimiter(t, nil, n)
 	s := startWork(t, lim, newInterceptor(t, lim, grpclimit.WithKey(byKey)))
 	maxInFlight, refused := gatedCalls(t, s, fake, n)
-	assert.Equal(t, int64(n), maxInFlight, "at most n in flight, and n reached")
-	assert.Equal(t, int64(3*n), refused)
+	require.Equal(t, int64(n), maxInFlight, "at most n in flight, and n reached")
+	require.Equal(t, int64(3*n), refused)
 
 	t.Run("control", func(t *testing.T) {
 		rl, fake := newLimiter(t, nil, limiter.Config{Algorithm: algorithms.SlidingLog, Limit: n, Window: time.Second, Prefix: "rl:"})
 		s := startWork(t, rl, newInterceptor(t, rl, grpclimit.WithKey(byKey)))
 		maxInFlight, _ := gatedCalls(t, s, fake, n)
-		assert.Equal(t, int64(2*n), maxInFlight, "a rate limit does not bound the calls in flight")
+		require.Equal(t, int64(2*n), maxInFlight, "a rate limit does not bound the calls in flight")
 	})
 }
 
@@ -271,7 +260,7 @@ func TestLeaseUnaryReleasedOnReturn(t *testing.T) {
 					if err == nil {
 						ok.Add(1)
 					} else {
-						assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+						require.Equal(t, codes.ResourceExhausted, status.Code(err))
 					}
 				}
 			})
@@ -280,10 +269,10 @@ func TestLeaseUnaryReleasedOnReturn(t *testing.T) {
 		return s.w.inside.max.Load(), ok.Load()
 	}
 	maxInFlight, served := run(t, false)
-	assert.LessOrEqual(t, maxInFlight, int64(n))
-	assert.Greater(t, served, int64(n), "leases came back")
+	require.LessOrEqual(t, maxInFlight, int64(n))
+	require.Greater(t, served, int64(n), "leases came back")
 	_, served = run(t, true)
-	assert.Equal(t, int64(n), served, "control: leases kept")
+	require.Equal(t, int64(n), served, "control: leases kept")
 }
 
 // TestLeaseUnaryReleasedOnPanic: a panicking handler's lease is released
@@ -302,11 +291,11 @@ func TestLeaseUnaryReleasedOnPanic(t *testing.T) {
 		require.Equal(t, int64(1), s.panics.Load())
 		_, err = s.do(t.Context(), "")
 		if !keep {
-			assert.Equal(t, int64(1), s.remaining.Load(), "released before the panic went on")
-			assert.NoError(t, err)
+			require.Equal(t, int64(1), s.remaining.Load(), "released before the panic went on")
+			require.NoError(t, err)
 		} else {
-			assert.Equal(t, int64(0), s.remaining.Load(), "control")
-			assert.Equal(t, codes.ResourceExhausted, status.Code(err), "control")
+			require.Equal(t, int64(0), s.remaining.Load(), "control")
+			require.Equal(t, codes.ResourceExhausted, status.Code(err), "control")
 		}
 	}
 }
@@ -340,16 +329,16 @@ func TestLeaseStream(t *testing.T) {
 		s := startWork(t, lim, ic)
 		first, md, err := s.open(t.Context(), "")
 		require.NoError(t, err)
-		assert.Equal(t, []string{`"default";q=2;qu="concurrent-requests"`}, md.Get("ratelimit-policy"))
-		assert.Equal(t, []string{`"default";r=1`}, md.Get("ratelimit"))
+		require.Equal(t, []string{`"default";q=2;qu="concurrent-requests"`}, md.Get("ratelimit-policy"))
+		require.Equal(t, []string{`"default";r=1`}, md.Get("ratelimit"))
 		cancelCtx, cancel := context.WithCancel(t.Context())
 		_, _, err = s.open(cancelCtx, "block")
 		require.NoError(t, err)
 		_, md, err = s.open(t.Context(), "")
 		require.Equal(t, codes.ResourceExhausted, status.Code(err), "a third stream while two are open")
-		assert.Equal(t, []string{`"default";r=0`}, md.Get("ratelimit"))
+		require.Equal(t, []string{`"default";r=0`}, md.Get("ratelimit"))
 		_, qf := details(t, err)
-		assert.Equal(t, "2 concurrent requests", qf.GetViolations()[0].GetDescription())
+		require.Equal(t, "2 concurrent requests", qf.GetViolations()[0].GetDescription())
 
 		require.NoError(t, first.CloseSend()) // the handler reads to the end and returns
 		waitFor(t, "the first stream to end", func() bool { return s.ended.Load() == 2 })
@@ -363,11 +352,11 @@ func TestLeaseStream(t *testing.T) {
 		a, _, errA := s.open(t.Context(), "")
 		b, _, errB := s.open(t.Context(), "")
 		if !naive {
-			assert.NoError(t, errA)
-			assert.NoError(t, errB, "the cancelled stream's slot came back")
+			require.NoError(t, errA)
+			require.NoError(t, errB, "the cancelled stream's slot came back")
 		} else {
-			assert.NoError(t, errA, "control")
-			assert.Equal(t, codes.ResourceExhausted, status.Code(errB), "control: the cancelled stream's slot is still held")
+			require.NoError(t, errA, "control")
+			require.Equal(t, codes.ResourceExhausted, status.Code(errB), "control: the cancelled stream's slot is still held")
 		}
 		for _, cs := range []grpc.ClientStream{a, b} {
 			if cs != nil {
@@ -393,7 +382,7 @@ func TestLeaseModeFollowsSetConfig(t *testing.T) {
 	_, err := s.do(t.Context(), "")
 	require.NoError(t, err)
 	_, err = s.do(t.Context(), "")
-	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "the rate limit counts")
+	require.Equal(t, codes.ResourceExhausted, status.Code(err), "the rate limit counts")
 	require.NoError(t, lim.SetConfig(limiter.Config{Algorithm: algorithms.Concurrency, Limit: 1, Window: time.Minute, Prefix: "cc:"}))
 	for range 2 {
 		_, err = s.do(t.Context(), "")

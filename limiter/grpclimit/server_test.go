@@ -28,14 +28,14 @@ import (
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/backend/storetest"
-	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/limiter"
 	"github.com/limitkit/limitkit/limiter/grpclimit"
 	"github.com/limitkit/limitkit/limiter/httplimit"
+	"github.com/limitkit/limitkit/limiter/internal/transport/transporttest"
 	"github.com/limitkit/limitkit/limiter/observe"
 )
 
-var start = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+var start = transporttest.Start
 
 const (
 	check = "/grpc.health.v1.Health/Check"
@@ -43,18 +43,7 @@ const (
 )
 
 // newLimiter returns a limiter on a memory store driven by a fake clock.
-func newLimiter(t *testing.T, store backend.Store, cfg limiter.Config) (*limiter.Limiter, *clock.Fake) {
-	t.Helper()
-	if store == nil {
-		s, err := memorystore.New()
-		require.NoError(t, err)
-		store = s
-	}
-	fake := clock.NewFake(start)
-	lim, err := limiter.New(store, cfg, limiter.WithClock(fake))
-	require.NoError(t, err)
-	return lim, fake
-}
+var newLimiter = transporttest.NewLimiter
 
 // server is a real gRPC server on a loopback TCP port serving the standard
 // health service, with a client connected to it.
@@ -231,9 +220,9 @@ func TestKeyByPeerAndMethod(t *testing.T) {
 	lim, _ := newLimiter(t, nil, limiter.Config{Limit: 1, Window: time.Minute})
 	var seen atomic.Value
 	key := grpclimit.Join(grpclimit.PeerAddr(), grpclimit.FullMethod())
-	spy := func(ctx context.Context, m string) string {
+	spy := func(ctx context.Context, m string) grpclimit.Key {
 		k := key(ctx, m)
-		seen.Store(k)
+		seen.Store(k.Value)
 		return k
 	}
 	s := startServer(t, newInterceptor(t, lim, grpclimit.WithKey(spy)))
@@ -421,7 +410,7 @@ func TestFieldsMatchHTTPLimit(t *testing.T) {
 			rpcLim, rpcClock := newLimiter(t, nil, cfg)
 			both := httplimit.DraftHeaders | httplimit.XRateLimitHeaders
 			mw, err := httplimit.New(httpLim, httplimit.WithPolicyName("orders"), httplimit.WithHeaders(both),
-				httplimit.WithKey(func(*http.Request) string { return "127.0.0.1" }))
+				httplimit.WithKey(func(*http.Request) httplimit.Key { return httplimit.Key{Value: "127.0.0.1"} }))
 			require.NoError(t, err)
 			h := mw.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 			s := startServer(t, newInterceptor(t, rpcLim, grpclimit.WithPolicyName("orders"),

@@ -52,10 +52,10 @@ func ExampleProxiedClientIP() {
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.RemoteAddr = "10.0.0.2:40000"                                    // the load balancer
 	r.Header.Set("X-Forwarded-For", "6.6.6.6, 198.51.100.7, 10.0.0.9") // the client wrote 6.6.6.6 itself
-	fmt.Println(key(r))
+	fmt.Println(key(r).Value)
 
 	r.RemoteAddr = "203.0.113.5:40000" // not through the load balancer: the header is ignored
-	fmt.Println(key(r))
+	fmt.Println(key(r).Value)
 	// Output:
 	// 198.51.100.7
 	// 203.0.113.5
@@ -68,7 +68,7 @@ func ExampleJoin() {
 
 	r := httptest.NewRequest(http.MethodGet, "/items/42", nil)
 	r.RemoteAddr = "192.0.2.1:51234"
-	fmt.Println(key(r))
+	fmt.Println(key(r).Value)
 	// Output:
 	// 192.0.2.1|GET /items/{id}
 }
@@ -93,12 +93,19 @@ func ExampleDecisionFrom() {
 	// 2 of 3 left
 }
 
-func ExampleWithExemptAddrs() {
+// The limit's lists (limiter.Config.Exempt and Deny) are answered by the
+// middleware: exempt clients pass, denied ones get 403.
+func ExampleWithDenyHandler() {
 	store, _ := memorystore.New()
-	lim, _ := limiter.New(store, limiter.Config{Limit: 1, Window: time.Minute, Prefix: "api:"})
-	mw, err := httplimit.New(lim,
-		httplimit.WithExemptAddrs("10.0.0.0/8"),     // the monitoring network
-		httplimit.WithDenyAddrs("198.51.100.66/32")) // an abuser
+	lim, err := limiter.New(store, limiter.Config{Limit: 1, Window: time.Minute, Prefix: "api:",
+		Exempt: []string{"10.0.0.0/8"},        // the monitoring network
+		Deny:   []string{"198.51.100.66/32"}}) // an abuser
+	if err != nil {
+		panic(err)
+	}
+	mw, err := httplimit.New(lim, httplimit.WithDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusForbidden)
+	})))
 	if err != nil {
 		panic(err)
 	}
@@ -110,7 +117,7 @@ func ExampleWithExemptAddrs() {
 		h.ServeHTTP(w, r)
 		fmt.Println(peer, w.Code)
 	}
-	_, err = httplimit.New(lim, httplimit.WithExemptAddrs("10.0.0.0/33"))
+	_, err = limiter.New(store, limiter.Config{Limit: 1, Window: time.Minute, Exempt: []string{"203.0.113.0/24 "}})
 	fmt.Println(err)
 	// Output:
 	// 10.1.2.3 200
@@ -118,5 +125,5 @@ func ExampleWithExemptAddrs() {
 	// 192.0.2.1 200
 	// 192.0.2.1 429
 	// 198.51.100.66 403
-	// httplimit: exempt address "10.0.0.0/33": not a CIDR prefix such as 10.0.0.0/8: netip.ParsePrefix("10.0.0.0/33"): prefix length out of range
+	// limitkit: invalid rule: exempt entry "203.0.113.0/24 ": has white space around it; remove it
 }

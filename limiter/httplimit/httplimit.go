@@ -49,9 +49,6 @@
 //	RateLimit-Policy: "uploads";q=2;qu="concurrent-requests"
 //	RateLimit: "uploads";r=0
 //
-// NewComposite serves a limiter.Composite, such as a rate limit and a
-// concurrency limit taken together, all or nothing.
-//
 // Middleware for several limits can be stacked (per client, per route):
 // each adds its own policy, named by WithPolicyName, to the same fields, as
 // the draft's lists allow. The X-RateLimit-* fields hold one limit; the
@@ -61,15 +58,24 @@
 //
 // The policy follows the limiter's configuration: after
 // limiter.Limiter.SetConfig (or a configuration file's reload), responses
-// describe the new limit, window and guard.
+// describe the new limit, window and guard, and a change to or from
+// "concurrency" switches between units and leases without failing a
+// request in flight (limiter.Limiter.Admit decides both from one
+// configuration).
 //
 // A limiter with a guard (limiter.Config.Guard) lists both policies, the
 // guard's named after the main one with "-guard"; RateLimit describes the
 // one the decision names (the denying one, or the one with least left).
 //
-// Exemptions (WithExemptKeys, WithExemptAddrs) are never limited and cost no
-// store call; deny lists (WithDenyKeys, WithDenyAddrs) are always refused,
-// 403 Forbidden by default.
+// The limit's exemptions and deny list (limiter.Config.Exempt and Deny)
+// cost no store call: an exempt request passes with no rate-limit fields, a
+// deny-listed one is refused, 403 Forbidden by default (WithDenyHandler).
+// Their address entries apply only to keys a key func derived from the
+// client's address (ClientIP, ProxiedClientIP, and IPv6Prefix, Join or
+// FirstOf of them; see Key), never to a header's value.
+//
+// NewComposite serves a limiter.Composite and NewPlans a limiter.Plans the
+// same way.
 //
 // Failures never become 500s by default: when the store cannot decide (Redis
 // down and no fallback store), the error is logged with log/slog and the
@@ -85,36 +91,35 @@ package httplimit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/limitkit/limitkit/limiter"
+	"github.com/limitkit/limitkit/limiter/internal/transport"
 	"github.com/limitkit/limitkit/limiter/ratelimitfields"
 )
 
 // Headers selects which rate-limit header fields responses carry; combine
 // them with |.
-type Headers uint8
+type Headers = transport.Headers
 
 // The header sets.
 const (
 	// DraftHeaders are RateLimit-Policy and RateLimit, as in the IETF
 	// httpapi draft. The default.
-	DraftHeaders Headers = 1 << iota
+	DraftHeaders = transport.DraftHeaders
 	// XRateLimitHeaders are X-RateLimit-Limit, X-RateLimit-Remaining and
 	// X-RateLimit-Reset (seconds from now), for clients written against
 	// them.
-	XRateLimitHeaders
+	XRateLimitHeaders = transport.XRateLimitHeaders
 )
 
 // DefaultPolicyName names the policy in the draft headers unless
 // WithPolicyName says otherwise.
-const DefaultPolicyName = "default"
+const DefaultPolicyName = transport.DefaultPolicyName
 
 // ErrorHandler decides what happens to a request whose limit could not be
 // decided because the store failed. It returns true to let the request
@@ -126,49 +131,33 @@ type Option func(*Middleware) error
 
 // WithKey sets how requests are keyed (default ClientIP()).
 func WithKey(k KeyFunc) Option {
-	return func(m *Middleware) error {
-		if k == nil {
-			return errors.New("httplimit: key func is nil")
-		}
-		m.key = k
-		return nil
-	}
+	return func(m *Middleware) error { return transport.SetFunc(&m.key, k, k == nil, "httplimit: key func") }
 }
 
 // WithPolicyName names the policy in the draft headers (default
 // DefaultPolicyName). Give each limit its own name when one response can
 // carry several. The name must be printable ASCII.
 func WithPolicyName(name string) Option {
-	return func(m *Middleware) error {
-		if err := ratelimitfields.CheckName(name); err != nil {
-			return fmt.Errorf("httplimit: %w", err)
-		}
-		m.policyName = name
-		return nil
-	}
+	return func(m *Middleware) error { return m.set.SetPolicyName(name) }
 }
 
 // WithHeaders selects the header fields sent (default DraftHeaders). 0
 // sends none but Retry-After.
 func WithHeaders(h Headers) Option {
-	return func(m *Middleware) error {
-		if h&^(DraftHeaders|XRateLimitHeaders) != 0 {
-			return fmt.Errorf("httplimit: unknown header set %#x", uint8(h))
-		}
-		m.headers = h
-		return nil
-	}
+	return func(m *Middleware) error { return m.set.SetHeaders(h) }
+}
+
+// WithLogger sets the logger of the default error handler and of failed
+// lease releases (default slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(m *Middleware) error { return m.set.SetLogger(l) }
 }
 
 // WithErrorHandler sets what happens when the store fails (default: log
 // with the middleware's logger and let the request through).
 func WithErrorHandler(h ErrorHandler) Option {
 	return func(m *Middleware) error {
-		if h == nil {
-			return errors.New("httplimit: error handler is nil")
-		}
-		m.onError = h
-		return nil
+		return transport.SetFunc(&m.onError, h, h == nil, "httplimit: error handler")
 	}
 }
 
@@ -178,106 +167,87 @@ func WithErrorHandler(h ErrorHandler) Option {
 // itself (default: 429 with a problem+json body for clients that accept
 // JSON, a short text body for others).
 func WithDeniedHandler(h http.Handler) Option {
-	return func(m *Middleware) error {
-		if h == nil {
-			return errors.New("httplimit: denied handler is nil")
-		}
-		m.denied = h
-		return nil
-	}
+	return handlerOption(h, "denied", func(m *Middleware) *http.Handler { return &m.denied })
+}
+
+// WithDenyHandler sets the handler that answers requests on the limit's
+// deny list, limiter.Config.Deny (default: 403 Forbidden with a short text
+// body).
+func WithDenyHandler(h http.Handler) Option {
+	return handlerOption(h, "deny", func(m *Middleware) *http.Handler { return &m.deny })
 }
 
 // WithMissingKey sets the handler that answers requests for which the key
 // func finds no key (default: 400 with a short text body). To limit such
 // requests by another key instead, use FirstOf in WithKey.
 func WithMissingKey(h http.Handler) Option {
-	return func(m *Middleware) error {
-		if h == nil {
-			return errors.New("httplimit: missing-key handler is nil")
-		}
-		m.missingKey = h
-		return nil
-	}
+	return handlerOption(h, "missing-key", func(m *Middleware) *http.Handler { return &m.missingKey })
 }
 
-// WithLogger sets the logger of the default error handler (default
-// slog.Default()).
-func WithLogger(l *slog.Logger) Option {
+func handlerOption(h http.Handler, what string, field func(*Middleware) *http.Handler) Option {
 	return func(m *Middleware) error {
-		if l == nil {
-			return errors.New("httplimit: logger is nil")
+		if h == nil {
+			return errors.New("httplimit: " + what + " handler is nil")
 		}
-		m.logger = l
+		*field(m) = h
 		return nil
 	}
 }
 
 // Middleware limits the requests of the handlers it wraps. It is safe for
-// concurrent use; build it with New.
+// concurrent use; build it with New, NewComposite or NewPlans.
 type Middleware struct {
-	lim        *limiter.Limiter
-	comp       *limiter.Composite // instead of lim, from NewComposite
-	compKeys   []KeyFunc          // the key of each of comp's limits
+	set        transport.Settings
+	core       *transport.Core[*http.Request]
 	key        KeyFunc
-	policyName string
-	headers    Headers
 	onError    ErrorHandler
 	denied     http.Handler
+	deny       http.Handler
 	missingKey http.Handler
-	logger     *slog.Logger
-	lists      lists
-
-	// releaseTimeout bounds a lease's release (WithReleaseTimeout);
-	// releaseHook, when set (by tests' controls), releases instead.
-	releaseTimeout time.Duration
-	releaseHook    func(*http.Request, *limiter.Lease) error
-
-	// view is derived from the limiter's configuration, and made again
-	// when that changes (limiter.Limiter.SetConfig).
-	view atomic.Pointer[view]
 }
 
 // New returns middleware enforcing lim. It returns an error for a nil
 // limiter or an invalid option.
 func New(lim *limiter.Limiter, opts ...Option) (*Middleware, error) {
-	if lim == nil {
-		return nil, errors.New("httplimit: limiter is nil; build one with limiter.New")
+	return build(opts, func(m *Middleware) (*transport.Core[*http.Request], error) {
+		return transport.ForLimiter(lim, m.key, m.set.PolicyName, problems)
+	})
+}
+
+// NewPlans returns middleware enforcing, for each request, the plan p's
+// resolver chooses for its key (limiter.Plans.Admit). Every plan's limit
+// has its own headers, and they change with that plan's configuration.
+func NewPlans(p *limiter.Plans, opts ...Option) (*Middleware, error) {
+	return build(opts, func(m *Middleware) (*transport.Core[*http.Request], error) {
+		return transport.ForPlans(p, m.key, m.set.PolicyName, problems)
+	})
+}
+
+// build returns a Middleware with the defaults and opts applied, serving
+// through the core newCore makes.
+func build(opts []Option, newCore func(*Middleware) (*transport.Core[*http.Request], error)) (*Middleware, error) {
+	m := &Middleware{
+		set:        transport.NewSettings("httplimit"),
+		key:        ClientIP(),
+		missingKey: http.HandlerFunc(missingKey),
+		deny:       http.HandlerFunc(forbidden),
 	}
-	m := newMiddleware()
-	m.lim = lim
-	if err := m.apply(opts); err != nil {
+	m.denied = http.HandlerFunc(m.tooManyRequests)
+	var err error
+	if m.core, err = transport.Build("httplimit", m, opts, newCore); err != nil {
 		return nil, err
 	}
-	m.current()
 	return m, nil
 }
 
-// newMiddleware returns a Middleware with the defaults.
-func newMiddleware() *Middleware {
-	m := &Middleware{
-		key:            ClientIP(),
-		policyName:     DefaultPolicyName,
-		headers:        DraftHeaders,
-		missingKey:     http.HandlerFunc(missingKey),
-		logger:         slog.Default(),
-		lists:          lists{deny: http.HandlerFunc(forbidden)},
-		releaseTimeout: DefaultReleaseTimeout,
+// problems makes a view's problem+json bodies, one per policy (the View's
+// Extra).
+func problems(v *transport.View) any {
+	bodies := make([]string, len(v.Policies))
+	for i, p := range v.Policies {
+		bodies[i] = problemHead(p.Name)
 	}
-	m.denied = http.HandlerFunc(m.tooManyRequests)
-	return m
-}
-
-// apply applies opts and fills in what depends on them.
-func (m *Middleware) apply(opts []Option) error {
-	for _, opt := range opts {
-		if err := opt(m); err != nil {
-			return err
-		}
-	}
-	if m.onError == nil {
-		m.onError = m.logAndServe
-	}
-	return nil
+	return bodies
 }
 
 // Handler returns next wrapped by the limit. Under a concurrency limit the
@@ -297,131 +267,64 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 	})
 }
 
-// decisionKey is the context key of the decision; a type of its own so no
-// other package's key can collide with it.
-type decisionKey struct{}
-
 // DecisionFrom returns the decision the middleware made for the request
 // whose context is ctx, for the handlers after it (and a WithDeniedHandler).
 // ok is false when no decision was made: an exempt request, or one let
 // through because the store failed. With stacked middleware the innermost
 // one's decision is found.
 func DecisionFrom(ctx context.Context) (d limiter.Decision, ok bool) {
-	if c, ok := ctx.Value(decisionKey{}).(*decisionCtx); ok {
-		return c.d, true
-	}
-	return limiter.Decision{}, false
-}
-
-// decisionCtx carries the decision (and the lease, under a concurrency
-// limit): one allocation, where context.WithValue would take two (its node
-// and the boxed Decision).
-type decisionCtx struct {
-	context.Context
-	d     limiter.Decision
-	lease *limiter.Lease
-}
-
-// Value answers decisionKey with the context itself and passes every other
-// key to the parent.
-func (c *decisionCtx) Value(key any) any {
-	if _, ok := key.(decisionKey); ok {
-		return c
-	}
-	return c.Context.Value(key)
+	return transport.DecisionFrom(ctx)
 }
 
 // serve decides r, sets the headers and answers it unless it should go on
 // to the next handler, with the request to pass on and, under a
 // concurrency limit, the lease to release after it.
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request) (*http.Request, *limiter.Lease, bool) {
-	key, verdict := m.lists.check(r, m.key)
-	switch verdict {
-	case exempt:
-		return r, nil, true
-	case deny:
-		m.lists.deny.ServeHTTP(w, r)
+	o := m.core.Admit(r.Context(), r)
+	switch o.Verdict {
+	case transport.Exempt:
+		return r, o.Lease, true
+	case transport.DenyListed:
+		m.deny.ServeHTTP(w, r)
 		return nil, nil, false
-	}
-	if key == "" {
+	case transport.NoKey:
 		m.missingKey.ServeHTTP(w, r)
 		return nil, nil, false
-	}
-	v := m.current()
-	d, lease, err := m.decide(r, key, v)
-	if err != nil {
-		if errors.Is(err, limiter.ErrInvalidRequest) {
-			m.missingKey.ServeHTTP(w, r)
-			return nil, nil, false
+	case transport.Failed:
+		if m.set.Headers&DraftHeaders != 0 && o.View != nil {
+			w.Header().Add("RateLimit-Policy", o.View.Fields.Policy())
 		}
-		if m.headers&DraftHeaders != 0 {
-			w.Header().Add("RateLimit-Policy", v.fields.Policy())
+		if m.onError == nil {
+			m.logFailure(r, &o)
+			return r, nil, true
 		}
-		return r, nil, m.onError(w, r, err)
+		return r, nil, m.onError(w, r, o.Err)
 	}
-	// The limit's own lists (limiter.Config.Exempt and Deny) answer like
-	// the middleware's: an exempt request passes without rate-limit
-	// fields, a listed one gets the deny handler, not a 429.
-	switch {
-	case d.Exempt:
-		return r, lease, true
-	case d.DenyListed && !d.Allowed:
-		m.lists.deny.ServeHTTP(w, r)
-		return nil, nil, false
-	}
-	m.setHeaders(w.Header(), v, d)
-	r = r.WithContext(&decisionCtx{r.Context(), d, lease})
-	if !d.Allowed {
-		w.Header().Set("Retry-After", strconv.FormatInt(RetryAfter(d.RetryAfter), 10))
+	m.set.Fields(o.View, o.Decision, func(f ratelimitfields.Field, value string) {
+		if f.Draft() {
+			w.Header().Add(f.Name(), value) // stacked middleware each add a policy
+		} else {
+			w.Header().Set(f.Name(), value)
+		}
+	})
+	r = r.WithContext(transport.WithDecision(r.Context(), &o))
+	if o.Verdict == transport.Denied {
+		w.Header().Set("Retry-After", strconv.FormatInt(RetryAfter(o.Decision.RetryAfter), 10))
 		m.denied.ServeHTTP(w, r)
 		return nil, nil, false
 	}
-	return r, lease, true
+	return r, o.Lease, true
 }
 
-// decide takes a unit (or a lease) for the request keyed key.
-func (m *Middleware) decide(r *http.Request, key string, v *view) (limiter.Decision, *limiter.Lease, error) {
-	switch {
-	case m.comp != nil:
-		return m.decideComposite(r, key, v)
-	case v.lease:
-		lease, d, err := m.lim.Acquire(r.Context(), key)
-		return d, lease, err
-	}
-	d, err := m.lim.AllowN(r.Context(), key, 1)
-	return d, nil, err
-}
-
-// setHeaders writes the rate-limit fields of d.
-func (m *Middleware) setHeaders(h http.Header, v *view, d limiter.Decision) {
-	if m.headers == 0 {
-		return
-	}
-	// A fallback failing open that counted nothing gets no RateLimit:
-	// r=0 would tell clients to stop (ratelimitfields.Counted).
-	v.fields.Fields(d, m.headers&DraftHeaders != 0, m.headers&XRateLimitHeaders != 0, func(f ratelimitfields.Field, value string) {
-		if f.Draft() {
-			h.Add(f.Name(), value) // stacked middleware each add a policy
-		} else {
-			h.Set(f.Name(), value)
-		}
-	})
-}
-
-// logAndServe is the default ErrorHandler: a store failure must not take the
-// service down with it.
-func (m *Middleware) logAndServe(_ http.ResponseWriter, r *http.Request, err error) bool {
-	level := slog.LevelError
-	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
-		level = slog.LevelDebug // the client went away; nothing failed
-	}
+// logFailure is what happens to a store failure without an ErrorHandler:
+// it is logged and the request let through, since a store failure must not
+// take the service down with it.
+func (m *Middleware) logFailure(r *http.Request, o *transport.Outcome) {
 	path := ""
 	if r.URL != nil {
 		path = r.URL.Path
 	}
-	m.logger.Log(r.Context(), level, "limitkit: rate limit not decided; request let through",
-		"policy", m.current().policyLabel, "method", r.Method, "path", path, "error", err)
-	return true
+	m.set.LogFailure(r.Context(), o, "request let through", slog.String("method", r.Method), slog.String("path", path))
 }
 
 // RetryAfter converts a retry delay into the whole seconds of a Retry-After
@@ -436,15 +339,13 @@ func (m *Middleware) tooManyRequests(w http.ResponseWriter, r *http.Request) {
 	// The body depends on Accept: caches must not serve one for the other.
 	w.Header().Add("Vary", "Accept")
 	retry := w.Header().Get("Retry-After")
-	if !acceptsJSON(r.Header.Values("Accept")) {
+	v := transport.ViewFrom(r.Context())
+	d, _ := DecisionFrom(r.Context())
+	if v == nil || !acceptsJSON(r.Header.Values("Accept")) {
 		http.Error(w, "429 too many requests: retry after "+retry+" s", http.StatusTooManyRequests)
 		return
 	}
-	v := m.current()
-	body := v.problem[0]
-	if d, ok := DecisionFrom(r.Context()); ok {
-		body = v.problem[v.fields.Index(d)]
-	}
+	body := v.Extra.([]string)[v.Fields.Index(d)]
 	h := w.Header()
 	h.Del("Content-Length")
 	h.Set("Content-Type", "application/problem+json")

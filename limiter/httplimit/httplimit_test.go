@@ -24,21 +24,13 @@ import (
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/fallback"
 	"github.com/limitkit/limitkit/limiter"
+	"github.com/limitkit/limitkit/limiter/internal/transport/transporttest"
 )
 
-var start = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+var start = transporttest.Start
 
 func newLimiter(t *testing.T, store backend.Store, limit int64, window time.Duration) (*limiter.Limiter, *clock.Fake) {
-	t.Helper()
-	if store == nil {
-		s, err := memorystore.New()
-		require.NoError(t, err)
-		store = s
-	}
-	fake := clock.NewFake(start)
-	lim, err := limiter.New(store, limiter.Config{Limit: limit, Window: window, Prefix: "test:"}, limiter.WithClock(fake))
-	require.NoError(t, err)
-	return lim, fake
+	return transporttest.NewLimiter(t, store, limiter.Config{Limit: limit, Window: window, Prefix: "test:"})
 }
 
 func newHandler(t *testing.T, lim *limiter.Limiter, served *atomic.Int64, opts ...Option) http.Handler {
@@ -226,7 +218,7 @@ func TestFailingStoreLetsRequestsThrough(t *testing.T) {
 	assert.EqualValues(t, 3, store.calls.Load())
 	assert.Equal(t, 3, strings.Count(logs.String(), "level=ERROR"))
 	assert.Contains(t, logs.String(), "connection refused")
-	assert.Contains(t, logs.String(), "policy=test:")
+	assert.Contains(t, logs.String(), "limit=test:")
 }
 
 func TestFailingStoreErrorHandler(t *testing.T) {

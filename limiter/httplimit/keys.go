@@ -7,17 +7,27 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"strings"
 
 	"github.com/limitkit/limitkit/limiter/internal/ipmask"
+	"github.com/limitkit/limitkit/limiter/internal/transport"
+	"github.com/limitkit/limitkit/limiter/ratelimitfields"
 )
 
 // KeyFunc names the subject a request is limited as: a client address, an
-// API token, a user id, a route. It returns "" when the request carries no
-// key; the middleware then answers with its missing-key handler (400 by
-// default) rather than guess.
-type KeyFunc func(r *http.Request) string
+// API token, a user id, a route. It returns an empty Key when the request
+// carries no key; the middleware then answers with its missing-key handler
+// (400 by default) rather than guess. A func of your own returns
+// Key{Value: id}; only funcs that derived the key from the client's
+// address set Key.Client.
+type KeyFunc func(r *http.Request) Key
+
+// Key is what a KeyFunc found: Value is the key, and Client the client
+// address it was derived from, when it was (ClientIP, ProxiedClientIP, and
+// IPv6Prefix, Join or FirstOf of them). The address entries of
+// limiter.Config.Exempt and Deny apply to Client only: a key a client
+// writes itself, such as a header holding "10.9.9.9", never matches one.
+type Key = transport.Key
 
 // ClientIP keys requests by the address of the direct peer: RemoteAddr
 // without its port. Forwarding headers (X-Forwarded-For, Forwarded) are
@@ -28,11 +38,11 @@ type KeyFunc func(r *http.Request) string
 // client has one key. A RemoteAddr that is not an IP address (a Unix socket
 // listener) gives no key.
 func ClientIP() KeyFunc {
-	return func(r *http.Request) string {
+	return func(r *http.Request) Key {
 		if a, ok := peerAddr(r); ok {
-			return a.String()
+			return transport.ClientKey(a)
 		}
-		return ""
+		return Key{}
 	}
 }
 
@@ -53,8 +63,9 @@ func ClientIP() KeyFunc {
 // own Forwarded header through untouched.
 //
 // trusted lists the proxies as addresses or CIDR networks ("10.0.0.0/8",
-// "192.0.2.7", "2001:db8::/32"). It must not be empty; an entry that does not
-// parse is an error naming it.
+// "192.0.2.7", "2001:db8::/32"), read as limiter.Config's address entries
+// are: an entry with white space, an IPv6 zone or host bits set
+// ("10.1.2.3/8") is an error naming it, as is an empty list.
 func ProxiedClientIP(header string, trusted ...string) (KeyFunc, error) {
 	if len(trusted) == 0 {
 		return nil, errors.New("httplimit: no trusted proxies; list your proxies' addresses or networks, or use ClientIP() to ignore forwarding headers")
@@ -79,20 +90,19 @@ func ProxiedClientIP(header string, trusted ...string) (KeyFunc, error) {
 }
 
 func parsePrefix(s string) (netip.Prefix, error) {
-	s = strings.TrimSpace(s)
-	if strings.Contains(s, "/") {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return netip.Prefix{}, fmt.Errorf("httplimit: trusted proxy %q is not a CIDR network such as 10.0.0.0/8: %w", s, err)
-		}
-		return p.Masked(), nil
-	}
-	a, err := netip.ParseAddr(s)
+	p, err := ipmask.Parse(s)
 	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("httplimit: trusted proxy %q is not an IP address or a CIDR network such as 10.0.0.0/8: %w", s, err)
+		return netip.Prefix{}, fmt.Errorf("httplimit: trusted proxy %s: %w", ratelimitfields.Quote(clip(s)), err)
 	}
-	a = a.Unmap().WithZone("")
-	return netip.PrefixFrom(a, a.BitLen()), nil
+	return p, nil
+}
+
+// clip shortens s for an error message.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
 }
 
 type proxies struct {
@@ -110,13 +120,13 @@ func (p *proxies) trusts(a netip.Addr) bool {
 	return false
 }
 
-func (p *proxies) clientIP(r *http.Request) string {
+func (p *proxies) clientIP(r *http.Request) Key {
 	peer, ok := peerAddr(r)
 	if !ok {
-		return ""
+		return Key{}
 	}
 	if !p.trusts(peer) {
-		return peer.String()
+		return transport.ClientKey(peer)
 	}
 	var hops []string
 	for _, v := range r.Header.Values(p.header) {
@@ -137,7 +147,7 @@ func (p *proxies) clientIP(r *http.Request) string {
 			break
 		}
 	}
-	return client.String()
+	return transport.ClientKey(client)
 }
 
 // peerAddr returns the direct peer's address, from RemoteAddr.
@@ -145,7 +155,7 @@ func peerAddr(r *http.Request) (netip.Addr, bool) {
 	// RemoteAddr is "ip:port" from net/http: parse that form first, which
 	// costs no allocation (a failed ParseAddr allocates its error).
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
-		return ap.Addr().Unmap().WithZone(""), true
+		return ipmask.Normalize(ap.Addr()), true
 	}
 	return parseHop(r.RemoteAddr)
 }
@@ -158,16 +168,16 @@ func parseHop(s string) (netip.Addr, bool) {
 		s = s[1 : len(s)-1]
 	}
 	if a, err := netip.ParseAddr(s); err == nil {
-		return a.Unmap().WithZone(""), true
+		return ipmask.Normalize(a), true
 	}
 	if host, _, err := net.SplitHostPort(s); err == nil {
 		if a, err := netip.ParseAddr(host); err == nil {
-			return a.Unmap().WithZone(""), true
+			return ipmask.Normalize(a), true
 		}
 	}
 	if len(s) >= 2 && s[0] == '[' && s[len(s)-1] == ']' {
 		if a, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil {
-			return a.Unmap().WithZone(""), true
+			return ipmask.Normalize(a), true
 		}
 	}
 	return netip.Addr{}, false
@@ -234,26 +244,23 @@ func unquote(s string) string {
 // its first bits, so "2001:db8:1:2:aaaa::1" becomes "2001:db8:1:2::/64".
 // A subscriber usually gets a whole /64 and can cycle through its addresses
 // to reset a per-address limit; 64 is the usual choice. IPv4 keys, and keys
-// that are not addresses, are kept as they are. bits must be 1 to 128.
+// that are not addresses, are kept as they are; the client address stays
+// the client's (for the address lists). bits must be 1 to 128.
 func IPv6Prefix(bits int, key KeyFunc) (KeyFunc, error) {
-	if err := ipmask.CheckBits(bits); err != nil {
+	k, err := transport.IPv6Prefix(bits, key)
+	if err != nil {
 		return nil, fmt.Errorf("httplimit: %w", err)
 	}
-	if key == nil {
-		return nil, errors.New("httplimit: key func is nil")
-	}
-	return func(r *http.Request) string {
-		return ipmask.Mask(key(r), bits)
-	}, nil
+	return k, nil
 }
 
 // Header keys requests by the first value of the named request header, such
 // as an API key ("X-Api-Key"), trimmed of spaces. A missing or blank header
-// gives no key.
+// gives no key. The key is not a client address, whatever it holds.
 func Header(name string) KeyFunc {
 	name = http.CanonicalHeaderKey(name)
-	return func(r *http.Request) string {
-		return strings.TrimSpace(r.Header.Get(name))
+	return func(r *http.Request) Key {
+		return Key{Value: strings.TrimSpace(r.Header.Get(name))}
 	}
 }
 
@@ -261,11 +268,11 @@ func Header(name string) KeyFunc {
 // typically the user id an authentication middleware stored there (so the
 // limiter must run after it). fn returns "" for an anonymous request.
 func FromContext(fn func(ctx context.Context) string) KeyFunc {
-	return func(r *http.Request) string {
+	return func(r *http.Request) Key {
 		if fn == nil {
-			return ""
+			return Key{}
 		}
-		return fn(r.Context())
+		return Key{Value: fn(r.Context())}
 	}
 }
 
@@ -280,64 +287,42 @@ func FromContext(fn func(ctx context.Context) string) KeyFunc {
 // Paths are chosen by clients, so a path key gives each distinct path its
 // own allowance; prefer patterns.
 func Route(mux *http.ServeMux) KeyFunc {
-	return func(r *http.Request) string {
+	return func(r *http.Request) Key {
 		if r.Pattern != "" {
-			return r.Pattern
+			return Key{Value: r.Pattern}
 		}
 		if mux != nil {
 			if _, pattern := mux.Handler(r); pattern != "" {
-				return pattern
+				return Key{Value: pattern}
 			}
 		}
 		if r.URL == nil {
-			return r.Method
+			return Key{Value: r.Method}
 		}
-		return r.Method + " " + r.URL.Path
+		return Key{Value: r.Method + " " + r.URL.Path}
 	}
 }
 
 // Join keys requests by several keys at once, such as the client address on
-// each route: Join(ClientIP(), Route(mux)). Every part must be found, or the
-// request has no key. Parts are joined with '|', escaped so that different
-// parts never make the same key.
-func Join(keys ...KeyFunc) KeyFunc {
-	return func(r *http.Request) string {
-		var b strings.Builder
-		for i, k := range keys {
-			part := k(r)
-			if part == "" {
-				return ""
-			}
-			if i > 0 {
-				b.WriteByte('|')
-			}
-			escape(&b, part)
-		}
-		return b.String()
-	}
-}
+// each route: Join(ClientIP(), Route(mux)). Every part must be found (a nil
+// part finds none), or the request has no key. Parts are joined with '|',
+// escaped so that different parts never make the same key. The client
+// address is the first part's that has one.
+func Join(keys ...KeyFunc) KeyFunc { return transport.Join(funcs(keys)) }
 
-// FirstOf keys requests by the first of keys that finds one, such as the
-// user id for signed-in users and the client address for the rest:
-// FirstOf(FromContext(userID), ClientIP()). The key is prefixed with the
-// position of the extractor that found it ("0:alice", "1:192.0.2.1"), so a
-// user named like an address never shares an allowance with that address.
-func FirstOf(keys ...KeyFunc) KeyFunc {
-	return func(r *http.Request) string {
-		for i, k := range keys {
-			if key := k(r); key != "" {
-				return strconv.Itoa(i) + ":" + key
-			}
-		}
-		return ""
-	}
-}
+// FirstOf keys requests by the first of keys that finds one (nil ones are
+// skipped), such as the user id for signed-in users and the client address
+// for the rest: FirstOf(FromContext(userID), ClientIP()). The key is
+// prefixed with the position of the extractor that found it ("0:alice",
+// "1:192.0.2.1"), so a user named like an address never shares an
+// allowance with that address; it is a client address when that
+// extractor's was.
+func FirstOf(keys ...KeyFunc) KeyFunc { return transport.FirstOf(funcs(keys)) }
 
-func escape(b *strings.Builder, s string) {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c == '|' || c == '\\' {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(s[i])
+func funcs(keys []KeyFunc) []func(*http.Request) Key {
+	fs := make([]func(*http.Request) Key, len(keys))
+	for i, k := range keys {
+		fs[i] = k
 	}
+	return fs
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/limitkit/limitkit/internal/testing/redistest"
 	"github.com/limitkit/limitkit/limiter"
 	"github.com/limitkit/limitkit/limiter/config"
+	"github.com/limitkit/limitkit/limiter/internal/transport/transporttest"
 )
 
 // leaseStores runs check on the memory store, then on a real redis-server
@@ -92,18 +93,7 @@ func (g *gauge) enter() {
 
 func (g *gauge) leave() { g.now.Add(-1) }
 
-// waitFor polls cond until it holds or 10 s pass (a hang, not a timing
-// assertion: the condition is met at once on a working system).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+var waitFor = transporttest.WaitFor
 
 // gated sends two rounds of 2n requests, one at a time, to a server whose
 // handlers stay in flight until the end, the fake clock moving a second
@@ -225,7 +215,7 @@ func TestLeaseReleasedOnReturn(t *testing.T) {
 		lim, _ := newLeaseLimiter(t, s, n)
 		mw, err := New(lim)
 		require.NoError(t, err)
-		mw.releaseHook = func(*http.Request, *limiter.Lease) error { return nil } // never released
+		mw.set.ReleaseHook = func(context.Context, *limiter.Lease) error { return nil } // never released
 		_, admitted, _ := load(t, mw, clients, each)
 		assert.Equal(t, int64(n), admitted)
 	})
@@ -241,7 +231,7 @@ func TestLeaseReleasedOnPanic(t *testing.T) {
 		mw, err := New(lim)
 		require.NoError(t, err)
 		if keep {
-			mw.releaseHook = func(*http.Request, *limiter.Lease) error { return nil }
+			mw.set.ReleaseHook = func(context.Context, *limiter.Lease) error { return nil }
 		}
 		var panics, remaining atomic.Int64
 		remaining.Store(-1)
@@ -296,7 +286,7 @@ func TestLeaseReleasedOnDisconnect(t *testing.T) {
 		mw, err := New(lim, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 		require.NoError(t, err)
 		if naive {
-			mw.releaseHook = func(r *http.Request, l *limiter.Lease) error { return l.Release(r.Context()) }
+			mw.set.ReleaseHook = func(ctx context.Context, l *limiter.Lease) error { return l.Release(ctx) }
 		}
 		entered := make(chan struct{}, 1)
 		var handled sync.WaitGroup
@@ -491,7 +481,7 @@ func TestNewCompositeErrors(t *testing.T) {
 	_, err = NewComposite(nil, nil)
 	assert.ErrorContains(t, err, "composite is nil")
 	_, err = NewComposite(c, []Limit{{Key: ClientIP(), Policy: "a"}})
-	assert.ErrorContains(t, err, "1 limits for a composite of 2")
+	assert.ErrorContains(t, err, "1 limits described for a composite of 2")
 	_, err = NewComposite(c, []Limit{{Key: ClientIP(), Policy: "a"}, {Policy: "b"}})
 	assert.ErrorContains(t, err, "limit 1 has no key func")
 	_, err = NewComposite(c, []Limit{{Key: ClientIP(), Policy: "a"}, {Key: ClientIP(), Policy: ""}})

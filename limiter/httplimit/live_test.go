@@ -15,6 +15,7 @@ import (
 	"github.com/limitkit/limitkit/internal/testing/redistest"
 	"github.com/limitkit/limitkit/limiter"
 	"github.com/limitkit/limitkit/limiter/config"
+	"github.com/limitkit/limitkit/limiter/internal/transport/transporttest"
 )
 
 // TestPolicyFollowsSetConfig: after SetConfig, a real HTTP server's
@@ -73,4 +74,24 @@ func TestPolicyFollowsSetConfig(t *testing.T) {
 			check(t, s)
 		})
 	}
+}
+
+// TestReloadToAndFromConcurrency (issue 22, defect 7): while the limit
+// switches between "concurrency" and "fixed_window" as fast as it can, no
+// request in flight is answered 400 (the middleware chose Acquire or Allow
+// from one configuration, the limiter decided by another).
+func TestReloadToAndFromConcurrency(t *testing.T) {
+	lim, _ := transporttest.NewLimiter(t, nil, transporttest.LeaseConfig)
+	mw, err := New(lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	transporttest.ReloadLoop(t, lim, func() bool {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = "192.0.2.1:1"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code == http.StatusOK
+	})
 }
