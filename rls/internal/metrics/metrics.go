@@ -1,0 +1,195 @@
+// Package metrics exports the reference server's Prometheus metrics
+// (envoyproxy/ratelimit with its default statsd mapper), under its names
+// and labels, so that dashboards and alerts keep working after the swap:
+//
+//	ratelimit_service_rate_limit_total_hits{domain,key1,key2}    counter: hits asked for
+//	ratelimit_service_rate_limit_over_limit{domain,key1,key2}    counter: hits refused
+//	ratelimit_service_rate_limit_near_limit{domain,key1,key2}    counter: hits admitted above NEAR_LIMIT_RATIO of the limit
+//	ratelimit_service_rate_limit_within_limit{domain,key1,key2}  counter: hits admitted
+//	ratelimit_service_rate_limit_shadow_mode{domain,key1,key2}   counter: hits refused but admitted by shadow mode
+//	ratelimit_service_config_load_success                        counter: configurations loaded
+//	ratelimit_service_config_load_error                          counter: configurations refused (the last good one kept)
+//	ratelimit_service_should_rate_limit_error{err_type}          counter: calls answered with an error
+//	ratelimit_service_total_requests{grpc_method}                counter: gRPC calls
+//	ratelimit_service_response_time_seconds{grpc_method}         histogram: their latency
+//
+// key1 and key2 are the first two levels of the rule's key below the
+// domain ("key_value" or "key"), as the reference's mapper cuts them; deeper
+// levels are dropped. Rule keys come from the configuration, but a rule
+// with detailed_metric puts request values in them, so the label sets are
+// bounded: past MaxSeries the others are counted under key1 "_other".
+//
+// One difference is deliberate: a refused request consumes nothing here,
+// so a refusal counts all its hits as over_limit and none as near_limit.
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// MaxSeries bounds the distinct (domain, key1, key2) label sets.
+const MaxSeries = 2000
+
+// otherKey stands for the label sets past MaxSeries.
+const otherKey = "_other"
+
+// Metrics holds the collectors. It is safe for concurrent use.
+type Metrics struct {
+	nearRatio   float64
+	totalHits   *prometheus.CounterVec
+	overLimit   *prometheus.CounterVec
+	nearLimit   *prometheus.CounterVec
+	withinLimit *prometheus.CounterVec
+	shadowMode  *prometheus.CounterVec
+	loadOK      prometheus.Counter
+	loadError   prometheus.Counter
+	callErrors  *prometheus.CounterVec
+	requests    *prometheus.CounterVec
+	latency     *prometheus.HistogramVec
+
+	mu     sync.Mutex
+	series map[labels]struct{}
+}
+
+type labels struct{ domain, key1, key2 string }
+
+// New registers the collectors with reg. nearRatio is NEAR_LIMIT_RATIO.
+func New(reg prometheus.Registerer, nearRatio float64) (*Metrics, error) {
+	if reg == nil {
+		return nil, errors.New("metrics: registerer is nil")
+	}
+	if nearRatio <= 0 || nearRatio > 1 {
+		return nil, fmt.Errorf("metrics: near-limit ratio %v: write a number above 0 and at most 1", nearRatio)
+	}
+	rule := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_rate_limit_" + name, Help: help},
+			[]string{"domain", "key1", "key2"})
+	}
+	m := &Metrics{
+		nearRatio:   nearRatio,
+		totalHits:   rule("total_hits", "Hits asked for, by domain and rule."),
+		overLimit:   rule("over_limit", "Hits refused, by domain and rule."),
+		nearLimit:   rule("near_limit", "Hits admitted above the near-limit ratio of the limit, by domain and rule."),
+		withinLimit: rule("within_limit", "Hits admitted, by domain and rule."),
+		shadowMode:  rule("shadow_mode", "Hits over the limit admitted by shadow mode, by domain and rule."),
+		loadOK: prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_config_load_success",
+			Help: "Rate limit configurations loaded."}),
+		loadError: prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_config_load_error",
+			Help: "Rate limit configurations refused; the last good one stays in force."}),
+		callErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_should_rate_limit_error",
+			Help: "ShouldRateLimit calls answered with an error, by err_type (redis_error, service_error)."}, []string{"err_type"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_total_requests",
+			Help: "gRPC calls, by method."}, []string{"grpc_method"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ratelimit_service_response_time_seconds",
+			Help:    "gRPC call latency, by method.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .02, .05, .1, .25, 1}}, []string{"grpc_method"}),
+		series: map[labels]struct{}{},
+	}
+	for _, c := range []prometheus.Collector{m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode,
+		m.loadOK, m.loadError, m.callErrors, m.requests, m.latency} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("metrics: register: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Hit is one descriptor's decision.
+type Hit struct {
+	Domain string
+	// Rule is the rule's key below the domain, levels joined by ".":
+	// "generic_key_default.remote_address".
+	Rule string
+	// Hits is the cost asked for.
+	Hits uint64
+	// Limit and Remaining are the limit's after the decision.
+	Limit, Remaining uint64
+	// Over reports that the limit refused the hits.
+	Over bool
+	// Shadow reports that shadow mode admitted them anyway.
+	Shadow bool
+}
+
+// Record counts one descriptor's decision.
+func (m *Metrics) Record(h Hit) {
+	l := m.labelsOf(h.Domain, h.Rule)
+	v := []string{l.domain, l.key1, l.key2}
+	m.totalHits.WithLabelValues(v...).Add(float64(h.Hits))
+	if h.Over {
+		m.overLimit.WithLabelValues(v...).Add(float64(h.Hits))
+		if h.Shadow {
+			m.shadowMode.WithLabelValues(v...).Add(float64(h.Hits))
+		}
+		return
+	}
+	m.withinLimit.WithLabelValues(v...).Add(float64(h.Hits))
+	if near := NearHits(h.Limit, h.Remaining, h.Hits, m.nearRatio); near > 0 {
+		m.nearLimit.WithLabelValues(v...).Add(float64(near))
+	}
+}
+
+// NearHits is how many of an admission's hits landed above ratio of the
+// limit: the reference's threshold floor(limit × ratio), compared with the
+// units used before and after the admission.
+func NearHits(limit, remaining, hits uint64, ratio float64) uint64 {
+	if remaining > limit {
+		return 0
+	}
+	threshold := uint64(math.Floor(float64(limit) * ratio))
+	after := limit - remaining
+	before := after - min(hits, after)
+	if after <= threshold {
+		return 0
+	}
+	return after - max(threshold, before)
+}
+
+// ConfigLoaded counts a configuration load, good or refused.
+func (m *Metrics) ConfigLoaded(ok bool) {
+	if ok {
+		m.loadOK.Inc()
+	} else {
+		m.loadError.Inc()
+	}
+}
+
+// CallError counts a ShouldRateLimit call answered with an error.
+func (m *Metrics) CallError(errType string) { m.callErrors.WithLabelValues(errType).Inc() }
+
+// Request counts a gRPC call and its latency in seconds.
+func (m *Metrics) Request(method string, seconds float64) {
+	m.requests.WithLabelValues(method).Inc()
+	m.latency.WithLabelValues(method).Observe(seconds)
+}
+
+// labelsOf cuts rule into the reference's labels, within MaxSeries.
+func (m *Metrics) labelsOf(domain, rule string) labels {
+	l := labels{domain: sanitize(domain)}
+	parts := strings.SplitN(rule, ".", 3)
+	l.key1 = sanitize(parts[0])
+	if len(parts) > 1 {
+		l.key2 = sanitize(parts[1])
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.series[l]; ok {
+		return l
+	}
+	if len(m.series) >= MaxSeries {
+		return labels{domain: l.domain, key1: otherKey}
+	}
+	m.series[l] = struct{}{}
+	return l
+}
+
+// sanitize replaces what statsd names cannot hold, as the reference's
+// SanitizeStatName does.
+func sanitize(s string) string {
+	return strings.NewReplacer(":", "_", "|", "_").Replace(s)
+}
