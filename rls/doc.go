@@ -1,0 +1,71 @@
+// Package rls is an Envoy rate limit service
+// (envoy.service.ratelimit.v3.RateLimitService) on limitkit's stores and
+// algorithms: a drop-in for envoyproxy/ratelimit that reads the same YAML
+// and answers the same way, with exact windows, several limits per
+// descriptor and all-or-nothing requests.
+//
+// Configuration: ParseConfig reads one YAML file of the reference server's
+// format; NewRules compiles the files of a runtime directory (each a File)
+// into Rules, once, refusing a domain defined twice. Rules are immutable
+// and safe for concurrent use.
+//
+//	rules, err := rls.NewRules(rls.File{Name: "config.yaml", Data: data})
+//	if err != nil { ... } // config.yaml:7: descriptors[0].rate_limit.unit: "minutes" is not a unit; ...
+//	svc, err := rls.New(store, rules, rls.WithShadowMode(false))
+//	srv := grpc.NewServer()
+//	rls.Register(srv, svc)
+//
+// The store is any backend.Store; a service in production wraps its Redis
+// store in package fallback, so that each limit's on_failure policy
+// (backend.FailurePolicy, carried in every request) decides while Redis is
+// down, with no gRPC error.
+//
+// The YAML is the reference server's: domain; nested descriptors of key
+// and optional value (with '*' wildcards anywhere in a value); rate_limit
+// with unit (second, minute, hour, day, week, month, year, any case) and
+// requests_per_unit; unlimited; name; replaces; shadow_mode;
+// detailed_metric (and quota_mode, value_to_metric, share_threshold and
+// metadata, accepted and ignored). Its refusals (unknown keys, a duplicate
+// key at one level, unlimited with a unit) are refusals here, each naming
+// the file, the line and what to change. Extensions, all optional:
+//
+//   - algorithm: in a rate_limit, any rate algorithm of package algorithms
+//     (default fixed_window, the reference's; concurrency is refused, it
+//     holds leases);
+//   - unit_multiplier: the window is unit x multiplier; fixed windows are
+//     aligned to multiples of it since the Unix epoch (days to UTC
+//     midnight), and current_limit carries the multiplier;
+//   - rate_limits: a list beside rate_limit, several limits on one
+//     descriptor, all of which must pass;
+//   - on_failure: per limit, "fail_open", "fail_closed", "local" or
+//     "local:N" (see backend.FailurePolicy).
+//
+// Matching is the reference server's: at each level of a request
+// descriptor the exact key_value, then the first wildcard value that
+// matches, then the key alone; a limit applies only where the whole
+// request descriptor matched (its last entry reached a rule with a limit).
+//
+// Decisions: Service.ShouldRateLimit turns the limits of every descriptor
+// of a request into one backend.Store.TakeAll: a request is admitted only
+// when every enforced limit admits it, and a refused request consumes no
+// unit of any limit. Each status carries current_limit, limit_remaining
+// (after the request when admitted; what the limit holds unconsumed when
+// refused) and duration_until_reset, rounded up to whole seconds and never
+// early: when refused, the time until a request of that cost could pass
+// (the algorithm's RetryAfter, not a window's end); when admitted, the
+// time until the limit is fully free again (its ResetAfter, the window's
+// end for a fixed window, as the reference reports).
+//
+// hits_addend: a request-level 0 counts 1 (Envoy always sends 0 there); a
+// descriptor's own hits_addend wins, and 0 there checks without consuming;
+// the same descriptor twice in one request counts twice. Limits in shadow
+// mode (shadow_mode: true on the rule) are decided and counted, and never
+// refuse: they are taken after the enforced ones admitted the request.
+// Global shadow mode (WithShadowMode) decides everything as if enforced
+// and answers OK overall. An unknown domain, or a descriptor matching no
+// rule, answers OK.
+//
+// Keys are derived from the domain, the request descriptor's entries and
+// the limit's window and algorithm, never from the config generation, so
+// counts survive SetRules.
+package rls
