@@ -20,13 +20,13 @@
 // bounded: past MaxSeries the others are counted under key1 "_other".
 //
 // One difference is deliberate: a refused request consumes nothing here,
-// so a refusal counts all its hits as over_limit and none as near_limit.
+// so a limit that admitted a request another limit refused counts its hits
+// in total_hits alone, neither within nor over.
 package metrics
 
 import (
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"sync"
 
@@ -41,7 +41,6 @@ const otherKey = "_other"
 
 // Metrics holds the collectors. It is safe for concurrent use.
 type Metrics struct {
-	nearRatio   float64
 	totalHits   *prometheus.CounterVec
 	overLimit   *prometheus.CounterVec
 	nearLimit   *prometheus.CounterVec
@@ -59,20 +58,16 @@ type Metrics struct {
 
 type labels struct{ domain, key1, key2 string }
 
-// New registers the collectors with reg. nearRatio is NEAR_LIMIT_RATIO.
-func New(reg prometheus.Registerer, nearRatio float64) (*Metrics, error) {
+// New registers the collectors with reg.
+func New(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return nil, errors.New("metrics: registerer is nil")
-	}
-	if nearRatio <= 0 || nearRatio > 1 {
-		return nil, fmt.Errorf("metrics: near-limit ratio %v: write a number above 0 and at most 1", nearRatio)
 	}
 	rule := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_rate_limit_" + name, Help: help},
 			[]string{"domain", "key1", "key2"})
 	}
 	m := &Metrics{
-		nearRatio:   nearRatio,
 		totalHits:   rule("total_hits", "Hits asked for, by domain and rule."),
 		overLimit:   rule("over_limit", "Hits refused, by domain and rule."),
 		nearLimit:   rule("near_limit", "Hits admitted above the near-limit ratio of the limit, by domain and rule."),
@@ -100,54 +95,30 @@ func New(reg prometheus.Registerer, nearRatio float64) (*Metrics, error) {
 	return m, nil
 }
 
-// Hit is one descriptor's decision.
-type Hit struct {
-	Domain string
-	// Rule is the rule's key below the domain, levels joined by ".":
-	// "generic_key_default.remote_address".
-	Rule string
-	// Hits is the cost asked for.
-	Hits uint64
-	// Limit and Remaining are the limit's after the decision.
-	Limit, Remaining uint64
-	// Over reports that the limit refused the hits.
-	Over bool
-	// Shadow reports that shadow mode admitted them anyway.
-	Shadow bool
-}
-
-// Record counts one descriptor's decision.
-func (m *Metrics) Record(h Hit) {
-	l := m.labelsOf(h.Domain, h.Rule)
+// Record counts one limit's part in one decision. key is the rule's
+// statistics key, "domain.key_value.key" (rls.Stat.Key); outcome is
+// rls.Outcome's name: within_limit, near_limit (admitted, and counted as
+// within_limit too), over_limit, shadow_mode (refused but admitted: counted
+// as over_limit too, as the reference does) or held (this limit admitted
+// but another refused the request, so nothing was consumed: only
+// total_hits counts it).
+func (m *Metrics) Record(domain, key, outcome string, hits uint64) {
+	l := m.labelsOf(domain, strings.TrimPrefix(key, domain+"."))
 	v := []string{l.domain, l.key1, l.key2}
-	m.totalHits.WithLabelValues(v...).Add(float64(h.Hits))
-	if h.Over {
-		m.overLimit.WithLabelValues(v...).Add(float64(h.Hits))
-		if h.Shadow {
-			m.shadowMode.WithLabelValues(v...).Add(float64(h.Hits))
-		}
-		return
+	n := float64(hits)
+	m.totalHits.WithLabelValues(v...).Add(n)
+	switch outcome {
+	case "within_limit":
+		m.withinLimit.WithLabelValues(v...).Add(n)
+	case "near_limit":
+		m.withinLimit.WithLabelValues(v...).Add(n)
+		m.nearLimit.WithLabelValues(v...).Add(n)
+	case "over_limit":
+		m.overLimit.WithLabelValues(v...).Add(n)
+	case "shadow_mode":
+		m.overLimit.WithLabelValues(v...).Add(n)
+		m.shadowMode.WithLabelValues(v...).Add(n)
 	}
-	m.withinLimit.WithLabelValues(v...).Add(float64(h.Hits))
-	if near := NearHits(h.Limit, h.Remaining, h.Hits, m.nearRatio); near > 0 {
-		m.nearLimit.WithLabelValues(v...).Add(float64(near))
-	}
-}
-
-// NearHits is how many of an admission's hits landed above ratio of the
-// limit: the reference's threshold floor(limit × ratio), compared with the
-// units used before and after the admission.
-func NearHits(limit, remaining, hits uint64, ratio float64) uint64 {
-	if remaining > limit {
-		return 0
-	}
-	threshold := uint64(math.Floor(float64(limit) * ratio))
-	after := limit - remaining
-	before := after - min(hits, after)
-	if after <= threshold {
-		return 0
-	}
-	return after - max(threshold, before)
 }
 
 // ConfigLoaded counts a configuration load, good or refused.
