@@ -2,13 +2,509 @@ package rls
 
 import (
 	"context"
+	"errors"
+	"math"
+	"strconv"
+	"strings"
+	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/backend"
 )
 
-// ShouldRateLimit implements rlsv3.RateLimitServiceServer.
+// group is one limit state a request touches: one rule on one key. The
+// same descriptor twice in a request is one group of twice the cost.
+type group struct {
+	rule   *rule
+	req    backend.Request
+	check  bool // decided without consuming (hits 0, or negative hits)
+	descs  []int
+	stat   string
+	res    backend.Result
+	denied bool // this limit refused (or would refuse, for shadow and checks)
+	held   bool // admitted, but the request was refused: nothing consumed
+}
+
+// ShouldRateLimit implements rlsv3.RateLimitServiceServer. It answers an
+// error only for a request it cannot read (codes.InvalidArgument), before
+// any configuration (codes.Unavailable), for a cancelled call, and, with
+// WithErrorOnFailure, when the store could not decide; a refusal is an
+// answer with overall_code OVER_LIMIT.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "rls: not implemented yet")
+	rules := s.rules.Load()
+	if rules == nil {
+		return nil, status.Error(codes.Unavailable, "no rate limit configuration loaded")
+	}
+	if req.GetDomain() == "" {
+		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	}
+	descs := req.GetDescriptors()
+	if len(descs) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	}
+	now := s.opts.clock.Now()
+	resp := &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs))}
+	groups, err := s.groups(rules, req, now, resp)
+	if err != nil {
+		return nil, err
+	}
+	refused, err := s.decide(ctx, groups)
+	if err != nil {
+		return nil, err
+	}
+	s.answer(req, groups, refused, resp)
+	return resp, nil
+}
+
+// groups matches every descriptor, fills the statuses of those with no
+// limit to check, and returns the limit states to decide.
+func (s *Service) groups(rules *Rules, req *rlsv3.RateLimitRequest, now time.Time, resp *rlsv3.RateLimitResponse) ([]*group, error) {
+	type candidate struct {
+		desc int
+		rule *rule
+		hits uint64
+		neg  bool
+	}
+	var cands []candidate
+	replaced := map[string]bool{}
+	for i, d := range req.GetDescriptors() {
+		resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		hits := uint64(max(req.GetHitsAddend(), 1))
+		if h := d.GetHitsAddend(); h != nil {
+			hits = h.GetValue()
+		}
+		if o := d.GetLimit(); o != nil {
+			r, err := overrideRule(req.GetDomain(), d, o)
+			if err != nil {
+				return nil, err
+			}
+			cands = append(cands, candidate{i, r, hits, d.GetIsNegativeHits()})
+			continue
+		}
+		n := rules.lookup(req.GetDomain(), d)
+		if n == nil {
+			continue
+		}
+		if n.unlimited {
+			resp.Statuses[i].LimitRemaining = math.MaxUint32
+			continue
+		}
+		for _, r := range n.limits {
+			for _, name := range r.limit.Replaces {
+				replaced[name] = true
+			}
+			cands = append(cands, candidate{i, r, hits, d.GetIsNegativeHits()})
+		}
+	}
+	var groups []*group
+	byState := map[string]*group{}
+	var id []byte
+	for _, c := range cands {
+		if c.rule.limit.Name != "" && replaced[c.rule.limit.Name] {
+			continue
+		}
+		d := req.GetDescriptors()[c.desc]
+		id = appendID(id[:0], req.GetDomain(), d.GetEntries())
+		key := backend.Key{Prefix: s.opts.prefix + c.rule.prefix, ID: string(id)}
+		check := c.hits == 0 || c.neg
+		state := key.Prefix + "\x00" + string(c.rule.alg.Algorithm) + "\x00" + strconv.FormatBool(check) + "\x00" + key.ID
+		if g := byState[state]; g != nil {
+			g.req.Cost = addCost(g.req.Cost, c.hits)
+			g.descs = append(g.descs, c.desc)
+			continue
+		}
+		policy := c.rule.onFailure
+		if policy.Mode() == backend.ModeUnset {
+			policy = s.opts.onFailure
+		}
+		g := &group{
+			rule:  c.rule,
+			check: check,
+			descs: []int{c.desc},
+			req: backend.Request{Key: key, Rule: c.rule.alg, Now: now, Cost: addCost(0, c.hits),
+				OnFailure: policy, Shadow: c.rule.shadow},
+		}
+		if check {
+			g.req.Cost = 1
+		}
+		if s.opts.stats != nil {
+			g.stat = c.rule.statKey
+			if c.rule.detailed {
+				if full := fullKey(req.GetDomain(), d.GetEntries()); s.stats.admit(full) {
+					g.stat = full
+				}
+			}
+		}
+		byState[state] = g
+		groups = append(groups, g)
+	}
+	return groups, nil
+}
+
+// addCost adds hits to a cost, saturating far above any limit.
+func addCost(cost int64, hits uint64) int64 {
+	const most = algorithms.MaxLimit + 1
+	if hits >= uint64(most) || cost+int64(hits) > most {
+		return most
+	}
+	return cost + int64(hits)
+}
+
+// possible reports whether a request of g's cost can ever pass its limit.
+func (g *group) possible() bool {
+	return g.rule.alg.Limit > 0 && g.req.Cost <= g.rule.alg.Limit
+}
+
+// decide decides every group: the checks (peeks), then the enforced
+// limits all or nothing in one TakeAll, then the shadow limits. It
+// reports whether the request is refused.
+func (s *Service) decide(ctx context.Context, groups []*group) (bool, error) {
+	var enforced, shadow []*group
+	refused := false
+	for _, g := range groups {
+		switch {
+		case g.check:
+			if err := s.peek(ctx, g); err != nil {
+				return false, err
+			}
+			refused = refused || (g.denied && !g.rule.shadow)
+		case g.rule.shadow:
+			shadow = append(shadow, g)
+		default:
+			enforced = append(enforced, g)
+			if !g.possible() {
+				g.denied, refused = true, true
+				g.res = backend.Result{Limit: g.rule.alg.Limit, RetryAfter: g.rule.alg.Window, ResetAfter: g.rule.alg.Window}
+			}
+		}
+	}
+	if len(enforced) > backend.MaxRequests {
+		return false, status.Errorf(codes.InvalidArgument, "the request has %d limits to check; at most %d in one request", len(enforced), backend.MaxRequests)
+	}
+	if !refused && len(enforced) > 0 {
+		var err error
+		if refused, err = s.takeAll(ctx, enforced); err != nil {
+			return false, err
+		}
+	} else {
+		for _, g := range enforced {
+			if g.possible() {
+				if err := s.peek(ctx, g); err != nil {
+					return false, err
+				}
+			}
+			g.held = !g.denied
+		}
+	}
+	for _, g := range shadow {
+		var err error
+		switch {
+		case !g.possible():
+			g.denied = true
+			g.res = backend.Result{Limit: g.rule.alg.Limit, RetryAfter: g.rule.alg.Window, ResetAfter: g.rule.alg.Window}
+		case refused:
+			err = s.peek(ctx, g)
+			g.held = !g.denied
+		default:
+			err = s.take(ctx, g)
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+	return refused, nil
+}
+
+// takeAll decides the enforced groups in one TakeAll, then reads what the
+// groups it does not describe hold (a peek each). It reports whether the
+// request was refused.
+func (s *Service) takeAll(ctx context.Context, gs []*group) (bool, error) {
+	reqs := make([]backend.Request, len(gs))
+	for i, g := range gs {
+		reqs[i] = g.req
+	}
+	res, err := s.store.TakeAll(ctx, reqs)
+	if err != nil {
+		if err := s.storeError(ctx, err); err != nil {
+			return false, err
+		}
+		refused := false
+		for _, g := range gs {
+			s.onFailure(g)
+			refused = refused || g.denied
+		}
+		for _, g := range gs {
+			g.held = refused && !g.denied
+		}
+		return refused, nil
+	}
+	if res.Degraded && s.opts.errorOnFailure {
+		return false, status.Error(codes.Unavailable, "rls: the rate limit store is unavailable")
+	}
+	decided := gs[res.Rule]
+	decided.res, decided.denied = res, !res.Allowed
+	for i, g := range gs {
+		if i == res.Rule {
+			continue
+		}
+		// When admitted, a peek of one unit reads what is left after the
+		// request; when refused, a peek of its cost says whether this
+		// limit alone would have let it pass.
+		cost := g.req.Cost
+		if res.Allowed {
+			cost = 1
+		}
+		if err := s.peekCost(ctx, g, cost); err != nil {
+			return false, err
+		}
+		if res.Allowed {
+			g.denied = false // admitted; the peek read what is left
+		}
+		g.held = !res.Allowed && !g.denied
+	}
+	return !res.Allowed, nil
+}
+
+// peek reads g without consuming, setting its result and denial.
+func (s *Service) peek(ctx context.Context, g *group) error { return s.peekCost(ctx, g, g.req.Cost) }
+
+// peekCost peeks g for a request of cost.
+func (s *Service) peekCost(ctx context.Context, g *group, cost int64) error {
+	if g.rule.alg.Limit <= 0 || cost > g.rule.alg.Limit {
+		g.denied = true
+		g.res = backend.Result{Limit: g.rule.alg.Limit, RetryAfter: g.rule.alg.Window, ResetAfter: g.rule.alg.Window}
+		return nil
+	}
+	req := g.req
+	req.Cost = cost
+	res, err := s.store.Peek(ctx, req)
+	return s.settle(ctx, g, res, err)
+}
+
+// take decides g alone (a shadow limit).
+func (s *Service) take(ctx context.Context, g *group) error {
+	res, err := s.store.Take(ctx, g.req)
+	return s.settle(ctx, g, res, err)
+}
+
+func (s *Service) settle(ctx context.Context, g *group, res backend.Result, err error) error {
+	if err != nil {
+		if err := s.storeError(ctx, err); err != nil {
+			return err
+		}
+		s.onFailure(g)
+		return nil
+	}
+	if res.Degraded && s.opts.errorOnFailure {
+		return status.Error(codes.Unavailable, "rls: the rate limit store is unavailable")
+	}
+	g.res, g.denied = res, !res.Allowed
+	return nil
+}
+
+// storeError turns a store's error into the call's error, or nil when the
+// limits' failure policies should answer instead.
+func (s *Service) storeError(ctx context.Context, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Err()
+	case errors.Is(err, algorithms.ErrInvalidRequest) || errors.Is(err, algorithms.ErrInvalidRule):
+		return status.Errorf(codes.InvalidArgument, "rls: %v", err)
+	case s.opts.errorOnFailure:
+		return status.Errorf(codes.Unavailable, "rls: the rate limit store failed: %v", err)
+	}
+	return nil
+}
+
+// onFailure decides g by its failure policy, for a store that failed
+// without a fallback store around it: fail_closed refuses, the others
+// admit (a local policy needs package fallback's local store).
+func (s *Service) onFailure(g *group) {
+	l := g.rule.alg.Limit
+	if g.req.OnFailure.Mode() == backend.ModeClosed {
+		g.denied = true
+		g.res = backend.Result{Limit: l, RetryAfter: time.Second, ResetAfter: time.Second, Degraded: true}
+		return
+	}
+	g.denied = false
+	g.res = backend.Result{Allowed: true, Limit: l, Remaining: l, Degraded: true}
+}
+
+// answer fills the statuses, the overall code, the headers and the stats.
+func (s *Service) answer(req *rlsv3.RateLimitRequest, groups []*group, refused bool, resp *rlsv3.RateLimitResponse) {
+	// Each descriptor reports the limit that refused, else the one with
+	// the least remaining.
+	chosen := make([]*group, len(resp.Statuses))
+	for _, g := range groups {
+		for _, i := range g.descs {
+			c := chosen[i]
+			if c == nil || (g.denied && !c.denied) || (g.denied == c.denied && g.res.Remaining < c.res.Remaining) {
+				chosen[i] = g
+			}
+		}
+	}
+	for i, g := range chosen {
+		if g == nil {
+			continue
+		}
+		st := resp.Statuses[i]
+		st.CurrentLimit = g.rule.current
+		st.LimitRemaining = uint32(min(max(g.res.Remaining, 0), math.MaxUint32))
+		wait := g.res.ResetAfter
+		if g.denied {
+			wait = g.res.RetryAfter
+			if !g.rule.shadow {
+				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			}
+		}
+		st.DurationUntilReset = durationpb.New(ceilSecond(wait))
+	}
+	resp.OverallCode = rlsv3.RateLimitResponse_OK
+	if refused && !s.opts.shadow {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	if s.opts.headers != nil {
+		resp.ResponseHeadersToAdd = s.headers(resp.Statuses)
+	}
+	if s.opts.stats != nil {
+		for _, g := range groups {
+			s.opts.stats(Stat{Domain: req.GetDomain(), Key: g.stat, Outcome: s.outcome(g), Hits: hitsOf(g)})
+		}
+	}
+}
+
+func hitsOf(g *group) uint64 {
+	if g.check {
+		return 0
+	}
+	return uint64(g.req.Cost)
+}
+
+func (s *Service) outcome(g *group) Outcome {
+	switch {
+	case g.denied && g.rule.shadow:
+		return Shadow
+	case g.denied:
+		return Over
+	case g.held:
+		return Held
+	}
+	l := g.rule.alg.Limit
+	if float64(l-g.res.Remaining) > s.opts.nearRatio*float64(l) {
+		return Near
+	}
+	return Within
+}
+
+// headers are the reference's three headers for the status closest to its
+// limit, or the last that refused.
+func (s *Service) headers(sts []*rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
+	var pick *rlsv3.RateLimitResponse_DescriptorStatus
+	for _, st := range sts {
+		if st.CurrentLimit == nil {
+			continue
+		}
+		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT || pick == nil ||
+			(pick.Code != rlsv3.RateLimitResponse_OVER_LIMIT && st.LimitRemaining < pick.LimitRemaining) {
+			pick = st
+		}
+	}
+	if pick == nil {
+		return nil
+	}
+	h := s.opts.headers
+	return []*corev3.HeaderValue{
+		{Key: h.Limit, Value: strconv.FormatUint(uint64(pick.CurrentLimit.RequestsPerUnit), 10)},
+		{Key: h.Remaining, Value: strconv.FormatUint(uint64(pick.LimitRemaining), 10)},
+		{Key: h.Reset, Value: strconv.FormatInt(pick.DurationUntilReset.GetSeconds(), 10)},
+	}
+}
+
+// ceilSecond rounds d up to whole seconds: a wait is never reported early.
+func ceilSecond(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return (d + time.Second - 1) / time.Second * time.Second
+}
+
+// appendID appends the key id of a request descriptor: the domain and its
+// entries, each length-prefixed so that no two descriptors share an id.
+func appendID(b []byte, domain string, entries []*ratelimitv3.RateLimitDescriptor_Entry) []byte {
+	b = strconv.AppendInt(b, int64(len(domain)), 10)
+	b = append(b, ':')
+	b = append(b, domain...)
+	for _, e := range entries {
+		for _, s := range [2]string{e.GetKey(), e.GetValue()} {
+			b = append(b, '|')
+			b = strconv.AppendInt(b, int64(len(s)), 10)
+			b = append(b, ':')
+			b = append(b, s...)
+		}
+	}
+	return b
+}
+
+// fullKey is the reference's detailed metric key: domain.key_value...
+func fullKey(domain string, entries []*ratelimitv3.RateLimitDescriptor_Entry) string {
+	var b strings.Builder
+	b.WriteString(domain)
+	for _, e := range entries {
+		b.WriteByte('.')
+		b.WriteString(e.GetKey())
+		b.WriteByte('_')
+		b.WriteString(e.GetValue())
+	}
+	return b.String()
+}
+
+// overrideRule compiles a limit Envoy sent in the descriptor (its
+// limit override): a fixed window, never in shadow mode, as in the
+// reference server.
+func overrideRule(domain string, d *ratelimitv3.RateLimitDescriptor, o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) (*rule, error) {
+	l := Limit{
+		Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(o.GetUnit()),
+		RequestsPerUnit: o.GetRequestsPerUnit(),
+		UnitMultiplier:  o.GetUnitMultiplier().GetValue(),
+		Algorithm:       algorithms.FixedWindow,
+	}
+	w := l.Window()
+	if unitLength(l.Unit) == 0 || w > algorithms.MaxWindow {
+		return nil, status.Errorf(codes.InvalidArgument, "descriptor limit override: unit %v x %d is not a window of at most %v", o.GetUnit(), l.UnitMultiplier, algorithms.MaxWindow)
+	}
+	r := &rule{
+		limit:   l,
+		alg:     algorithms.Rule{Algorithm: l.Algorithm, Limit: int64(l.RequestsPerUnit), Window: w},
+		prefix:  "rls:" + strconv.FormatInt(w.Milliseconds(), 10) + ":",
+		statKey: descriptorKey(domain, d),
+		current: &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit},
+	}
+	if l.UnitMultiplier > 1 {
+		r.current.UnitMultiplier = wrapperspb.UInt32(l.UnitMultiplier)
+	}
+	return r, nil
+}
+
+// descriptorKey is the reference's key of an override: domain.key_value...
+// with "_value" left out where the value is empty.
+func descriptorKey(domain string, d *ratelimitv3.RateLimitDescriptor) string {
+	var b strings.Builder
+	b.WriteString(domain)
+	for _, e := range d.GetEntries() {
+		b.WriteByte('.')
+		b.WriteString(e.GetKey())
+		if e.GetValue() != "" {
+			b.WriteByte('_')
+			b.WriteString(e.GetValue())
+		}
+	}
+	return b.String()
 }

@@ -57,7 +57,11 @@ func ParseConfig(name string, data []byte) (*DomainConfig, error) {
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
-		return nil, p.errorf(&extra, "", "a second YAML document (after ---); write one domain per file")
+		at := &extra
+		if len(extra.Content) > 0 {
+			at = extra.Content[0]
+		}
+		return nil, p.errorf(at, "", "a second YAML document (after ---); write one domain per file")
 	} else if !errors.Is(err, io.EOF) {
 		return nil, &ConfigError{File: name, Err: fmt.Errorf("not valid YAML: %w", err)}
 	}
