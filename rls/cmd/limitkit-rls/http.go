@@ -72,6 +72,8 @@ func (srv *server) grpcOptions() ([]grpc.ServerOption, error) {
 // observeCall counts every gRPC call and its latency under the
 // reference's names, and ShouldRateLimit's errors.
 func (srv *server) observeCall(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	srv.metrics.CallStarted()
+	defer srv.metrics.CallDone()
 	start := time.Now()
 	resp, err := handler(ctx, req)
 	method := path.Base(info.FullMethod)

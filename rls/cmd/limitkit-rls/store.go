@@ -91,7 +91,7 @@ func openStore(ctx context.Context, s *settings.Settings, policy backend.Failure
 		return nil, err
 	}
 	o := &openedStore{closers: []func() error{c.close}, describe: fmt.Sprintf("redis (%s, %s)", desc, s.RedisClient)}
-	fb, err := fallback.New(c.store, append([]fallback.Option{fallback.WithPolicy(policy), fallback.WithLogger(log), fallback.WithName("redis")}, fbOpts...)...)
+	fb, err := fallback.New(c.store, append([]fallback.Option{fallback.WithPolicy(policy), fallback.WithTimeout(s.RedisDeadline), fallback.WithLogger(log), fallback.WithName("redis")}, fbOpts...)...)
 	if err != nil {
 		_ = o.Close()
 		return nil, fmt.Errorf("fallback: %w", err)

@@ -12,6 +12,7 @@
 //	ratelimit_service_should_rate_limit_error{err_type}          counter: calls answered with an error
 //	ratelimit_service_total_requests{grpc_method}                counter: gRPC calls
 //	ratelimit_service_response_time_seconds{grpc_method}         histogram: their latency
+//	limitkit_rls_calls_in_flight                                 gauge: gRPC calls being answered (limitkit's)
 //
 // key1 and key2 are the first two levels of the rule's key below the
 // domain ("key_value" or "key"), as the reference's mapper cuts them; deeper
@@ -51,6 +52,7 @@ type Metrics struct {
 	callErrors  *prometheus.CounterVec
 	requests    *prometheus.CounterVec
 	latency     *prometheus.HistogramVec
+	inFlight    prometheus.Gauge
 
 	mu     sync.Mutex
 	series map[labels]struct{}
@@ -84,10 +86,12 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ratelimit_service_response_time_seconds",
 			Help:    "gRPC call latency, by method.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .02, .05, .1, .25, 1}}, []string{"grpc_method"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "limitkit_rls_calls_in_flight",
+			Help: "gRPC calls being answered."}),
 		series: map[labels]struct{}{},
 	}
 	for _, c := range []prometheus.Collector{m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode,
-		m.loadOK, m.loadError, m.callErrors, m.requests, m.latency} {
+		m.loadOK, m.loadError, m.callErrors, m.requests, m.latency, m.inFlight} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: register: %w", err)
 		}
@@ -138,6 +142,12 @@ func (m *Metrics) Request(method string, seconds float64) {
 	m.requests.WithLabelValues(method).Inc()
 	m.latency.WithLabelValues(method).Observe(seconds)
 }
+
+// CallStarted counts a gRPC call in flight until CallDone.
+func (m *Metrics) CallStarted() { m.inFlight.Inc() }
+
+// CallDone ends a CallStarted.
+func (m *Metrics) CallDone() { m.inFlight.Dec() }
 
 // labelsOf cuts rule into the reference's labels, within MaxSeries.
 func (m *Metrics) labelsOf(domain, rule string) labels {

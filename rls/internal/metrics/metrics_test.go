@@ -46,7 +46,9 @@ ratelimit_service_config_load_success 1
 # TYPE ratelimit_service_config_load_error counter
 ratelimit_service_config_load_error 2
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ratelimit_service_rate_limit_total_hits",
+		"ratelimit_service_rate_limit_over_limit", "ratelimit_service_rate_limit_near_limit", "ratelimit_service_rate_limit_within_limit",
+		"ratelimit_service_rate_limit_shadow_mode", "ratelimit_service_config_load_success", "ratelimit_service_config_load_error"); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -179,9 +179,10 @@ func TestWatch(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	got := make(chan Snapshot, 1)
 	done := make(chan struct{})
+	first := o.Read()
 	go func() {
 		defer close(done)
-		o.Watch(ctx, 5*time.Millisecond, o.Read(), func(s Snapshot) { got <- s })
+		o.Watch(ctx, 5*time.Millisecond, first, func(s Snapshot) { got <- s })
 	}()
 	write(t, path, "two")
 	select {

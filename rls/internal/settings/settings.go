@@ -133,6 +133,9 @@ type Settings struct {
 	// LIMITKIT_REFERENCE_ERRORS (false): answer a store failure with a
 	// gRPC error, as the reference does, instead of the limit's policy.
 	ReferenceErrors bool
+	// LIMITKIT_REDIS_DEADLINE (100ms, fallback.DefaultTimeout): how long
+	// one Redis call may take before the limit's failure policy answers.
+	RedisDeadline time.Duration
 	// LIMITKIT_DRAIN_TIMEOUT (10s): how long SIGTERM waits for in-flight
 	// calls before closing what is left.
 	DrainTimeout time.Duration
@@ -247,6 +250,7 @@ func Load(lookup Lookup) (*Settings, error) {
 		RedisClient:                    strings.ToLower(r.str("LIMITKIT_REDIS_CLIENT", "go-redis")),
 		OnFailure:                      r.str("LIMITKIT_ON_FAILURE", "local"),
 		ReferenceErrors:                r.boolean("LIMITKIT_REFERENCE_ERRORS", false),
+		RedisDeadline:                  r.duration("LIMITKIT_REDIS_DEADLINE", 100*time.Millisecond),
 		DrainTimeout:                   r.duration("LIMITKIT_DRAIN_TIMEOUT", 10*time.Second),
 	}
 	_, s.BackendTypeSet = lookup("BACKEND_TYPE")
@@ -320,6 +324,12 @@ func (s *Settings) check(r *reader) {
 	}
 	if s.RuntimePollInterval <= 0 {
 		r.fail("LIMITKIT_RUNTIME_POLL_INTERVAL", s.RuntimePollInterval.String(), "write a positive duration such as 1s")
+	}
+	if s.RedisDeadline <= 0 {
+		r.fail("LIMITKIT_REDIS_DEADLINE", s.RedisDeadline.String(), "write a positive duration such as 100ms")
+	}
+	if s.DrainTimeout <= 0 {
+		r.fail("LIMITKIT_DRAIN_TIMEOUT", s.DrainTimeout.String(), "write a positive duration such as 10s")
 	}
 	if s.GrpcServerUseTLS && (s.GrpcServerTLSCert == "" || s.GrpcServerTLSKey == "") {
 		r.errs = append(r.errs, errors.New("GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"))
