@@ -142,6 +142,7 @@ func TestEnvoyOnRedis(t *testing.T) {
 		}{
 			{"single", []string{"REDIS_SOCKET_TYPE", "tcp", "REDIS_URL", srv.Addr()}},
 			{"url", []string{"LIMITKIT_BACKEND_URL", "redis://" + srv.Addr() + "/0"}},
+			{"denycache", []string{"REDIS_SOCKET_TYPE", "tcp", "REDIS_URL", srv.Addr(), "LOCAL_CACHE_SIZE_IN_BYTES", "1048576"}},
 			{"cluster", []string{"REDIS_SOCKET_TYPE", "tcp", "REDIS_TYPE", "CLUSTER", "REDIS_URL", strings.Join(cluster.Addrs(), ",")}},
 			{"sentinel", []string{"REDIS_SOCKET_TYPE", "tcp", "REDIS_TYPE", "SENTINEL",
 				"REDIS_URL", sentinel.MasterName + "," + strings.Join(sentinel.SentinelAddrs(), ",")}},
@@ -150,6 +151,9 @@ func TestEnvoyOnRedis(t *testing.T) {
 			t.Run(client+"/"+c.name, func(t *testing.T) {
 				in := start(t, envoyEnv(t, append(c.env, "LIMITKIT_REDIS_CLIENT", client, "LIMITKIT_REDIS_DEADLINE", "2s")...))
 				envoyScenario(t, in, client+c.name)
+				if c.name == "denycache" && !strings.Contains(in.logs.String(), "deny cache of 8192 entries") {
+					t.Fatalf("LOCAL_CACHE_SIZE_IN_BYTES did not turn on the deny cache:\n%s", in.logs)
+				}
 				// Every decision was Redis's: none degraded to the local policy.
 				if _, body := in.get(t, in.Debug, "/metrics"); strings.Contains(body, "limitkit_degraded_decisions_total{") {
 					t.Fatal("some decisions were degraded: Redis was not what decided")
