@@ -5,16 +5,13 @@ import (
 	"errors"
 	"math"
 	"strconv"
-	"strings"
+	"sync"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
@@ -251,24 +248,38 @@ func (s *Service) takeAll(ctx context.Context, gs []*group) (bool, error) {
 	}
 	decided := gs[res.Rule]
 	decided.res, decided.denied = res, !res.Allowed
+	// The others are read at once (a Redis store batches concurrent
+	// peeks). When admitted, a peek of one unit reads what is left after
+	// the request; when refused, a peek of its cost says whether this
+	// limit alone would have let it pass.
+	errs := make([]error, len(gs))
+	var wg sync.WaitGroup
 	for i, g := range gs {
 		if i == res.Rule {
 			continue
 		}
-		// When admitted, a peek of one unit reads what is left after the
-		// request; when refused, a peek of its cost says whether this
-		// limit alone would have let it pass.
 		cost := g.req.Cost
 		if res.Allowed {
 			cost = 1
 		}
-		if err := s.peekCost(ctx, g, cost); err != nil {
+		peek := func() {
+			errs[i] = s.peekCost(ctx, g, cost)
+			if res.Allowed {
+				g.denied = false // admitted; the peek read what is left
+			}
+			g.held = !res.Allowed && !g.denied
+		}
+		if len(gs) == 2 {
+			peek()
+			continue
+		}
+		wg.Go(peek)
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
 			return false, err
 		}
-		if res.Allowed {
-			g.denied = false // admitted; the peek read what is left
-		}
-		g.held = !res.Allowed && !g.denied
 	}
 	return !res.Allowed, nil
 }
@@ -402,109 +413,4 @@ func (s *Service) outcome(g *group) Outcome {
 		return Near
 	}
 	return Within
-}
-
-// headers are the reference's three headers for the status closest to its
-// limit, or the last that refused.
-func (s *Service) headers(sts []*rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
-	var pick *rlsv3.RateLimitResponse_DescriptorStatus
-	for _, st := range sts {
-		if st.CurrentLimit == nil {
-			continue
-		}
-		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT || pick == nil ||
-			(pick.Code != rlsv3.RateLimitResponse_OVER_LIMIT && st.LimitRemaining < pick.LimitRemaining) {
-			pick = st
-		}
-	}
-	if pick == nil {
-		return nil
-	}
-	h := s.opts.headers
-	return []*corev3.HeaderValue{
-		{Key: h.Limit, Value: strconv.FormatUint(uint64(pick.CurrentLimit.RequestsPerUnit), 10)},
-		{Key: h.Remaining, Value: strconv.FormatUint(uint64(pick.LimitRemaining), 10)},
-		{Key: h.Reset, Value: strconv.FormatInt(pick.DurationUntilReset.GetSeconds(), 10)},
-	}
-}
-
-// ceilSecond rounds d up to whole seconds: a wait is never reported early.
-func ceilSecond(d time.Duration) time.Duration {
-	if d <= 0 {
-		return 0
-	}
-	return (d + time.Second - 1) / time.Second * time.Second
-}
-
-// appendID appends the key id of a request descriptor: the domain and its
-// entries, each length-prefixed so that no two descriptors share an id.
-func appendID(b []byte, domain string, entries []*ratelimitv3.RateLimitDescriptor_Entry) []byte {
-	b = strconv.AppendInt(b, int64(len(domain)), 10)
-	b = append(b, ':')
-	b = append(b, domain...)
-	for _, e := range entries {
-		for _, s := range [2]string{e.GetKey(), e.GetValue()} {
-			b = append(b, '|')
-			b = strconv.AppendInt(b, int64(len(s)), 10)
-			b = append(b, ':')
-			b = append(b, s...)
-		}
-	}
-	return b
-}
-
-// fullKey is the reference's detailed metric key: domain.key_value...
-func fullKey(domain string, entries []*ratelimitv3.RateLimitDescriptor_Entry) string {
-	var b strings.Builder
-	b.WriteString(domain)
-	for _, e := range entries {
-		b.WriteByte('.')
-		b.WriteString(e.GetKey())
-		b.WriteByte('_')
-		b.WriteString(e.GetValue())
-	}
-	return b.String()
-}
-
-// overrideRule compiles a limit Envoy sent in the descriptor (its
-// limit override): a fixed window, never in shadow mode, as in the
-// reference server.
-func overrideRule(domain string, d *ratelimitv3.RateLimitDescriptor, o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) (*rule, error) {
-	l := Limit{
-		Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(o.GetUnit()),
-		RequestsPerUnit: o.GetRequestsPerUnit(),
-		UnitMultiplier:  o.GetUnitMultiplier().GetValue(),
-		Algorithm:       algorithms.FixedWindow,
-	}
-	w := l.Window()
-	if unitLength(l.Unit) == 0 || w > algorithms.MaxWindow {
-		return nil, status.Errorf(codes.InvalidArgument, "descriptor limit override: unit %v x %d is not a window of at most %v", o.GetUnit(), l.UnitMultiplier, algorithms.MaxWindow)
-	}
-	r := &rule{
-		limit:   l,
-		alg:     algorithms.Rule{Algorithm: l.Algorithm, Limit: int64(l.RequestsPerUnit), Window: w},
-		prefix:  "rls:" + strconv.FormatInt(w.Milliseconds(), 10) + ":",
-		statKey: descriptorKey(domain, d),
-		current: &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit},
-	}
-	if l.UnitMultiplier > 1 {
-		r.current.UnitMultiplier = wrapperspb.UInt32(l.UnitMultiplier)
-	}
-	return r, nil
-}
-
-// descriptorKey is the reference's key of an override: domain.key_value...
-// with "_value" left out where the value is empty.
-func descriptorKey(domain string, d *ratelimitv3.RateLimitDescriptor) string {
-	var b strings.Builder
-	b.WriteString(domain)
-	for _, e := range d.GetEntries() {
-		b.WriteByte('.')
-		b.WriteString(e.GetKey())
-		if e.GetValue() != "" {
-			b.WriteByte('_')
-			b.WriteString(e.GetValue())
-		}
-	}
-	return b.String()
 }

@@ -10,7 +10,7 @@
 // and safe for concurrent use.
 //
 //	rules, err := rls.NewRules(rls.File{Name: "config.yaml", Data: data})
-//	if err != nil { ... } // config.yaml:7: descriptors[0].rate_limit.unit: "minutes" is not a unit; ...
+//	if err != nil { ... } // config.yaml:7: descriptors[0].rate_limit.unit: invalid rate limit unit 'minutes'; write second, minute, ...
 //	svc, err := rls.New(store, rules, rls.WithShadowMode(false))
 //	srv := grpc.NewServer()
 //	rls.Register(srv, svc)
@@ -64,6 +64,37 @@
 // Global shadow mode (WithShadowMode) decides everything as if enforced
 // and answers OK overall. An unknown domain, or a descriptor matching no
 // rule, answers OK.
+//
+// A descriptor may carry its own limit (Envoy's limit override): it is
+// counted as a fixed window of that unit, never in shadow mode, as by the
+// reference server. A requests_per_unit of 0, or a request costing more
+// than the limit, is refused without a store call.
+//
+// Costs: a request of one limit is one store call (Take). A request of
+// several limits is one TakeAll, then a peek of each limit the TakeAll's
+// result does not describe, sent at once, to report what it holds; a
+// check (hits 0) is a peek before the TakeAll; a shadow limit is a Take of
+// its own after it. At most backend.MaxRequests enforced limits fit one
+// request (more is codes.InvalidArgument); rate_limit plus rate_limits
+// hold at most 4 per descriptor.
+//
+// Redis Cluster: a request's keys usually sit in different slots, and the
+// Redis stores' TakeAll then checks every key (read-only), takes them in
+// order, and refunds the earlier ones if a later one was taken by a
+// concurrent caller in between. A refused request still consumes nothing
+// once the call returns, and no limit is exceeded; while a refund is in
+// flight a concurrent request can be refused by units about to be given
+// back. On one server (or keys of one slot) TakeAll is one script.
+//
+// Failure: the service answers no gRPC error while its store fails. A
+// store wrapped in package fallback decides each limit by its policy; a
+// bare store that fails admits, except under fail_closed (a local policy
+// needs fallback's local store). WithErrorOnFailure answers
+// codes.Unavailable instead, as the reference server does.
+//
+// Not done: is_negative_hits gives nothing back yet; such a descriptor is
+// checked without consuming (the backend has no refund of a past take by
+// cost alone: its refunds name where the take was recorded).
 //
 // Keys are derived from the domain, the request descriptor's entries and
 // the limit's window and algorithm, never from the config generation, so

@@ -20,12 +20,18 @@ import (
 // time, rounded up to a second, for every rate algorithm: a second store
 // given the same requests directly says what it must be.
 func TestDurationUntilResetIsTheAlgorithmsRetry(t *testing.T) {
+	checkRetries(t, func() backend.Store { return memStore(t) })
+}
+
+// checkRetries runs the retry-time cases on stores made by mk, a fresh
+// state each.
+func checkRetries(t *testing.T, mk func() backend.Store) {
 	for _, name := range algorithms.Names() {
 		if name == algorithms.Concurrency {
 			continue
 		}
 		t.Run(string(name), func(t *testing.T) {
-			h := newHarness(t, memStore(t), fmt.Sprintf(`
+			h := newHarness(t, mk(), fmt.Sprintf(`
 domain: d
 descriptors:
   - key: k
@@ -57,7 +63,7 @@ descriptors:
 	}
 	// The sliding log is not the window's end: the first request slides
 	// out at 70 s, 28.5 s after 41.5 s, where a fixed window ends at 60 s.
-	h := newHarness(t, memStore(t), `
+	h := newHarness(t, mk(), `
 domain: d
 descriptors:
   - key: k
@@ -289,4 +295,57 @@ func TestResponseHeaders(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("headers %v; want %v (the descriptor closest to its limit)", got, want)
 	}
+}
+
+func TestStatsKeysAreBounded(t *testing.T) {
+	h := newHarness(t, memStore(t), `
+domain: d
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: ip
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`, WithMaxStatKeys(2))
+	for _, u := range []string{"a", "b", "c", "a"} {
+		h.call(request("d", 0, desc("user", u), desc("ip", u)))
+	}
+	keys := map[string]bool{}
+	for _, s := range h.takeStats() {
+		keys[s.Key] = true
+	}
+	want := map[string]bool{"d.user_a": true, "d.user_b": true, "d.user": true, "d.ip": true}
+	if fmt.Sprint(keys) != fmt.Sprint(want) {
+		t.Errorf("stat keys %v; want %v (detailed keys up to 2, then the rule key)", keys, want)
+	}
+}
+
+// Negative hits are not refunded yet (a documented gap): they consume
+// nothing and give nothing back.
+func TestNegativeHitsConsumeNothing(t *testing.T) {
+	h := newHarness(t, memStore(t), basicYAML)
+	h.call(request("basic", 0, desc("key2", "n")))
+	d := withHits(desc("key2", "n"), 1)
+	d.IsNegativeHits = true
+	expect(t, "negative", h.call(request("basic", 0, d)).GetStatuses()[0], ok, 19, -1)
+	expect(t, "after", h.call(request("basic", 0, desc("key2", "n"))).GetStatuses()[0], ok, 18, -1)
+}
+
+// A shadow limit is not consumed by a request the enforced limits refused.
+func TestShadowNotConsumedByARefusedRequest(t *testing.T) {
+	h := newHarness(t, memStore(t), `
+domain: d
+descriptors:
+  - key: s
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: e
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`)
+	h.call(request("d", 0, desc("s", "v"), desc("e", "v")))
+	resp := h.call(request("d", 0, desc("s", "v"), desc("e", "v")))
+	if resp.GetOverallCode() != over {
+		t.Fatalf("enforced limit did not refuse: %v", resp)
+	}
+	expect(t, "shadow", resp.GetStatuses()[0], ok, 9, -1)
 }
