@@ -1,0 +1,287 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/fallback"
+	"github.com/limitkit/limitkit/limiter/observe"
+	"github.com/limitkit/limitkit/limiter/observe/promobserve"
+	"github.com/limitkit/limitkit/rls"
+	"github.com/limitkit/limitkit/rls/internal/metrics"
+	"github.com/limitkit/limitkit/rls/internal/runtimedir"
+	"github.com/limitkit/limitkit/rls/internal/settings"
+)
+
+// healthService is the name gRPC health reports under, the reference's.
+const healthService = "ratelimit"
+
+// addrs are the addresses the server listens on, once it does.
+type addrs struct {
+	GRPC, HTTP, Debug, Prometheus string
+}
+
+// server is one running service: its listeners, health and rules.
+type server struct {
+	s       *settings.Settings
+	log     *slog.Logger
+	svc     *rls.Service
+	metrics *metrics.Metrics
+	reg     *prometheus.Registry
+	health  *health.Server
+	serving atomic.Bool
+	// files are those of the rules in force, for /rlconfig.
+	files atomic.Pointer[[]string]
+}
+
+// run serves until ctx ends (SIGTERM in main), then drains. ready, when
+// not nil, is called with the bound addresses once every listener is open.
+func run(ctx context.Context, lookup settings.Lookup, logOut io.Writer, ready func(addrs)) error {
+	s, err := settings.Load(lookup)
+	if err != nil {
+		return fmt.Errorf("settings: %w", err)
+	}
+	log := s.Logger(logOut)
+	for _, ig := range s.Ignored {
+		log.Warn("setting ignored", "name", ig.Name, "reason", ig.Reason)
+	}
+	if s.MergeDomainConfig {
+		log.Warn("setting ignored", "name", "MERGE_DOMAIN_CONFIG", "reason", "a domain defined in two files is refused")
+	}
+	policy, err := backend.ParseFailurePolicy(s.OnFailure)
+	if err != nil {
+		return fmt.Errorf("LIMITKIT_ON_FAILURE: %w", err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	rm, err := metrics.New(reg)
+	if err != nil {
+		return err
+	}
+	pm, err := promobserve.New(reg)
+	if err != nil {
+		return err
+	}
+	st, err := openStore(ctx, s, policy, log, fallback.WithStateHook(pm.BreakerHook("redis")))
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	defer func() {
+		if err := st.Close(); err != nil {
+			log.Warn("closing the store", "err", err)
+		}
+	}()
+	log.Info("store opened", "store", st.describe)
+	if s.Memory() {
+		log.Warn("running on the in-memory store: each instance counts alone; set REDIS_URL or LIMITKIT_BACKEND_URL to share counts")
+	}
+
+	srv := &server{s: s, log: log, metrics: rm, reg: reg, health: health.NewServer()}
+	srv.setServing(false)
+	dir := runtimedir.Options{Root: s.RuntimeRoot, Subdirectory: s.RuntimeSubdirectory, AppDirectory: s.RuntimeAppDirectory,
+		WatchRoot: s.RuntimeWatchRoot, IgnoreDotFiles: s.RuntimeIgnoreDotFiles}
+	first := dir.Read()
+	rules, err := srv.compile(first)
+	if err != nil {
+		if !s.ForceStartWithoutInitialConfig {
+			return fmt.Errorf("no rate limit configuration loaded from %s: %w (fix it, or set FORCE_START_WITHOUT_INITIAL_CONFIG=true to start NOT_SERVING until one loads)", dir.Dir(), err)
+		}
+		log.Error("starting without configuration (FORCE_START_WITHOUT_INITIAL_CONFIG): health is NOT_SERVING until one loads", "dir", dir.Dir(), "err", err)
+		rules = nil
+	}
+	opts := []rls.Option{rls.WithShadowMode(s.ShadowMode), rls.WithFailurePolicy(policy), rls.WithErrorOnFailure(s.ReferenceErrors),
+		rls.WithNearLimitRatio(s.NearLimitRatio), rls.WithStats(func(x rls.Stat) { rm.Record(x.Domain, x.Key, x.Outcome.String(), x.Hits) })}
+	if s.ResponseHeadersEnabled {
+		opts = append(opts, rls.WithResponseHeaders(rls.HeaderNames{Limit: s.HeaderLimit, Remaining: s.HeaderRemaining, Reset: s.HeaderReset}))
+	}
+	if s.CacheKeyPrefix != "" {
+		opts = append(opts, rls.WithKeyPrefix(s.CacheKeyPrefix))
+	}
+	srv.svc, err = rls.New(observe.Wrap(st.store, pm.Observer()), rules, opts...)
+	if err != nil {
+		return err
+	}
+	if rules != nil {
+		srv.applied(first, rules)
+	}
+	return srv.serve(ctx, dir, first, ready)
+}
+
+// compile turns a snapshot of the runtime directory into rules, counting
+// the outcome in config_load_success or config_load_error.
+func (srv *server) compile(snap runtimedir.Snapshot) (*rls.Rules, error) {
+	err := snap.Err
+	var rules *rls.Rules
+	if err == nil {
+		files := make([]rls.File, len(snap.Files))
+		for i, f := range snap.Files {
+			files[i] = rls.File{Name: f.Name, Data: f.Data}
+		}
+		rules, err = rls.NewRules(files...)
+	}
+	srv.metrics.ConfigLoaded(err == nil)
+	return rules, err
+}
+
+// applied records rules as in force.
+func (srv *server) applied(snap runtimedir.Snapshot, rules *rls.Rules) {
+	names := make([]string, len(snap.Files))
+	for i, f := range snap.Files {
+		names[i] = f.Name
+	}
+	srv.files.Store(&names)
+	srv.setServing(true)
+	srv.log.Info("rate limit configuration loaded", "files", names, "domains", rules.Domains())
+}
+
+// reload applies a changed runtime directory, or keeps the last good
+// rules when it does not compile.
+func (srv *server) reload(snap runtimedir.Snapshot) {
+	rules, err := srv.compile(snap)
+	if err != nil {
+		msg := "rate limit configuration refused; the last good one stays in force"
+		if srv.svc.Rules() == nil {
+			msg = "rate limit configuration refused; still none loaded (NOT_SERVING)"
+		}
+		srv.log.Error(msg, "err", err)
+		return
+	}
+	srv.svc.SetRules(rules)
+	srv.applied(snap, rules)
+}
+
+// setServing sets gRPC health (service "ratelimit" and the server as a
+// whole) and /healthcheck.
+func (srv *server) setServing(ok bool) {
+	srv.serving.Store(ok)
+	status := healthpb.HealthCheckResponse_NOT_SERVING
+	if ok {
+		status = healthpb.HealthCheckResponse_SERVING
+	}
+	srv.health.SetServingStatus(healthService, status)
+	srv.health.SetServingStatus("", status)
+}
+
+// serve opens the listeners, serves until ctx ends and drains.
+func (srv *server) serve(ctx context.Context, dir runtimedir.Options, first runtimedir.Snapshot, ready func(addrs)) (err error) {
+	s := srv.s
+	var closers []io.Closer
+	defer func() {
+		for _, c := range closers {
+			_ = c.Close()
+		}
+	}()
+	listen := func(network, addr string) (net.Listener, error) {
+		l, err := net.Listen(network, addr)
+		if err != nil {
+			return nil, fmt.Errorf("listen: %w", err)
+		}
+		closers = append(closers, l)
+		return l, nil
+	}
+	var a addrs
+	grpcNet, grpcAddr := "tcp", net.JoinHostPort(s.GrpcHost, strconv.Itoa(s.GrpcPort))
+	if s.GrpcUDS != "" {
+		grpcNet, grpcAddr = "unix", s.GrpcUDS
+	}
+	gl, err := listen(grpcNet, grpcAddr)
+	if err != nil {
+		return err
+	}
+	hl, err := listen("tcp", net.JoinHostPort(s.Host, strconv.Itoa(s.Port)))
+	if err != nil {
+		return err
+	}
+	dl, err := listen("tcp", net.JoinHostPort(s.DebugHost, strconv.Itoa(s.DebugPort)))
+	if err != nil {
+		return err
+	}
+	a.GRPC, a.HTTP, a.Debug = gl.Addr().String(), hl.Addr().String(), dl.Addr().String()
+	var pl net.Listener
+	if s.UsePrometheus {
+		if pl, err = listen("tcp", s.PrometheusAddr); err != nil {
+			return err
+		}
+		a.Prometheus = pl.Addr().String()
+	}
+
+	gopts, err := srv.grpcOptions()
+	if err != nil {
+		return err
+	}
+	gs := grpc.NewServer(gopts...)
+	rls.Register(gs, srv.svc)
+	healthpb.RegisterHealthServer(gs, srv.health)
+	hs := &http.Server{Handler: srv.httpMux(), ReadHeaderTimeout: 10 * time.Second}
+	ds := &http.Server{Handler: srv.debugMux(), ReadHeaderTimeout: 10 * time.Second}
+	servers := []*http.Server{hs, ds}
+	var ps *http.Server
+	if pl != nil {
+		ps = &http.Server{Handler: srv.prometheusMux(), ReadHeaderTimeout: 10 * time.Second}
+		servers = append(servers, ps)
+	}
+
+	failed := make(chan error, 4)
+	var wg sync.WaitGroup
+	goServe := func(name string, fn func() error) {
+		wg.Go(func() {
+			if err := fn(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) {
+				failed <- fmt.Errorf("%s: %w", name, err)
+			}
+		})
+	}
+	goServe("gRPC", func() error { return gs.Serve(gl) })
+	goServe("HTTP", func() error { return hs.Serve(hl) })
+	goServe("debug", func() error { return ds.Serve(dl) })
+	if ps != nil {
+		goServe("prometheus", func() error { return ps.Serve(pl) })
+	}
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	wg.Go(func() { dir.Watch(watchCtx, s.RuntimePollInterval, first, srv.reload) })
+	srv.log.Warn("listening", "grpc", a.GRPC, "http", a.HTTP, "debug", a.Debug, "prometheus", a.Prometheus)
+	if ready != nil {
+		ready(a)
+	}
+
+	select {
+	case <-ctx.Done():
+		srv.log.Warn("shutting down: health NOT_SERVING, draining in-flight calls", "timeout", s.DrainTimeout)
+	case err = <-failed:
+		srv.log.Error("a listener failed; shutting down", "err", err)
+	}
+	srv.setServing(false)
+	srv.health.Shutdown()
+	stopWatch()
+	drained := make(chan struct{})
+	go func() { gs.GracefulStop(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(s.DrainTimeout):
+		srv.log.Error("drain timed out; closing the calls left", "timeout", s.DrainTimeout)
+		gs.Stop()
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), s.DrainTimeout)
+	defer cancel()
+	for _, h := range servers {
+		_ = h.Shutdown(sctx)
+	}
+	wg.Wait()
+	return err
+}
