@@ -1,7 +1,7 @@
 package main
 
-// This file alone opens the store, so that it can move to the shared
-// store-opening package when that lands.
+// This file alone opens the store: LIMITKIT_BACKEND_URL through
+// backend/storeurl, the reference's REDIS_* variables here.
 
 import (
 	"context"
@@ -22,8 +22,8 @@ import (
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/backend/rueidisstore"
+	"github.com/limitkit/limitkit/backend/storeurl"
 	"github.com/limitkit/limitkit/fallback"
-	"github.com/limitkit/limitkit/limiter/config"
 	"github.com/limitkit/limitkit/rls/internal/settings"
 )
 
@@ -82,7 +82,7 @@ func openStore(ctx context.Context, s *settings.Settings, policy backend.Failure
 	)
 	if s.BackendURL != "" {
 		c, err = openURL(ctx, s)
-		desc = config.RedactURL(s.BackendURL)
+		desc = storeurl.RedactURL(s.BackendURL)
 	} else {
 		c, err = openReference(ctx, s)
 		desc = fmt.Sprintf("%s %s %s", strings.ToLower(s.RedisType), s.RedisSocketType, s.RedisURL)
@@ -99,7 +99,7 @@ func openStore(ctx context.Context, s *settings.Settings, policy backend.Failure
 	o.fallback, o.store = fb, fb
 	if s.LocalCacheSizeInBytes > 0 {
 		if c.bus == nil {
-			log.Warn("LOCAL_CACHE_SIZE_IN_BYTES ignored: the deny cache needs the go-redis client with LIMITKIT_BACKEND_URL (or the REDIS_* variables)")
+			log.Warn("LOCAL_CACHE_SIZE_IN_BYTES ignored: this store has no invalidation bus")
 			return o, nil
 		}
 		n := max(s.LocalCacheSizeInBytes/denyEntryBytes, 1)
@@ -114,25 +114,22 @@ func openStore(ctx context.Context, s *settings.Settings, policy backend.Failure
 	return o, nil
 }
 
-// openURL opens LIMITKIT_BACKEND_URL. go-redis gets its client from
-// limiter/config, so that the deny cache's bus shares it; rueidis goes
-// through config.Backend.Open, which keeps its client to itself.
+// openURL opens LIMITKIT_BACKEND_URL through backend/storeurl, which checks
+// the connection at start and gives the deny cache's bus on the same
+// client, with either library.
 func openURL(ctx context.Context, s *settings.Settings) (*redisClient, error) {
-	if s.RedisClient == "rueidis" {
-		st, closeFn, err := config.Backend{URL: s.BackendURL, Client: config.Rueidis}.Open(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("LIMITKIT_BACKEND_URL: %w", err)
-		}
-		return &redisClient{store: st, close: closeFn}, nil
-	}
 	if strings.HasPrefix(strings.ToLower(s.BackendURL), "memory:") {
 		return nil, errors.New("LIMITKIT_BACKEND_URL=memory:// : leave LIMITKIT_BACKEND_URL, REDIS_URL and BACKEND_TYPE unset (or BACKEND_TYPE=memory) for the in-memory store")
 	}
-	c, err := config.GoRedisClient(s.BackendURL)
+	opts := []storeurl.Option{storeurl.WithClient(s.RedisClient)}
+	if s.RedisPoolSize > 0 {
+		opts = append(opts, storeurl.WithPoolSize(s.RedisPoolSize))
+	}
+	o, err := storeurl.Open(ctx, s.BackendURL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("LIMITKIT_BACKEND_URL: %w", err)
 	}
-	return goRedis(c)
+	return &redisClient{store: o.Store, bus: o.Bus, close: o.Close}, nil
 }
 
 func goRedis(c redis.UniversalClient) (*redisClient, error) {
