@@ -31,8 +31,8 @@ local BLOCK = 32
 local FIRST_END = '238' -- log_first's last byte with no prefix: HDR + BLOCK * SLOT - 1
 
 -- loglib returns the library's functions: log_first, log_open, log_take,
--- log_peek, log_remove, enc, dec. Building them costs about a fifth of a
--- step (a closure and its upvalues each), so a step that can decide from
+-- log_peek, log_remove, enc, dec, count. Building them costs about a fifth
+-- of a step (a closure and its upvalues each), so a step that can decide from
 -- log_first's bytes alone does not build them (compact_log.lua).
 local function loglib()
 
@@ -346,5 +346,5 @@ local function loglib()
     return true
   end
 
-  return log_first, log_open, log_take, log_peek, log_remove, enc, dec
+  return log_first, log_open, log_take, log_peek, log_remove, enc, dec, count
 end
