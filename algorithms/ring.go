@@ -117,13 +117,17 @@ func (r ring) clone() ring {
 
 // insert records cost copies of t, keeping the order. Entries later than t
 // (recorded before the clock went back) stay after it. The buffer grows up
-// to two limits (what two windows hold), or what the entries need when
-// other limits put more in it.
+// to the limit (what one window holds), then to two limits (what two
+// windows hold), or what the entries need when other limits put more in it.
 func (r *ring) insert(t, cost, limit int64) {
 	size := r.size()
 	need := size + cost
 	if need > r.capacity() {
-		r.resize(min(max(2*r.capacity(), need, 4), max(2*limit, need)))
+		bound := max(2*limit, need)
+		if need <= limit {
+			bound = limit
+		}
+		r.resize(min(max(2*r.capacity(), need, 4), bound))
 	}
 	l := *r
 	s := l.slots()
