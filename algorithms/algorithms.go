@@ -50,7 +50,9 @@ type Name string
 const (
 	// SlidingLog is exact: it records a timestamp per admitted unit of cost
 	// and admits a request when the units recorded in (now-window, now] plus
-	// its cost do not exceed the limit. Memory grows with the limit.
+	// its cost do not exceed the limit. Memory grows with the limit: a log
+	// keeps two windows' units (the older one for late requests), forgotten
+	// by time only, whatever the limit of the request.
 	SlidingLog Name = "sliding_log"
 	// SlidingCounter approximates the sliding log with two fixed windows, the
 	// previous one weighted by the share of it still inside the sliding
@@ -61,8 +63,10 @@ const (
 	FixedWindow Name = "fixed_window"
 	// CompactLog makes exactly the decisions of SlidingLog, and stores the
 	// log in Redis as one string of 7-byte timestamps instead of a sorted
-	// set: a full key at limit 100 takes 840 bytes instead of 1,352, at
-	// 1,000 it takes 7,240 instead of 94,480 (MEMORY USAGE, Redis 7.0).
+	// set: a key full in one window at limit 100 takes 840 bytes instead
+	// of 1,352, at 1,000 it takes 7,240 instead of 94,480, and kept full
+	// across two windows (the slid-out window is kept for late requests)
+	// 1,640 instead of 19,888 (MEMORY USAGE, Redis 7.0).
 	CompactLog Name = "compact_log"
 	// TwoLevel screens each key with a fixed-window counter and keeps an
 	// exact log only for keys that use more than half the limit in one

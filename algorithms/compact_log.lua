@@ -39,12 +39,11 @@ if take and not refund and struct and cost <= limit then
   end
   local head, n, cap, hint, newest = unpack('>I2I2I2I2I7', first, 1)
   local avail = (#first - HDR) / SLOT -- slots in the first read
-  if cap <= BLOCK and head == 0 and n >= 1 and n <= cap and n <= limit and #first == HDR + cap * SLOT
+  if cap <= BLOCK and head == 0 and n >= 1 and n <= cap and #first == HDR + cap * SLOT
     and unpack('>I7', first, HDR + n * SLOT - SLOT + 1) == newest then
     -- A small log (the whole ring in the first read), linear as log_take
-    -- always writes it, the limit not lowered below it: log_take's
-    -- decision and write, from a scan of the oldest entries and, when the
-    -- clock went back, of the newest. The log is sorted and its last
+    -- always writes it: log_take's decision and write, from a scan of the
+    -- oldest entries and, when the clock went back, of the newest. The log is sorted and its last
     -- entry is newest, so a scan counts what count would. Entries 0..d-1
     -- are forgotten (<= now - 2w), d..x-1 slid out (<= now - w) but kept.
     local cut2, cutw = now - 2 * w, now - w
@@ -94,22 +93,21 @@ if take and not refund and struct and cost <= limit then
       else
         redis.call('PEXPIRE', key, key_ttl_px(reset, w))
       end
+      if remaining < 0 then
+        remaining = 0
+      end
       return {0, remaining, unpack('>I7', first, HDR + (n + cost - limit - 1) * SLOT + 1) + w - now, reset, now}
     end
-    -- Make room from slid-out entries only (s: the oldest kept); the new
-    -- entries go after those <= now (p: the first later than now); the
-    -- log is rewritten whole, linear, growing as log_take grows it.
+    -- s: the oldest kept; the new entries go after those <= now (p: the
+    -- first later than now); the log is rewritten whole, linear, growing
+    -- (or shrinking) as log_take does.
     local s = d
-    if n - d + cost > limit then
-      s = n + cost - limit
-      expired = expired - (s - d)
-    end
     local need = n - s + cost
-    local c = cap
-    if need > c or c > limit then
+    local c, bound = cap, math.max(2 * limit, need)
+    if need > c or c > bound then
       c = need
       if need > BLOCK then
-        c = math.min(math.max(cap + math.ceil(cap / 4), need), limit)
+        c = math.min(math.max(cap + math.ceil(cap / 4), need), bound)
       end
     end
     local v
@@ -140,10 +138,13 @@ if take and not refund and struct and cost <= limit then
     redis.call('SET', key, v, 'PX', key_ttl_px(reset, w))
     return {1, remaining - cost, 0, reset, now}
   end
-  if n >= 1 and n <= limit and cap <= limit and newest <= now and head < avail
+  if n >= 1 and newest <= now and head < avail
     and unpack('>I7', first, HDR + head * SLOT + 1) > now - w then
     local remaining = limit - n
     if cost > remaining then
+      if remaining < 0 then
+        remaining = 0
+      end
       -- log_take rewrites a small log whose hint changes (to 0) and a
       -- large one's header when its hint moves by a block.
       local p = (head + n + cost - limit - 1) % cap
@@ -152,7 +153,7 @@ if take and not refund and struct and cost <= limit then
         redis.call('PEXPIRE', key, key_ttl_px(reset, w))
         return {0, remaining, unpack('>I7', first, HDR + p * SLOT + 1) + w - now, reset, now}
       end
-    elseif cap > BLOCK and n + cost <= cap then
+    elseif cap > BLOCK and n + cost <= cap and cap <= 2 * limit then
       local p = (head + n) % cap
       if p + cost <= cap then
         local hdr, news = pack('>I2I2I2I2I7', head, n + cost, cap, 0, now), string.rep(pack('>I7', now), cost)

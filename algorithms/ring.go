@@ -5,7 +5,8 @@ import "unsafe"
 // ring is a circular buffer of timestamps in ascending order, kept in one
 // allocation: a ringHead, then the slots. A ring is only a pointer to it, so
 // that a State stays four words (a memory store slot, one cache line). Its
-// capacity grows with use, never beyond the limit. The zero ring is empty.
+// capacity grows with use, up to what two windows hold (see fit). The zero
+// ring is empty.
 type ring struct{ h *ringHead }
 
 // ringHead is a ring's header: the position of the oldest timestamp, the
@@ -78,14 +79,15 @@ func (r ring) dropOldest(n int64) {
 	}
 }
 
-// shrinkTo keeps only the newest limit timestamps and a buffer no larger than
-// limit; it matters only when a key's limit was lowered.
-func (r *ring) shrinkTo(limit int64) {
-	if r.size() > limit {
-		r.dropOldest(r.size() - limit)
-	}
-	if r.capacity() > limit {
-		r.resize(limit)
+// fit gives back a buffer much larger than the log needs after a limit was
+// lowered (a log holds at most two windows' units, two limits' worth), or
+// all of it when the log is empty.
+func (r *ring) fit(limit int64) {
+	switch n := r.size(); {
+	case n == 0:
+		*r = ring{}
+	case r.capacity() > 2*limit && r.capacity() > 2*n:
+		r.resize(max(n, 2*limit))
 	}
 }
 
@@ -114,12 +116,18 @@ func (r ring) clone() ring {
 }
 
 // insert records cost copies of t, keeping the order. Entries later than t
-// (recorded before the clock went back) stay after it.
+// (recorded before the clock went back) stay after it. The buffer grows up
+// to the limit (what one window holds), then to two limits (what two
+// windows hold), or what the entries need when other limits put more in it.
 func (r *ring) insert(t, cost, limit int64) {
 	size := r.size()
 	need := size + cost
 	if need > r.capacity() {
-		r.resize(min(max(2*r.capacity(), need, 4), limit))
+		bound := max(2*limit, need)
+		if need <= limit {
+			bound = limit
+		}
+		r.resize(min(max(2*r.capacity(), need, 4), bound))
 	}
 	l := *r
 	s := l.slots()

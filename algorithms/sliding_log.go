@@ -66,13 +66,15 @@ const logLimitNote = ` (it stores one timestamp per unit); use "sliding_counter"
 // before their requests reach the store). So that every window of
 // timestamps holds at most the limit whatever the arrival order, a timestamp
 // that slid out is kept for one more window, where a late request's window
-// can still see it; only older ones are forgotten, and those beyond the
-// newest limit, which can never decide anything: a window that holds one of
-// them holds the newest limit too. The log never holds more than limit.
+// can still see it; only older ones are forgotten. Retention is by time
+// alone, never by count: processes with different limits share a key (a
+// rolling reload), and a request at a lower limit must not forget units a
+// request at a higher one still counts. So the log holds at most two
+// windows' units, twice the largest limit in force, and Remaining is 0
+// while it holds more than the request's limit.
 
 func slidingLogTake(s *State, now, w, limit, cost int64) Outcome {
 	l := &s.log
-	l.shrinkTo(limit)
 	// Forget what slid out a window ago, count what slid out since: by
 	// binary search, since a busy key keeps up to a window of slid-out
 	// entries; the oldest alone answers when nothing slid out.
@@ -83,21 +85,18 @@ func slidingLogTake(s *State, now, w, limit, cost int64) Outcome {
 		expired = l.countUpTo(now - w)
 	}
 	l.dropOldest(forgotten)
+	l.fit(limit)
 	size -= forgotten
 	expired -= forgotten
 	live := size - expired
-	out := Outcome{Remaining: limit - live}
-	if cost <= out.Remaining {
-		// Room for cost, taken from slid-out timestamps only: live+cost <= limit.
-		if drop := size + cost - limit; drop > 0 {
-			l.dropOldest(drop)
-			size -= drop
-		}
+	out := Outcome{Remaining: max(limit-live, 0)}
+	if live+cost <= limit {
 		l.insert(now, cost, limit)
 		size += cost
 		out.Allowed = true
-		out.Remaining -= cost
+		out.Remaining = limit - live - cost
 	} else {
+		// The (live+cost-limit)-th oldest live timestamp must slide out.
 		out.RetryAfter = l.at(size+cost-limit-1) + w - now
 	}
 	out.ResetAfter = l.at(size-1) + w - now

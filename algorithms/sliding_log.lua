@@ -36,7 +36,7 @@
 --     ZRANGEs for the times it reports, PEXPIRE.
 
 local ZADD_CHUNK = 1000 -- members per ZADD: unpack is limited to ~8000 values
-local SMALL, SMALL_LAST = 3, '4' -- logs of up to SMALL units are read whole: ranks 1 to SMALL+1
+local SMALL, SMALL_LAST = 3, '7' -- logs at a limit up to SMALL are read whole when they hold up to 2*SMALL units (two windows): ranks 1 to 2*SMALL+1
 local NEAR = 3 -- a denial reads ranks r..newest in one ZRANGE when fewer (each score replied costs a third of a call)
 
 local fmt = string.format
@@ -62,11 +62,11 @@ local now_s
 
 local m, size
 if limit <= SMALL then
-  -- The units, all of them unless a lowered limit left more than SMALL:
-  -- m holds each one's name and time, oldest first.
+  -- The units, all of them unless a higher limit left more than two
+  -- windows at SMALL: m holds each one's name and time, oldest first.
   m = redis.call('ZRANGE', key, '1', SMALL_LAST, 'WITHSCORES')
   size = #m / 2
-  if size > SMALL then
+  if size > 2 * SMALL then
     m = nil
   end
 end
@@ -96,12 +96,10 @@ if m then
     end
     return {allowed, remaining, retry, reset, now}
   end
-  -- Take: units first..size are kept. Forget the oldest beyond a lowered
-  -- limit and those that slid out a window ago or more.
+  -- Take: units first..size are kept. Forget those that slid out a window
+  -- ago or more, by time only: a request at another limit may still count
+  -- the others.
   local first = 1
-  if size > limit then
-    first = size - limit + 1
-  end
   if cutoff - w >= 0 then
     while first <= size and t[first] <= cutoff - w do
       first = first + 1
@@ -119,12 +117,6 @@ if m then
   end
   if live + cost <= limit then
     allowed = 1
-    -- Make room from slid-out units only (live + cost <= limit).
-    local drop = kept + cost - limit
-    if drop > 0 then
-      first = first + drop
-      kept = kept - drop
-    end
     -- The new names follow the greatest one kept (a small log does not
     -- read "", which need only be at least every name in use).
     for i = first, size do
@@ -201,23 +193,8 @@ else
     end
   end
   live = size - expired
-  -- If the limit was lowered, forget the oldest beyond it: only the
-  -- newest limit units can ever matter.
-  if size > limit then
-    redis.call('ZREMRANGEBYRANK', key, '1', fmt('%d', size - limit))
-    size = limit
-    if live > size then
-      live = size
-    end
-  end
   if live + cost <= limit then
     allowed = 1
-    -- Make room from slid-out units only (live + cost <= limit).
-    local drop = size + cost - limit
-    if drop > 0 then
-      redis.call('ZREMRANGEBYRANK', key, '1', fmt('%d', drop))
-      size = size - drop
-    end
     kept, n = size, nil
     -- Units later than now (the clock went back) set the reset. A
     -- listpack answers an empty range at its end from its last score.
@@ -271,4 +248,4 @@ if allowed == 1 then
 end
 -- Keep the key while a late request could still need its units.
 redis.call('PEXPIRE', key, fmt('%d', key_ttl(reset, w)))
-return {allowed, limit - live, retry, reset, now}
+return {allowed, math.max(limit - live, 0), retry, reset, now}

@@ -33,13 +33,16 @@ var twoLevel = Algorithm{
 		peek(11500*msec, 1, false, 0, 2500*msec, 4500*msec),
 		take(14*sec, 1, true, 1, 0, 10*sec),
 		// Nothing since 14 s in the window of 31 s or the one before:
-		// light again, the log dropped.
+		// light again, the log dropped; its unit at 14 s is older,
+		// counted at its window's end (20 s) by late requests.
 		take(31*sec, 1, true, 3, 0, 10*sec),
-		// Stamped before the window (30 s): charged to its start,
-		// the newest time stays 31 s.
-		take(29*sec, 1, true, 2, 0, 12*sec),
-		peek(31*sec, 3, false, 2, 10*sec, 10*sec),
-		// Next window: the two units at 31 s have slid out at 41 s.
+		// Stamped before the window (30 s), late: the three windows
+		// hold 3 with it, within the limit; charged at 29 s to the
+		// previous window.
+		take(29*sec, 1, true, 1, 0, 12*sec),
+		// Cost 3 needs the unit at 29 s gone.
+		peek(31*sec, 3, false, 2, 8*sec, 10*sec),
+		// Next window: the units at 29 s and 31 s have slid out at 41 s.
 		peek(41*sec, 1, true, 4, 0, 0),
 	}},
 }
@@ -51,9 +54,11 @@ var twoLevelLua string
 // is the State's log).
 type twoLevelState struct {
 	// start is a light key's current window start, and a heavy key's
-	// floor (the start of the light window it was promoted from).
+	// floor (a window before the light window it was promoted from).
 	start int64
-	// cur and prev are a light key's current and previous windows.
+	// cur and prev are a light key's current and previous windows; the
+	// bits above each one's units and distance hold half the count of the
+	// window before them (light.older).
 	cur, prev packedWindow
 }
 
@@ -61,24 +66,33 @@ type twoLevelState struct {
 func (s *State) twoLevel() *twoLevelState { return (*twoLevelState)(unsafe.Pointer(&s.words)) }
 
 // packedWindow is a light key's window in one word, so that a State stays
-// four words: its units in the low countBits bits (at most limit/2 <
-// 2^countBits), and above them the distance from the current window's
-// start to the newest time charged to the window.
+// four words: its units in the low countBits bits, above them (distBits)
+// the distance from the current window's start to the newest time charged
+// to the window, and above that half of light.older's bits.
 type packedWindow int64
 
-func packWindow(units, dist int64) packedWindow { return packedWindow(units | dist<<countBits) }
+func packWindow(units, dist, older int64) packedWindow {
+	return packedWindow(units | dist<<countBits | older<<(countBits+distBits))
+}
 
 func (p packedWindow) units() int64 { return int64(p) & countMask }
 
-func (p packedWindow) dist() int64 { return int64(p) >> countBits }
+func (p packedWindow) dist() int64 { return int64(p) >> countBits & distMask }
+
+func (p packedWindow) older() int64 { return int64(p) >> (countBits + distBits) & olderMask }
 
 // twoLevelChargedAt is a heavy key's log time (no earlier than its floor),
-// or a light key's window start tagged with lightCharge.
+// or a light key's window start tagged with lightCharge, and with
+// lightPrev when the units went to the previous window (a late request).
 func twoLevelChargedAt(s *State, now int64) int64 {
+	t := s.twoLevel()
 	if s.log.size() > 0 {
-		return max(now, s.twoLevel().start)
+		return max(now, t.start)
 	}
-	return lightCharge + s.twoLevel().start
+	if now < t.start {
+		return lightCharge + lightPrev + t.start
+	}
+	return lightCharge + t.start
 }
 
 // Two-level limiting: a fixed-window counter screens every key, and only
@@ -88,54 +102,71 @@ func twoLevelChargedAt(s *State, now int64) int64 {
 // A sliding window (now-w, now] overlaps at most two aligned windows, so a
 // key that never has more than h = floor(limit/2) units in one aligned
 // window never has more than the limit in any sliding window. While that
-// holds the key is light: its state is the counter of the current aligned
-// window and of the one before, plus the newest time charged to each. A
-// light key admits a request of cost n when the previous window holds at
-// most h and the current one at most h-n; every such admission is one the
-// exact log would make too (the screen is exact, never approximate).
+// holds the key is light: its state counts the current aligned window, the
+// one before, and the one before that (older), with the newest time
+// charged to the first two. A light key admits a request of cost n stamped
+// in its current window when the previous window holds at most h and the
+// current one at most h-n; a request stamped before the current window (it
+// arrived late) when all three windows together hold at most limit-n. Every
+// such admission is one the exact log would make too, over the units
+// two_level admitted (the screen is exact, never approximate).
 //
 // A request the screen cannot admit turns the key heavy: its log is seeded
-// with each window's units stamped at that window's newest time (an upper
-// bound of each unit's real time, so the seeded log never undercounts), and
-// from then on the key is decided as CompactLog decides, exactly, by
-// timestamp. The seeds can make the first window or two after the switch
-// deny what the exact log would admit; they never admit more. A heavy key
-// turns light again, and its log is dropped, at the first request that
-// finds nothing admitted in its aligned window or the one before.
+// with each window's units stamped at an upper bound of their times (the
+// window's newest time; older's at the end of its window), so the seeded
+// log never undercounts, and from then on the key is decided as CompactLog
+// decides, exactly, by timestamp. The seeds can make the first window or
+// two after the switch deny what the exact log would admit; they never
+// admit more. A heavy key turns light again, its log dropped (counted into
+// older), at the first request that finds nothing admitted in its aligned
+// window or the one before.
 //
-// Requests stamped out of order (the clock went back, or they arrived
-// late) are charged to a time no earlier than what the key still knows
-// about: a light key charges a request stamped before its current window
-// to the window's start; a heavy key records its real time, as the logs
-// do, but no earlier than its floor, the start of the light window it was
-// promoted from (older units were never logged). So no window of charged
-// times ever holds more than the limit. Peek never changes the state.
+// The promise, for requests stamped in any order but late by less than one
+// window (stamped after the newest time the key has seen, less a window),
+// and across limit changes and processes deciding one key at different
+// limits: every admission at (now, limit, window) is one the exact log
+// would make over two_level's own admissions by their stamps, so no window
+// of stamps holds more than the largest limit in force. A request later
+// than that is charged no earlier than what the key still knows about (a
+// heavy key's floor, the end of a light key's older window), never earlier
+// than its stamp. A window shortened keeps the promise; after a window is
+// lengthened, units stamped before the old previous window may not count
+// until one new window has passed (as the logs forget what the old window
+// had slid out). Peek never changes the state.
 //
 // A light key reports what its seeded log would: Remaining is the limit
-// less the units of both windows still inside the sliding window by their
-// seeds, ResetAfter when the newest seed slides out. A refund gives units
-// back to the counter or the log that took them, and nothing once the key
-// has switched since. When the window changes under a light key, the
-// previous window's newest time is clamped to the new window's start:
-// exact only for the window the units were counted in.
+// less the seeds still inside the sliding window, ResetAfter when the
+// newest seed slides out. A refund gives units back to the counter or the
+// log that took them, and nothing once the key has switched since.
 //
 // Go state (twoLevelState): light keys keep start (the current window's
 // start) and each window's units and newest time packed in a word
-// (packedWindow), with the log empty; heavy keys keep the log and, in
-// start, the floor.
+// (packedWindow), older split across the two, with the log empty; heavy
+// keys keep the log and, in start, the floor.
 
 const (
 	countBits = 16
 	countMask = 1<<countBits - 1
+	// distBits holds a distance of up to MaxWindow ms.
+	distBits = 35
+	distMask = 1<<distBits - 1
+	// olderBits is half of older's 16 bits, in the top of each word.
+	olderBits = 8
+	olderMask = 1<<olderBits - 1
 	// lightCharge tags a light key's charge (a window start) apart from a
 	// heavy key's (a timestamp, below 2^51, the latest time the Redis
-	// stores accept): see Rule.ChargedAt.
+	// stores accept): see Rule.ChargedAt. lightPrev marks a charge to the
+	// window before the start.
 	lightCharge = int64(1) << 52
+	lightPrev   = int64(1) << 51
 )
 
 // light is a light key's counters.
 type light struct {
 	start, cur, prev int64
+	// older counts the window before prev; its units are no later than
+	// start - w.
+	older int64
 	// newestCur and newestPrev are the newest times charged to the current
 	// and previous window; meaningful only when cur or prev is not 0.
 	newestCur, newestPrev int64
@@ -144,6 +175,7 @@ type light struct {
 func unpackLight(s *State) light {
 	t := s.twoLevel()
 	l := light{start: t.start, cur: t.cur.units(), prev: t.prev.units()}
+	l.older = t.cur.older() | t.prev.older()<<olderBits
 	l.newestCur = t.start + t.cur.dist()
 	l.newestPrev = t.start - t.prev.dist()
 	return l
@@ -151,58 +183,120 @@ func unpackLight(s *State) light {
 
 func (l *light) pack(s *State) {
 	t := s.twoLevel()
-	*t = twoLevelState{start: l.start}
+	var dcur, dprev int64
 	if l.cur > 0 {
-		t.cur = packWindow(l.cur, l.newestCur-l.start)
+		dcur = l.newestCur - l.start
 	}
 	if l.prev > 0 {
-		t.prev = packWindow(l.prev, l.start-l.newestPrev)
+		dprev = l.start - l.newestPrev
 	}
+	*t = twoLevelState{start: l.start,
+		cur:  packWindow(l.cur, dcur, l.older&olderMask),
+		prev: packWindow(l.prev, dprev, l.older>>olderBits)}
 }
 
 // roll moves l to the window holding now (see windowStart). A request
-// before the current window leaves it alone.
+// before the current window leaves it alone. Each window's units go where
+// their newest time falls (after a window change, that need not be the
+// next window), and are forgotten two windows after it.
 func (l *light) roll(now, w int64) {
 	ws := windowStart(l.start, now, w)
 	if ws <= l.start {
 		return
 	}
-	if ws-l.start <= w && l.cur > 0 {
-		// The previous window ends at ws-1 (it can end later only after
-		// the window was shortened).
-		l.prev, l.newestPrev = l.cur, min(l.newestCur, ws-1)
-	} else {
-		l.prev = 0
+	n := light{start: ws}
+	put := func(units, newest int64) {
+		switch {
+		case units == 0:
+		case newest >= ws:
+			n.newestCur = max(n.newestCur, newest)
+			n.cur += units
+		case newest > ws-w:
+			if n.prev == 0 || newest > n.newestPrev {
+				n.newestPrev = newest
+			}
+			n.prev += units
+		case newest > ws-2*w:
+			n.older += units
+		}
 	}
-	l.cur, l.start = 0, ws
+	put(l.older, l.start-w)
+	put(l.prev, l.newestPrev)
+	put(l.cur, l.newestCur)
+	*l = n
 }
 
-// seed writes l's units into r as log entries at their windows' newest
-// times, keeping the newest limit.
-func (l *light) seed(r *ring, limit int64) {
+// seed writes l's units into r as log entries at upper bounds of their
+// times: each window's newest, older's end.
+func (l *light) seed(r *ring, w, limit int64) {
 	r.dropOldest(r.size())
-	cur := min(l.cur, limit)
-	if prev := min(l.prev, limit-cur); prev > 0 {
-		r.insert(l.newestPrev, prev, limit)
+	if l.older > 0 {
+		r.insert(l.start-w, l.older, limit)
 	}
-	if cur > 0 {
-		r.insert(l.newestCur, cur, limit)
+	if l.prev > 0 {
+		r.insert(l.newestPrev, l.prev, limit)
 	}
+	if l.cur > 0 {
+		r.insert(l.newestCur, l.cur, limit)
+	}
+}
+
+// floor is the floor of the heavy key l turns into: its seeds count every
+// unit stamped after a window before l's, so the log decides exactly from
+// a window before l's start on (times are never negative).
+func (l *light) floor(w int64) int64 { return max(l.start-w, 0) }
+
+// admits reports whether the screen admits a request of cost at now.
+func (l *light) admits(now, limit, cost int64) bool {
+	if now >= l.start {
+		h := limit / 2
+		return l.prev <= h && l.cur+cost <= h
+	}
+	return l.older+l.prev+l.cur+cost <= limit
+}
+
+// charge records cost units at now, which the screen admitted: to the
+// current window, or for a late request to the previous one, no earlier
+// than older's end.
+func (l *light) charge(now, w, cost int64) {
+	if now >= l.start {
+		if l.cur == 0 || now > l.newestCur {
+			l.newestCur = now
+		}
+		l.cur += cost
+		return
+	}
+	if e := max(now, l.start-w); l.prev == 0 || e > l.newestPrev {
+		l.newestPrev = e
+	}
+	l.prev += cost
 }
 
 // outcome reports on a light key whose screen admitted (or would admit) a
 // request, as its seeded log would.
 func (l *light) outcome(now, w, limit int64) Outcome {
-	livePrev := int64(0)
-	if l.prev > 0 && l.newestPrev > now-w {
-		livePrev = l.prev
+	live, newest := int64(0), int64(0)
+	if l.older > 0 {
+		newest = l.start - w
+		if newest > now-w {
+			live += l.older
+		}
 	}
-	out := Outcome{Allowed: true, Remaining: limit - l.cur - livePrev}
-	switch {
-	case l.cur > 0:
-		out.ResetAfter = l.newestCur + w - now
-	case livePrev > 0:
-		out.ResetAfter = l.newestPrev + w - now
+	if l.prev > 0 {
+		newest = l.newestPrev
+		if newest > now-w {
+			live += l.prev
+		}
+	}
+	if l.cur > 0 {
+		newest = l.newestCur
+		if newest > now-w {
+			live += l.cur
+		}
+	}
+	out := Outcome{Allowed: true, Remaining: max(limit-live, 0)}
+	if live > 0 {
+		out.ResetAfter = newest + w - now
 	}
 	return out
 }
@@ -211,6 +305,15 @@ func (l *light) outcome(now, w, limit int64) Outcome {
 // aligned window of e or the one before, so it can turn light.
 func quiet(r ring, e, w int64) bool {
 	return r.at(r.size()-1) < e-e%w-w
+}
+
+// demoted returns the light key a quiet heavy key turns into at e: its
+// window is e's, and the log's units of the window before the previous
+// one are older. It reports false when they do not fit in older.
+func demoted(r ring, e, w int64) (light, bool) {
+	l := light{start: e - e%w}
+	l.older = r.size() - r.countUpTo(l.start-2*w)
+	return l, l.older <= countMask
 }
 
 // heavyTake decides a heavy key's request at its effective time, no
@@ -233,46 +336,55 @@ func fromNow(out Outcome, d int64) Outcome {
 }
 
 func twoLevelTake(s *State, now, w, limit, cost int64) Outcome {
+	var l light
 	if s.log.size() > 0 {
-		if !quiet(s.log, max(now, s.twoLevel().start), w) {
+		e := max(now, s.twoLevel().start)
+		if !quiet(s.log, e, w) {
+			return heavyTake(s, now, w, limit, cost)
+		}
+		var ok bool
+		if l, ok = demoted(s.log, e, w); !ok {
 			return heavyTake(s, now, w, limit, cost)
 		}
 		*s = State{}
+	} else {
+		l = unpackLight(s)
 	}
-	l := unpackLight(s)
 	l.roll(now, w)
-	if h := limit / 2; l.prev <= h && l.cur+cost <= h {
-		// Charged at the window's start when stamped before it.
-		charged := max(now, l.start)
-		if l.cur == 0 || charged > l.newestCur {
-			l.newestCur = charged
-		}
-		l.cur += cost
+	if l.admits(now, limit, cost) {
+		l.charge(now, w, cost)
 		l.pack(s)
 		return l.outcome(now, w, limit)
 	}
-	l.seed(&s.log, limit)
-	*s.twoLevel() = twoLevelState{start: l.start}
+	// Heavy from now on, admitted or not: the seeds cover the three
+	// windows, so the log decides exactly from a window before start on.
+	l.seed(&s.log, w, limit)
+	*s.twoLevel() = twoLevelState{start: l.floor(w)}
 	return heavyTake(s, now, w, limit, cost)
 }
 
 func twoLevelPeek(s *State, now, w, limit, cost int64) Outcome {
+	var l light
 	if s.log.size() > 0 {
 		e := max(now, s.twoLevel().start)
-		if !quiet(s.log, e, w) {
+		var ok bool
+		if quiet(s.log, e, w) {
+			l, ok = demoted(s.log, e, w)
+		}
+		if !ok {
 			return fromNow(slidingLogPeek(s, e, w, limit, cost), e-now)
 		}
-		return slidingLogPeek(&State{}, now, w, limit, cost)
+	} else {
+		l = unpackLight(s)
 	}
-	l := unpackLight(s)
 	l.roll(now, w)
-	if h := limit / 2; l.prev <= h && l.cur+cost <= h {
+	if l.admits(now, limit, cost) {
 		return l.outcome(now, w, limit)
 	}
 	var view State
-	view.twoLevel().start = l.start
-	l.seed(&view.log, limit)
-	e := max(now, l.start)
+	view.twoLevel().start = l.floor(w)
+	l.seed(&view.log, w, limit)
+	e := max(now, l.floor(w))
 	return fromNow(slidingLogPeek(&view, e, w, limit, cost), e-now)
 }
 
@@ -291,7 +403,12 @@ func twoLevelRefund(s *State, at, w, _, cost int64) {
 		return
 	}
 	l := unpackLight(s)
-	switch win := at - lightCharge; {
+	win := at - lightCharge
+	switch {
+	case win >= lightPrev:
+		if l.start == win-lightPrev {
+			l.prev -= min(cost, l.prev)
+		}
 	case l.start == win:
 		l.cur -= min(cost, l.cur)
 	case l.start == win+w:

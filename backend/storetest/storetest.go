@@ -10,6 +10,9 @@
 // by the suite (a fake clock), through the step tables written out by hand in
 // every registered algorithm's Examples (window boundaries,
 // same-millisecond bursts, cost N, exact RetryAfter and ResetAfter, Peek),
+// through tables whose limit and window change from step to step for the
+// logs and two_level (a limit lowered and raised, two limits interleaved
+// on one key as in a rolling reload, late requests, a window shortened),
 // through generic cases run for every registered algorithm (Reset,
 // independent keys, expiry, the clock jumping back 5 s and forward an
 // hour), through hostile key ids and
@@ -168,6 +171,7 @@ func short(id string) string {
 func cases() []testCase {
 	var all []testCase
 	all = append(all, tableCases()...)
+	all = append(all, changeCases()...)
 	for _, name := range algorithms.Names() {
 		rule := algorithms.Rule{Algorithm: name, Limit: 5, Window: 10 * time.Second}
 		for _, g := range genericCases() {

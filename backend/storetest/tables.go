@@ -60,3 +60,183 @@ func tableCases() []testCase {
 // leaseID is the id of a lease stamped at offset of from base: ids count
 // 1/1000 ms, microseconds.
 func leaseID(of time.Duration) int64 { return base.Add(of).UnixMicro() }
+
+// changeStep is one step of a table whose rule changes from step to step
+// (a limit lowered and raised, two processes at different limits or
+// windows on one key, requests arriving late): a Take (or a Peek) of cost
+// at at under limit per window, and what it reports.
+type changeStep struct {
+	at        time.Duration
+	limit     int64
+	window    time.Duration
+	peek      bool
+	cost      int64
+	allowed   bool
+	remaining int64
+	retry     time.Duration
+	reset     time.Duration
+}
+
+func step(at time.Duration, limit int64, w time.Duration, cost int64, allowed bool, remaining int64, retry, reset time.Duration) changeStep {
+	return changeStep{at: at, limit: limit, window: w, cost: cost, allowed: allowed, remaining: remaining, retry: retry, reset: reset}
+}
+
+func peekStep(at time.Duration, limit int64, w time.Duration, cost int64, allowed bool, remaining int64, retry, reset time.Duration) changeStep {
+	s := step(at, limit, w, cost, allowed, remaining, retry, reset)
+	s.peek = true
+	return s
+}
+
+const ms = time.Millisecond
+
+// logChangeSteps are the logs' (sliding_log, compact_log) steps across
+// limit changes: a log keeps every unit inside its window whatever the
+// limit of the request that touches it, and keeps slid-out units a window
+// for late requests at any limit (issue 22, defect 1).
+var logChangeSteps = []changeStep{
+	step(0, 4, 10*time.Second, 1, true, 3, 0, 10*time.Second),
+	step(1*time.Second, 4, 10*time.Second, 1, true, 2, 0, 10*time.Second),
+	step(2*time.Second, 4, 10*time.Second, 1, true, 1, 0, 10*time.Second),
+	step(3*time.Second, 4, 10*time.Second, 1, true, 0, 0, 10*time.Second),
+	// Lowered to 2: 4 in the window, Remaining 0 (never negative); the
+	// third oldest (2 s) must slide out.
+	step(4*time.Second, 2, 10*time.Second, 1, false, 0, 8*time.Second, 9*time.Second),
+	// Raised back: all four still count.
+	step(5*time.Second, 4, 10*time.Second, 1, false, 0, 5*time.Second, 8*time.Second),
+	step(10*time.Second, 4, 10*time.Second, 1, true, 0, 0, 10*time.Second),
+	// Late (stamped 9 s after 10 s was decided): the unit at 0 s is in
+	// its window, and the one at 10 s counts too.
+	step(9*time.Second, 4, 10*time.Second, 1, false, 0, 2*time.Second, 11*time.Second),
+	// Two limits interleaved: at 2, then at 4, then late at 4.
+	peekStep(11*time.Second, 2, 10*time.Second, 1, false, 0, 2*time.Second, 9*time.Second),
+	step(11*time.Second, 2, 10*time.Second, 1, false, 0, 2*time.Second, 9*time.Second),
+	step(12*time.Second, 4, 10*time.Second, 1, true, 1, 0, 10*time.Second),
+	// Stamped 10.5 s: 1 s, 2 s, 3 s, 10 s and 12 s count, the request at
+	// 2 limits forgot none of them.
+	step(10500*ms, 4, 10*time.Second, 1, false, 0, 1500*ms, 11500*ms),
+	step(13*time.Second, 2, 10*time.Second, 1, false, 0, 7*time.Second, 9*time.Second),
+	peekStep(22*time.Second, 4, 10*time.Second, 1, true, 4, 0, 0),
+}
+
+// shortenedSteps: a window shortened from 90 s to 30 s at limit 10 (issue
+// 22, defect 2): five units at 89 s still count at 90.001 s, so 10 are
+// admitted in 30 s (two_level admitted 15), on every log and two_level.
+var shortenedSteps = []changeStep{
+	step(89*time.Second, 10, 90*time.Second, 5, true, 5, 0, 90*time.Second),
+	step(90001*ms, 10, 30*time.Second, 5, true, 0, 0, 30*time.Second),
+	step(90002*ms, 10, 30*time.Second, 1, false, 0, 28998*ms, 29999*ms),
+}
+
+// twoLevelChangeSteps are two_level's: its screen and its seeded log never
+// admit what the exact log would deny over its admissions, across limit
+// and window changes and for requests late by less than a window (issue
+// 22, defects 1 and 2).
+var twoLevelChangeSteps = []changeStep{
+	// Light at 4 (h = 2), then heavy, its log seeded with the units at 0
+	// s and 1 s at 1 s.
+	step(0, 4, 10*time.Second, 1, true, 3, 0, 10*time.Second),
+	step(1*time.Second, 4, 10*time.Second, 1, true, 2, 0, 10*time.Second),
+	step(2*time.Second, 4, 10*time.Second, 1, true, 1, 0, 10*time.Second),
+	step(3*time.Second, 4, 10*time.Second, 1, true, 0, 0, 10*time.Second),
+	// Lowered to 2, raised back: all four still count.
+	step(4*time.Second, 2, 10*time.Second, 1, false, 0, 8*time.Second, 9*time.Second),
+	step(5*time.Second, 4, 10*time.Second, 1, false, 0, 6*time.Second, 8*time.Second),
+	// The seeds at 1 s slide out at 11 s.
+	step(11*time.Second, 4, 10*time.Second, 2, true, 0, 0, 10*time.Second),
+	// Two limits interleaved (3 s, 11 s and 11 s count at 2), then late
+	// at the higher one.
+	step(12*time.Second, 2, 10*time.Second, 1, false, 0, 9*time.Second, 9*time.Second),
+	step(10500*ms, 4, 10*time.Second, 1, false, 0, 1500*ms, 10500*ms),
+}
+
+// lateSteps: limit 4 per second, 3 units at 0.999 s, one at 2 s, then 2
+// stamped 1.996 s arrive: the 3 at 0.999 s are in their window (issue 22,
+// defect 2: two_level admitted them, 5 in (0.996 s, 1.996 s]).
+func lateSteps(twoLevel bool) []changeStep {
+	steps := []changeStep{
+		step(999*ms, 4, time.Second, 3, true, 1, 0, time.Second),
+		step(2000*ms, 4, time.Second, 1, true, 3, 0, time.Second),
+		step(1996*ms, 4, time.Second, 2, false, 0, 3*ms, 1004*ms),
+	}
+	if twoLevel {
+		// Heavy at once (3 > 4/2); light again at 2 s, the three units
+		// older, counted by the late request at their window's end (1 s).
+		steps[2].retry = 4 * ms
+	}
+	return steps
+}
+
+// changeCases replay the change tables on the logs and two_level, and the
+// rolling reload of issue 22: two processes at limits 20 and 10 on one
+// prefix, five rounds of 20 takes at 20 and one at 10 in one minute,
+// admit 20.
+func changeCases() []testCase {
+	var out []testCase
+	for _, name := range []algorithms.Name{algorithms.SlidingLog, algorithms.CompactLog, algorithms.TwoLevel} {
+		steps := logChangeSteps
+		if name == algorithms.TwoLevel {
+			steps = twoLevelChangeSteps
+		}
+		out = append(out,
+			testCase{name: "limit_change/" + string(name), run: func(c *checker) { c.changeTable("k", name, steps) }},
+			testCase{name: "window_shortened/" + string(name), run: func(c *checker) { c.changeTable("k", name, shortenedSteps) }},
+			testCase{name: "late_after_gap/" + string(name), run: func(c *checker) {
+				c.changeTable("k", name, lateSteps(name == algorithms.TwoLevel))
+			}},
+			testCase{name: "rolling_reload/" + string(name), run: func(c *checker) { rollingReload(c, name) }},
+		)
+	}
+	return out
+}
+
+func (c *checker) changeTable(id string, name algorithms.Name, steps []changeStep) {
+	for i, st := range steps {
+		rule := algorithms.Rule{Algorithm: name, Limit: st.limit, Window: st.window}
+		op := "Take"
+		var got backend.Result
+		var ok bool
+		if st.peek {
+			op = "Peek"
+			got, ok = c.peek(id, rule, st.at, st.cost)
+		} else {
+			got, ok = c.take(id, rule, st.at, st.cost)
+		}
+		want := backend.Result{Allowed: st.allowed, Limit: st.limit, Remaining: st.remaining, RetryAfter: st.retry, ResetAfter: st.reset}
+		if !ok || !c.expect(fmt.Sprintf("step %d: %s cost %d at %v, limit %d per %v", i, op, st.cost, st.at, st.limit, st.window), got, want) {
+			return
+		}
+	}
+}
+
+// rollingReload: two processes on one prefix, one at 20 per minute and
+// one at 10 (a rolling reload), five rounds of 20 takes at 20 and one at
+// 10 in one minute. No limit in force exceeds 20, so 20 are admitted (the
+// logs trimmed to 10 at the lower limit admitted 60).
+func rollingReload(c *checker, name algorithms.Name) {
+	hi := algorithms.Rule{Algorithm: name, Limit: 20, Window: time.Minute}
+	lo := hi
+	lo.Limit = 10
+	admitted := 0
+	for round := range 5 {
+		for i := range 21 {
+			rule, at := hi, time.Duration(round*10_000+i*100)*ms
+			if i == 20 {
+				rule = lo
+			}
+			got, ok := c.take("k", rule, at, 1)
+			if !ok {
+				return
+			}
+			if got.Allowed {
+				admitted++
+			}
+			if got.Remaining < 0 {
+				c.r.Errorf("round %d take %d: Remaining %d, want it never negative", round, i, got.Remaining)
+				return
+			}
+		}
+	}
+	if admitted != 20 {
+		c.r.Errorf("%d admitted in one minute at limits 20 and 10, want 20", admitted)
+	}
+}

@@ -380,6 +380,28 @@ func TestMemoryUsage(t *testing.T) {
 			require.LessOrEqual(t, bytes, int64(2500), "sliding-log key at L=100")
 		}
 	}
+	// A key kept full: L admissions in one window, L more in the next,
+	// the first L slid out but kept a window for late requests.
+	fmt.Fprintf(&table, "\nkept full across two windows (w = 1 min):\n%14s %6s %10s %10s %8s\n", "algorithm", "L", "bytes", "encoding", "entries")
+	for _, alg := range []algorithms.Name{algorithms.SlidingLog, algorithms.CompactLog} {
+		for _, l := range []int64{10, 50, 63, 64, 100, 1000} {
+			r := algorithms.Rule{Algorithm: alg, Limit: l, Window: time.Minute}
+			key := backend.Key{Prefix: prefix, ID: fmt.Sprintf("full:%s:%d", alg, l)}
+			for i := range 2 * l {
+				now := base + i/l*time.Minute.Milliseconds() + i%l
+				res, err := store.Take(t.Context(), backend.Request{Key: key, Rule: r, Now: time.UnixMilli(now), Cost: 1})
+				require.NoError(t, err)
+				require.True(t, res.Allowed)
+			}
+			name := redisscript.Key(key, r)
+			bytes, enc := scripttest.MemoryUsage(t, srv, name)
+			entries := "-"
+			if alg == algorithms.SlidingLog {
+				entries = strconv.FormatInt(scripttest.Count(t, srv, name), 10)
+			}
+			fmt.Fprintf(&table, "%14s %6d %10d %10s %8s\n", alg, l, bytes, enc, entries)
+		}
+	}
 	for _, alg := range []algorithms.Name{algorithms.SlidingCounter, algorithms.FixedWindow} {
 		r := algorithms.Rule{Algorithm: alg, Limit: algorithms.MaxLimit, Window: time.Hour}
 		key := backend.Key{Prefix: prefix, ID: "counter"}

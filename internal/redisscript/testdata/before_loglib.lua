@@ -12,9 +12,9 @@
 --   ring    capacity slots, the entries oldest first from head, wrapping.
 --
 -- A slot is 7 bytes, a big-endian integer below 2^56; timestamps are ms.
--- So a log costs 7 bytes per admitted unit: its capacity is exact while
--- small, then grows by a quarter (copying the log) up to the limit, and
--- is exactly the limit once full.
+-- So a log costs 7 bytes per unit it keeps (two windows' units, up to
+-- twice the limit): its capacity is exact while small, then grows by a
+-- quarter (copying the log) up to twice the limit.
 --
 -- Speed: a step reads the header with the first BLOCK slots in one
 -- GETRANGE, and further slots a block at a time as it needs them (most
@@ -230,12 +230,9 @@ end
 -- px_extra ms after the reset, and returns allowed, remaining, retry and
 -- reset.
 local function log_take(L, now, w, limit, cost, px_extra)
-  -- Forget what slid out a window ago and, when the limit was lowered,
-  -- the oldest beyond it: both are a prefix.
+  -- Forget what slid out a window ago (a prefix), by time only: a
+  -- request at another limit may still count the rest.
   local d = count(L, now - 2 * w, 0)
-  if L.n - limit > d then
-    d = L.n - limit
-  end
   if d > 0 then
     L.head = (L.head + d) % L.cap
     L.n = L.n - d
@@ -262,15 +259,8 @@ local function log_take(L, now, w, limit, cost, px_extra)
       end
       redis.call('PEXPIRE', L.key, string.format('%d', reset + px_extra))
     end
-    return 0, remaining, retry, reset
+    return 0, math.max(remaining, 0), retry, reset
   end
-  -- Make room from slid-out entries only (live + cost <= limit).
-  if L.n + cost > limit then
-    L.head = (L.head + L.n + cost - limit) % L.cap
-    expired = expired - (L.n + cost - limit)
-    L.n = limit - cost
-  end
-  L.hint = expired
   -- Entries later than now (the clock went back) stay after it.
   local pos = count(L, now, L.n)
   local n = L.n
@@ -280,14 +270,17 @@ local function log_take(L, now, w, limit, cost, px_extra)
     L.newest = now
   end
   local reset = L.newest + w - now
-  if need > L.cap or L.cap > limit or L.ring then
-    -- Small (read whole), or growing by doubling (never beyond the
-    -- limit), or shrinking to a lowered limit: written whole, linear.
+  -- Two windows hold at most two limits (more only while another limit
+  -- is in force): the capacity stays within bound.
+  local bound = math.max(2 * limit, need)
+  if need > L.cap or L.cap > bound or L.ring then
+    -- Small (read whole), or growing by a quarter (never beyond the
+    -- bound), or shrinking after a lowered limit: written whole, linear.
     local cap = L.cap
-    if need > cap or cap > limit then
+    if need > cap or cap > bound then
       cap = need
       if need > BLOCK then
-        cap = math.min(math.max(L.cap + math.ceil(L.cap / 4), need), limit)
+        cap = math.min(math.max(L.cap + math.ceil(L.cap / 4), need), bound)
       end
     end
     rewrite(L, raw(L, 0, pos) .. news .. raw(L, pos, n), need, cap, reset + px_extra)

@@ -34,7 +34,7 @@
 --     ZADD, PEXPIRE. Times are read only to report a denial.
 
 local ZADD_CHUNK = 1000 -- members per ZADD: unpack is limited to ~8000 values
-local SMALL, SMALL_LAST = 3, '4' -- logs of up to SMALL units are read whole: ranks 1 to SMALL+1
+local SMALL, SMALL_LAST = 3, '7' -- logs at a limit up to SMALL are read whole when they hold up to 2*SMALL units (two windows): ranks 1 to 2*SMALL+1
 local NEAR = 16 -- a denial reads ranks r..newest in one ZRANGE when fewer
 
 local fmt = string.format
@@ -60,11 +60,11 @@ local now_s
 
 local m, size
 if limit <= SMALL then
-  -- The units, all of them unless a lowered limit left more than SMALL:
-  -- m holds each one's name and time, oldest first.
+  -- The units, all of them unless a higher limit left more than two
+  -- windows at SMALL: m holds each one's name and time, oldest first.
   m = redis.call('ZRANGE', key, '1', SMALL_LAST, 'WITHSCORES')
   size = #m / 2
-  if size > SMALL then
+  if size > 2 * SMALL then
     m = nil
   end
 end
@@ -94,12 +94,10 @@ if m then
     end
     return {allowed, remaining, retry, reset, now}
   end
-  -- Take: units first..size are kept. Forget the oldest beyond a lowered
-  -- limit and those that slid out a window ago or more.
+  -- Take: units first..size are kept. Forget those that slid out a window
+  -- ago or more, by time only: a request at another limit may still count
+  -- the others.
   local first = 1
-  if size > limit then
-    first = size - limit + 1
-  end
   if cutoff - w >= 0 then
     while first <= size and t[first] <= cutoff - w do
       first = first + 1
@@ -117,12 +115,6 @@ if m then
   end
   if live + cost <= limit then
     allowed = 1
-    -- Make room from slid-out units only (live + cost <= limit).
-    local drop = kept + cost - limit
-    if drop > 0 then
-      first = first + drop
-      kept = kept - drop
-    end
     -- The new names follow the greatest one kept (a small log does not
     -- read "", which need only be at least every name in use).
     for i = first, size do
@@ -204,26 +196,8 @@ else
     end
   end
   live = size - expired
-  -- If the limit was lowered, forget the oldest beyond it: only the
-  -- newest limit units can ever matter.
-  if size > limit then
-    redis.call('ZREMRANGEBYRANK', key, '1', fmt('%d', size - limit))
-    size = limit
-    if live > size then
-      live = size
-    end
-    if later > size then
-      later = size
-    end
-  end
   if live + cost <= limit then
     allowed = 1
-    -- Make room from slid-out units only (live + cost <= limit).
-    local drop = size + cost - limit
-    if drop > 0 then
-      redis.call('ZREMRANGEBYRANK', key, '1', fmt('%d', drop))
-      size = size - drop
-    end
     kept, n = size, nil
     if later > 0 then
       local s = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
@@ -274,7 +248,7 @@ if allowed == 1 then
 end
 -- Keep the key while a late request could still need its units.
 redis.call('PEXPIRE', key, fmt('%d', reset + w + EXPIRY_MARGIN_MS))
-return {allowed, limit - live, retry, reset, now}
+return {allowed, math.max(limit - live, 0), retry, reset, now}
 end
 -- One request: KEYS[1] the state; ARGV[1] now in ms since the Unix epoch
 -- (negative: read the server's TIME); ARGV[2] window in ms; ARGV[3] limit;

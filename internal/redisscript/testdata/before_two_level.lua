@@ -3,23 +3,31 @@
 -- conformance suite compares them decision by decision.
 --
 -- KEYS[1]  one string per key, absent when the key is new:
---          light: 35 bytes, five 7-byte numbers (loglib.lua's slots):
+--          light: 42 bytes, six 7-byte numbers (loglib.lua's slots):
 --                 window start, units in it, units in the window before,
---                 newest time charged to each of the two windows;
+--                 newest time charged to each of the two windows, units
+--                 in the window before those (older);
 --          heavy: "H", the floor (7 bytes: requests stamped before it are
 --                 charged to it) and a compact log (loglib.lua);
 --          both fit the first read of loglib's log_first.
 -- The body of step(key, now, w, limit, cost, take, refund, at); see
 -- prelude.lua.
 
-local LIGHT_LEN = 5 * SLOT
+local log_count = count
+local LIGHT_LEN = 6 * SLOT
 local LIGHT_CHARGE = 4503599627370496 -- 2^52: tags a light key's charge
+local LIGHT_PREV = 2251799813685248 -- 2^51: marks a charge to the window before
+local COUNT_MAX = 65535 -- the most older holds (Go packs it in 16 bits)
 
-local start, cur, prev, ncur, nprev = 0, 0, 0, 0, 0
+local start, cur, prev, ncur, nprev, older = 0, 0, 0, 0, 0, 0
 local L = nil -- the log, when the key is heavy; start is then the floor
 local first = log_first(key, 1 + SLOT)
-if #first == LIGHT_LEN then
+if #first == LIGHT_LEN or #first == 5 * SLOT then
+  -- (Five slots: a light key written before older was kept.)
   start, cur, prev, ncur, nprev = dec(first, 0), dec(first, 1), dec(first, 2), dec(first, 3), dec(first, 4)
+  if #first == LIGHT_LEN then
+    older = dec(first, 5)
+  end
 elseif #first >= 1 + SLOT + HDR and string.sub(first, 1, 1) == 'H' then
   start = dec(string.sub(first, 2, 1 + SLOT), 0)
   L = log_open(key, string.sub(first, 1, 1 + SLOT), first)
@@ -31,7 +39,13 @@ elseif #first > 0 then
 end
 
 local function light_state()
-  return enc(start) .. enc(cur) .. enc(prev) .. enc(ncur) .. enc(nprev)
+  if cur == 0 then
+    ncur = start
+  end
+  if prev == 0 then
+    nprev = start
+  end
+  return enc(start) .. enc(cur) .. enc(prev) .. enc(ncur) .. enc(nprev) .. enc(older)
 end
 
 -- write stores a light key, kept while a late request could still need it.
@@ -40,8 +54,9 @@ local function write(reset)
 end
 
 -- Refund: from the log when at is a time, from a light key's window
--- counter when it is a tagged window start. A key that switched between
--- light and heavy since keeps the units.
+-- counter when it is a tagged window start (LIGHT_PREV: the window
+-- before). A key that switched between light and heavy since keeps the
+-- units.
 if refund then
   if at < LIGHT_CHARGE then
     if L and log_remove(L, at, cost) then
@@ -50,9 +65,13 @@ if refund then
         L = nil
       end
     end
-  elseif #first == LIGHT_LEN and (cur > 0 or prev > 0) then
+  elseif not L and (cur > 0 or prev > 0) then
     local win = at - LIGHT_CHARGE
-    if start == win then
+    if win >= LIGHT_PREV then
+      if start == win - LIGHT_PREV then
+        prev = prev - math.min(cost, prev)
+      end
+    elseif start == win then
       cur = cur - math.min(cost, cur)
     elseif start == win + w then
       prev = prev - math.min(cost, prev)
@@ -82,69 +101,127 @@ local function heavy_step(floor)
 end
 
 if L then
-  -- Nothing in the aligned window of its time or the one before: light.
+  -- Nothing in the aligned window of its time or the one before: light,
+  -- the log's units of the window before those counted as older.
   local e = math.max(now, start)
-  if L.newest < e - e % w - w then
-    L = nil
-    start, cur, prev = 0, 0, 0
-  else
+  if L.newest >= e - e % w - w then
     return heavy_step(start)
   end
+  local ws = e - e % w
+  local o = L.n - log_count(L, ws - 2 * w, 0)
+  if o > COUNT_MAX then
+    return heavy_step(start)
+  end
+  L = nil
+  start, cur, prev, older = ws, 0, 0, o
 end
 
--- Light: roll to the window holding now (windowStart); a request before
--- the current window is charged to its start.
+-- Light: roll to the window holding now (windowStart); each window's units
+-- go where their newest time falls, and are forgotten two windows after.
+-- A request before the current window leaves it alone.
 local ws = window_start(start, now, w)
 if ws > start then
-  if ws - start <= w and cur > 0 then
-    prev, nprev = cur, math.min(ncur, ws - 1)
-  else
-    prev = 0
+  local c, p, o, nc, np = 0, 0, 0, 0, 0
+  local function put(units, newest)
+    if units == 0 then
+      return
+    end
+    if newest >= ws then
+      if newest > nc then
+        nc = newest
+      end
+      c = c + units
+    elseif newest > ws - w then
+      if p == 0 or newest > np then
+        np = newest
+      end
+      p = p + units
+    elseif newest > ws - 2 * w then
+      o = o + units
+    end
   end
-  cur, start = 0, ws
+  put(older, start - w)
+  put(prev, nprev)
+  put(cur, ncur)
+  start, cur, prev, older, ncur, nprev = ws, c, p, o, nc, np
 end
 
-local h = math.floor(limit / 2)
-if prev <= h and cur + cost <= h then
-  -- The screen admits: at most h units in each of the two windows.
+-- The screen: a request in the current window when each of the two
+-- windows holds at most h = floor(limit/2) with it; a late one when the
+-- three together hold at most the limit with it.
+local admits
+if now >= start then
+  local h = math.floor(limit / 2)
+  admits = prev <= h and cur + cost <= h
+else
+  admits = older + prev + cur + cost <= limit
+end
+
+if admits then
+  local charge = LIGHT_CHARGE + start
   if take then
-    local charged = math.max(now, start)
-    if cur == 0 or charged > ncur then
-      ncur = charged
+    if now >= start then
+      if cur == 0 or now > ncur then
+        ncur = now
+      end
+      cur = cur + cost
+    else
+      local e = math.max(now, start - w)
+      if prev == 0 or e > nprev then
+        nprev = e
+      end
+      prev = prev + cost
+      charge = charge + LIGHT_PREV
     end
-    cur = cur + cost
   end
-  local live_prev = 0
-  if prev > 0 and nprev > now - w then
-    live_prev = prev
+  -- Report as the seeded log would.
+  local live, newest = 0, 0
+  if older > 0 then
+    newest = start - w
+    if newest > now - w then
+      live = live + older
+    end
+  end
+  if prev > 0 then
+    newest = nprev
+    if newest > now - w then
+      live = live + prev
+    end
+  end
+  if cur > 0 then
+    newest = ncur
+    if newest > now - w then
+      live = live + cur
+    end
   end
   local reset = 0
-  if cur > 0 then
-    reset = ncur + w - now
-  elseif live_prev > 0 then
-    reset = nprev + w - now
+  if live > 0 then
+    reset = newest + w - now
   end
   if take then
     write(reset)
   end
-  return {1, limit - cur - live_prev, 0, reset, LIGHT_CHARGE + start}
+  return {1, math.max(limit - live, 0), 0, reset, charge}
 end
 
 -- The screen cannot admit: the log decides, seeded with each window's
--- units at that window's newest time (keeping the newest limit). The key
--- is heavy from now on, admitted or not; its floor is this window's start.
-local c = math.min(cur, limit)
-local p = math.min(prev, limit - c)
+-- units at an upper bound of their times (the window's newest, older's
+-- end). The key is heavy from now on, admitted or not; its floor is a
+-- window before this window's start, from where the seeds decide exactly.
 local seeds = ''
-if p > 0 then
-  seeds = string.rep(enc(nprev), p)
+if older > 0 then
+  seeds = string.rep(enc(start - w), older)
 end
-if c > 0 then
-  seeds = seeds .. string.rep(enc(ncur), c)
+if prev > 0 then
+  seeds = seeds .. string.rep(enc(nprev), prev)
 end
-L = log_open(nil, 'H' .. enc(start), nil, seeds)
+if cur > 0 then
+  seeds = seeds .. string.rep(enc(ncur), cur)
+end
+local floor = math.max(start - w, 0)
+L = log_open(nil, 'H' .. enc(floor), nil, seeds)
 L.key = key
-return heavy_step(start)
+return heavy_step(floor)
 end
 -- One request: KEYS[1] the state; ARGV[1] now in ms since the Unix epoch
 -- (negative: read the server's TIME); ARGV[2] window in ms; ARGV[3] limit;
