@@ -107,7 +107,11 @@ if take and not refund and struct and cost <= limit then
     if need > c or c > bound then
       c = need
       if need > BLOCK then
-        c = math.min(math.max(cap + math.ceil(cap / 4), need), bound)
+        local grow = bound
+        if need <= limit then
+          grow = limit
+        end
+        c = math.min(math.max(cap + math.ceil(cap / 4), need), grow)
       end
     end
     local v

@@ -278,16 +278,21 @@ local function loglib()
     end
     local reset = L.newest + w - now
     -- Two windows hold at most two limits (more only while another limit
-    -- is in force): the capacity stays within bound.
+    -- is in force): the capacity stays within bound, and grows no further
+    -- than the limit while the units fit in it (one window's).
     local bound = math.max(2 * limit, need)
     if need > L.cap or L.cap > bound or L.ring then
-      -- Small (read whole), or growing by a quarter (never beyond the
-      -- bound), or shrinking after a lowered limit: written whole, linear.
+      -- Small (read whole), or growing by a quarter, or shrinking after a
+      -- lowered limit: written whole, linear.
       local cap = L.cap
       if need > cap or cap > bound then
         cap = need
         if need > BLOCK then
-          cap = math.min(math.max(L.cap + math.ceil(L.cap / 4), need), bound)
+          local grow = bound
+          if need <= limit then
+            grow = limit
+          end
+          cap = math.min(math.max(L.cap + math.ceil(L.cap / 4), need), grow)
         end
       end
       rewrite(L, raw(L, 0, pos) .. news .. raw(L, pos, n), need, cap, reset + px_extra)
