@@ -1,0 +1,178 @@
+// Package modeltest checks every store and wrapper stack against one
+// reference model of the algorithms, driven by random interleavings.
+//
+// The model is deliberately plain: it keeps every admitted unit with its
+// timestamp (and every held lease with its expiry) forever, and decides by
+// counting them. It never calls the algorithm steps of package algorithms.
+// Its state is the store's own admissions: every unit the store admits is
+// recorded in the model, so a store that over-admits is caught by the
+// invariants, and one that decides differently from the model is caught by
+// the comparison, at the step where it happens.
+//
+// What the model says, per algorithm:
+//
+//   - sliding_log, compact_log (exact): a request at now with window w,
+//     limit L and cost c counts the units with timestamp u > now-w (units
+//     later than now too) and is admitted iff count+c <= L. Remaining,
+//     RetryAfter and ResetAfter follow from the same units. The model is
+//     exact, and compared field by field, for any mix of limits and of
+//     windows w1 <= w2 <= 2*w1-lateness, with requests up to `lateness`
+//     late (the store forgets units older than two of the request's
+//     windows).
+//   - two_level: every admission is one the exact log would make over the
+//     units already admitted (its documented promise); it may deny more.
+//   - concurrency: a lease is held from its grant until released or until
+//     now reaches grant+window (a renewal moves it to now+window). An
+//     acquire is admitted iff held+c <= L: compared exactly.
+//   - fixed_window, sliding_counter, gcra (approximate by design): checked
+//     by invariants only, on one window per run: fixed_window never admits
+//     more than the largest limit in one aligned window; sliding_counter and
+//     gcra never more than twice the largest limit in any window.
+//
+// The invariant checked for every log and two_level run, whatever the
+// interleaving: for every interval (t-w, t] with w the shortest window in
+// force, the admitted units are at most the largest limit in force.
+package modeltest
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/backend"
+)
+
+// Log is the exact log model of one key: every admitted unit, ascending.
+type Log struct{ units []int64 }
+
+// Count returns the units that count at now under window w.
+func (l *Log) Count(now, w int64) int64 {
+	n := int64(0)
+	for _, u := range l.units {
+		if u > now-w {
+			n++
+		}
+	}
+	return n
+}
+
+// Record adds cost units at now, keeping the order.
+func (l *Log) Record(now, cost int64) {
+	i, _ := slices.BinarySearch(l.units, now+1)
+	for range cost {
+		l.units = slices.Insert(l.units, i, now)
+	}
+}
+
+// Reset forgets every unit.
+func (l *Log) Reset() { l.units = nil }
+
+// Decide returns what the exact log decides for a request; take says
+// whether the request consumes (a Take) or only looks (a Peek). It does not
+// record anything.
+func (l *Log) Decide(now, w, limit, cost int64, take bool) backend.Result {
+	var live []int64
+	for _, u := range l.units {
+		if u > now-w {
+			live = append(live, u)
+		}
+	}
+	n := int64(len(live))
+	r := backend.Result{Limit: limit, Allowed: n+cost <= limit}
+	if r.Allowed {
+		r.Remaining = limit - n
+		if take {
+			r.Remaining -= cost
+			live = append(live, now)
+		}
+	} else {
+		r.Remaining = max(limit-n, 0)
+		// The (n+cost-limit)-th oldest counted unit must slide out first.
+		r.RetryAfter = ms(live[n+cost-limit-1] + w - now)
+	}
+	newest := int64(-1 << 62)
+	for _, u := range live {
+		newest = max(newest, u)
+	}
+	if len(live) > 0 {
+		r.ResetAfter = ms(newest + w - now)
+	}
+	return r
+}
+
+// MaxInWindow returns the most units found in any interval (t-w, t].
+func (l *Log) MaxInWindow(w int64) (most int64, at int64) {
+	j := 0
+	for i, u := range l.units {
+		for l.units[j] <= u-w {
+			j++
+		}
+		if n := int64(i - j + 1); n > most {
+			most, at = n, u
+		}
+	}
+	return most, at
+}
+
+// MaxInAlignedWindow returns the most units in one window [k*w, (k+1)*w).
+func (l *Log) MaxInAlignedWindow(w int64) int64 {
+	counts := map[int64]int64{}
+	most := int64(0)
+	for _, u := range l.units {
+		counts[u/w]++
+		most = max(most, counts[u/w])
+	}
+	return most
+}
+
+// Leases is the concurrency model of one key: held leases by id.
+type Leases struct{ expiry map[int64]int64 }
+
+// Held returns the units held at now.
+func (s *Leases) Held(now int64) int64 {
+	n := int64(0)
+	for _, e := range s.expiry {
+		if now < e {
+			n++
+		}
+	}
+	return n
+}
+
+// Grant records an admitted acquire (cost 1).
+func (s *Leases) Grant(id, now, w int64) error {
+	if s.expiry == nil {
+		s.expiry = map[int64]int64{}
+	}
+	if e, ok := s.expiry[id]; ok && now < e {
+		return fmt.Errorf("lease id %d granted twice while held", id)
+	}
+	s.expiry[id] = now + w
+	return nil
+}
+
+// IsHeld reports whether lease id is held at now.
+func (s *Leases) IsHeld(id, now int64) bool {
+	e, ok := s.expiry[id]
+	return ok && now < e
+}
+
+// Release forgets id.
+func (s *Leases) Release(id int64) { delete(s.expiry, id) }
+
+// Renew moves a held lease (and its id, which the store may change).
+func (s *Leases) Renew(old, id, now, w int64) {
+	delete(s.expiry, old)
+	s.expiry[id] = now + w
+}
+
+// Reset forgets every lease.
+func (s *Leases) Reset() { s.expiry = nil }
+
+func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+
+// exact reports whether the model is compared field by field for alg.
+func exact(alg algorithms.Name) bool {
+	return alg == algorithms.SlidingLog || alg == algorithms.CompactLog
+}

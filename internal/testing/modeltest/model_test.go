@@ -1,0 +1,227 @@
+package modeltest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
+	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/backend/denycache"
+	"github.com/limitkit/limitkit/backend/goredisstore"
+	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/backend/rueidisstore"
+	"github.com/limitkit/limitkit/fallback"
+	"github.com/limitkit/limitkit/internal/testing/redistest"
+)
+
+// steps is the number of random steps per algorithm and stack:
+// LIMITKIT_MODEL_STEPS sets it for a long run.
+func steps(t *testing.T, def int) int {
+	if s := os.Getenv("LIMITKIT_MODEL_STEPS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			t.Fatalf("LIMITKIT_MODEL_STEPS=%q: write a positive number of steps", s)
+		}
+		return n
+	}
+	return def
+}
+
+// seed is LIMITKIT_MODEL_SEED, or the time: printed, so a failure can be
+// replayed.
+func seed(t *testing.T) uint64 {
+	if s := os.Getenv("LIMITKIT_MODEL_SEED"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("LIMITKIT_MODEL_SEED=%q: write a number", s)
+		}
+		return n
+	}
+	return uint64(time.Now().UnixNano())
+}
+
+type stack struct {
+	name  string
+	store backend.Store
+	opts  options
+}
+
+func stacks(t *testing.T) []stack {
+	mem, err := memorystore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := []stack{{name: "memory", store: mem}}
+	if _, err := exec.LookPath("redis-server"); err != nil && os.Getenv("LIMITKIT_REQUIRE_REDIS") != "1" {
+		t.Log("redis-server not found: the memory store alone (install redis-server for the Redis stacks)")
+		return out
+	}
+	redistest.Require(t)
+	{
+		srv := redistest.Start(t)
+		gc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		t.Cleanup(func() { _ = gc.Close() })
+		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, ForceSingleClient: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rc.Close)
+		gs, err := goredisstore.New(gc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := rueidisstore.New(rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		guard := func(s backend.Store) backend.Store {
+			// A long deadline: a degraded answer fails the run, it must
+			// not come from a loaded machine.
+			f, err := fallback.New(s, fallback.WithTimeout(10*time.Second), fallback.WithPolicy(backend.FailClosed))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+		cache := func(s backend.Store, bus denycache.Bus) backend.Store {
+			d, err := denycache.New(s, bus)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = d.Close() })
+			return d
+		}
+		out = append(out,
+			stack{name: "goredis", store: gs},
+			stack{name: "rueidis", store: rs},
+			stack{name: "fallback(goredis)", store: guard(gs)},
+			stack{name: "denycache(goredis)", store: cache(gs, goredisstore.NewBus(gc)), opts: options{loose: true}},
+			stack{name: "fallback(denycache(rueidis))", store: guard(cache(rs, rueidisstore.NewBus(rc))), opts: options{loose: true}},
+		)
+	}
+	return out
+}
+
+// TestModel drives every algorithm on every store and stack against the
+// reference model: two processes with different rules on one key, limit and
+// window changes, late requests, clock jumps, resets, TakeAll over two keys
+// and, for concurrency, leases acquired, released and renewed.
+func TestModel(t *testing.T) {
+	n := steps(t, 600)
+	base := seed(t)
+	t.Logf("seed %d (LIMITKIT_MODEL_SEED=%d replays it), %d steps per algorithm and stack", base, base, n)
+	for si, st := range stacks(t) {
+		t.Run(st.name, func(t *testing.T) {
+			var wg sync.WaitGroup
+			errs := make([]error, len(algorithms.Names()))
+			for ai, alg := range algorithms.Names() {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					prefix := fmt.Sprintf("model:%d:%d:%s:", base, si, alg)
+					r := newRun(context.Background(), st.store, alg, prefix, base+uint64(ai), st.opts)
+					errs[ai] = r.Steps(n)
+				}()
+			}
+			wg.Wait()
+			for _, err := range errs {
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+}
+
+// TestModelCatchesForgettingLog is the control: a log that keeps only the
+// newest L units when a request carries limit L (issue 22's defect 1, the
+// old shrinkTo) is caught by the same run. Reintroducing the defect in the
+// real engines is caught too: see the README's model-test section.
+func TestModelCatchesForgettingLog(t *testing.T) {
+	caught := 0
+	const tries = 10
+	for i := range tries {
+		r := newRun(context.Background(), &forgettingLog{}, algorithms.SlidingLog, "control:", uint64(i), options{})
+		if err := r.Steps(600); err != nil {
+			caught++
+			if caught == 1 {
+				t.Logf("caught (seed %d): %v", i, err)
+			}
+		}
+	}
+	if caught < tries {
+		t.Fatalf("the forgetting log passed %d of %d runs: the model test cannot see defect 1", tries-caught, tries)
+	}
+}
+
+// forgettingLog is a sliding log with defect 1: a take at limit L first
+// trims the key to its newest L units.
+type forgettingLog struct {
+	mu   sync.Mutex
+	keys map[backend.Key][]int64
+}
+
+func (f *forgettingLog) log(k backend.Key) *Log {
+	if f.keys == nil {
+		f.keys = map[backend.Key][]int64{}
+	}
+	return &Log{units: f.keys[k]}
+}
+
+func (f *forgettingLog) take(req backend.Request) backend.Result {
+	l := f.log(req.Key)
+	if n := int64(len(l.units)); n > req.Rule.Limit {
+		l.units = l.units[n-req.Rule.Limit:]
+	}
+	now, w := req.Now.UnixMilli(), req.Rule.Window.Milliseconds()
+	res := l.Decide(now, w, req.Rule.Limit, req.Cost, true)
+	if res.Allowed {
+		l.Record(now, req.Cost)
+	}
+	f.keys[req.Key] = l.units
+	return res
+}
+
+func (f *forgettingLog) Take(_ context.Context, req backend.Request) (backend.Result, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.take(req), nil
+}
+
+func (f *forgettingLog) Peek(_ context.Context, req backend.Request) (backend.Result, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l := f.log(req.Key)
+	return l.Decide(req.Now.UnixMilli(), req.Rule.Window.Milliseconds(), req.Rule.Limit, req.Cost, false), nil
+}
+
+func (f *forgettingLog) Reset(_ context.Context, k backend.Key, _ algorithms.Rule) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.keys, k)
+	return nil
+}
+
+func (f *forgettingLog) TakeAll(_ context.Context, reqs []backend.Request) (backend.Result, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range reqs {
+		l := f.log(r.Key)
+		if !l.Decide(r.Now.UnixMilli(), r.Rule.Window.Milliseconds(), r.Rule.Limit, r.Cost, true).Allowed {
+			return backend.Result{Limit: r.Rule.Limit}, nil
+		}
+	}
+	for _, r := range reqs {
+		f.take(r)
+	}
+	return backend.Result{Allowed: true}, nil
+}
