@@ -91,10 +91,6 @@ var (
 	denied     = func(s Sample) float64 { return float64(s.Denied) }
 )
 
-// ServerCPUPerDecision is the metric of the Redis cost ratios: the
-// server's CPU µs per decision, by /proc.
-var ServerCPUPerDecision = serverCPU
-
 // Write prints the run as markdown: a table per request shape, then the
 // ratios the targets are about.
 func (res *Results) Write(w io.Writer, header string) {
