@@ -156,7 +156,10 @@ type entry struct {
 	resetAt   int64 // when the key is back to its full allowance
 }
 
-var _ backend.LeaseStore = (*Store)(nil)
+var (
+	_ backend.LeaseStore = (*Store)(nil)
+	_ backend.Wrapper    = (*Store)(nil)
+)
 
 // cacheLeases lets a test cache concurrency denials, to show that doing so
 // would be wrong. Always false outside tests.
@@ -334,11 +337,16 @@ func (s *Store) Renew(ctx context.Context, req backend.Request, lease int64) (ba
 }
 
 func leasesOf(st backend.Store) (backend.LeaseStore, error) {
-	if ls, ok := st.(backend.LeaseStore); ok {
+	if ls, ok := backend.As[backend.LeaseStore](st); ok {
 		return ls, nil
 	}
 	return nil, fmt.Errorf("denycache: the inner store %T holds no leases (it implements no backend.LeaseStore)", st)
 }
+
+// Unwrap returns the inner store (backend.Wrapper), so that what it can do
+// (a breaker per cluster node, direct-context calls) is found through the
+// cache with backend.As.
+func (s *Store) Unwrap() backend.Store { return s.inner }
 
 // Peek asks the inner store.
 func (s *Store) Peek(ctx context.Context, req backend.Request) (backend.Result, error) {
