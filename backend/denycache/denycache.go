@@ -13,7 +13,8 @@
 // time than the denial it would be answered from.
 //
 // Entries are invalidated at once by this process's Reset and TakeAll, and
-// in other processes through a [Bus] (Redis pub/sub: goredisstore.NewBus,
+// by a Take the store denied after giving its units back (a replica-ack
+// refund: Result.Unconfirmed), and in other processes through a [Bus] (Redis pub/sub: goredisstore.NewBus,
 // rueidisstore.NewBus). A message normally reaches every process within the
 // pub/sub delivery time. The cache also sends itself a probe every
 // ProbeInterval; while its subscription is not confirmed by a probe it holds
@@ -255,6 +256,9 @@ func (s *Store) Take(ctx context.Context, req backend.Request) (backend.Result, 
 			h := s.hash(req.Key, req.Rule.Algorithm)
 			s.forget(&s.shards[h[0]%shards], h)
 		}
+		if refunded(res, err) {
+			s.announceRefund(ctx, req.Key, req.Rule.Algorithm)
+		}
 		return res, err
 	}
 	h := s.hash(req.Key, req.Rule.Algorithm)
@@ -288,6 +292,10 @@ func (s *Store) Take(ctx context.Context, req backend.Request) (backend.Result, 
 		}
 		return res, nil
 	}
+	if refunded(res, err) {
+		s.announceRefund(ctx, req.Key, req.Rule.Algorithm)
+		return res, nil
+	}
 	if err != nil || res.Remaining != 0 || res.Degraded || res.RetryAfter <= 0 {
 		return res, err
 	}
@@ -296,6 +304,24 @@ func (s *Store) Take(ctx context.Context, req backend.Request) (backend.Result, 
 		at: now, retryAt: now + res.RetryAfter.Milliseconds(), resetAt: now + res.ResetAfter.Milliseconds(),
 	})
 	return res, nil
+}
+
+// refunded reports a denial of units the store took and gave back: an
+// admission too few replicas acknowledged (WithReplicaAck with
+// backend.DenyUnconfirmed). While they were taken, any process could have
+// been denied and cached it; the refund ends that denial.
+func refunded(res backend.Result, err error) bool {
+	return err == nil && !res.Allowed && res.Unconfirmed
+}
+
+// announceRefund drops key's entry here and tells the other processes that
+// units came back. A failure to tell them is logged: the decision itself
+// stands.
+func (s *Store) announceRefund(ctx context.Context, key backend.Key, alg algorithms.Name) {
+	s.invalidate(key, alg)
+	if err := s.announce(ctx, key, alg); err != nil {
+		s.opts.logger.Warn("limitkit: deny cache could not tell other processes of a refund", "err", err)
+	}
 }
 
 // remember stores e unless an invalidation reached the shard since gen was
@@ -420,7 +446,7 @@ func (s *Store) announce(ctx context.Context, key backend.Key, alg algorithms.Na
 	}
 	msg := "k\x00" + string(alg) + "\x00" + key.Prefix + "\x00" + key.ID
 	if err := s.bus.Publish(context.WithoutCancel(ctx), s.opts.channel, msg); err != nil {
-		return fmt.Errorf("denycache: the key was reset, but other processes' caches were not told (they may deny it until its retry time): %w", err)
+		return fmt.Errorf("denycache: other processes' caches were not told of the key's reset or refund (they may deny it until its retry time): %w", err)
 	}
 	return nil
 }
