@@ -28,6 +28,6 @@ type StateChange struct {
 	// last of the failures that tripped it, or the failed probe's).
 	Cause error
 	// Node is the Redis Cluster node whose breaker changed (its address),
-	// or "" for a store's only breaker (see fallback.NodeLocator).
+	// or "" for a store's only breaker (see backend.NodeLocator).
 	Node string
 }

@@ -43,7 +43,7 @@
 // quick.
 //
 // The deadline is a context deadline when the primary honours its context
-// (ContextHonourer: rueidis always, go-redis with ContextTimeoutEnabled, as
+// (backend.ContextHonourer: rueidis always, go-redis with ContextTimeoutEnabled, as
 // limiter/config builds clients); then the call runs in the caller's
 // goroutine. Otherwise each call runs in a goroutine the caller stops
 // waiting for at the deadline; once 256 abandoned calls still run, calls
@@ -60,8 +60,8 @@
 //
 // # Redis Cluster: a breaker per node
 //
-// When the primary (or a store it wraps, through Unwrap) implements
-// NodeLocator, as both Redis stores do, and names a node, each master gets
+// When the primary (or a store it wraps, found with backend.As) is a
+// backend.NodeLocator, as both Redis stores are, and names a node, each master gets
 // a breaker of its own: a dead master sends only its own keys to the
 // policy, and keys on the healthy masters keep being decided by Redis. A
 // key's node is the master its client's slot map names for it; after a
@@ -140,16 +140,6 @@ func stateOf(s gobreaker.State) State {
 // backend.StateChange (see State).
 type StateChange = backend.StateChange
 
-// NodeLocator is implemented by primaries that know which server owns a key:
-// both Redis stores with a cluster client (the master of the key's hash
-// slot, from the client's slot map). NodeOf returns that node's address, or
-// "" when the store has one node or cannot tell; it must not wait on the
-// network for long, since it runs before every call. fallback.New finds it
-// on the primary or on a store it wraps (an Unwrap() backend.Store method).
-type NodeLocator interface {
-	NodeOf(ctx context.Context, key backend.Key) string
-}
-
 // forgetAfter is how long a node's breaker is kept after the last request
 // routed to it: two open timeouts, so that a breaker that opened lives
 // through one probe period (see the package doc).
@@ -177,6 +167,7 @@ type Option func(*config) error
 
 type config struct {
 	timeout     time.Duration
+	timeoutSet  bool
 	threshold   uint32
 	openTimeout time.Duration
 	probes      uint32
@@ -187,13 +178,16 @@ type config struct {
 	name        string
 }
 
-// WithTimeout bounds each primary call (default DefaultTimeout).
+// WithTimeout bounds each primary call (default DefaultTimeout; over a
+// primary that waits for replica acknowledgement, its wait plus
+// DefaultTimeout). New refuses a timeout that leaves less than AckHeadroom
+// after such a wait.
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
 			return fmt.Errorf("fallback: timeout is %v; it must be positive", d)
 		}
-		c.timeout = d
+		c.timeout, c.timeoutSet = d, true
 		return nil
 	}
 }
@@ -301,7 +295,7 @@ type shared struct {
 
 	// one is the breaker of every request when there is no locator.
 	one     *breaker
-	locator NodeLocator
+	locator backend.NodeLocator
 	// cluster is set once the locator named a node: from then on each node
 	// has a breaker.
 	cluster atomic.Bool
@@ -339,9 +333,20 @@ type breaker struct {
 	lastErr atomic.Pointer[error]
 }
 
-var _ backend.LeaseStore = (*Store)(nil)
+var (
+	_ backend.LeaseStore = (*Store)(nil)
+	_ backend.Wrapper    = (*Store)(nil)
+)
 
-// New wraps primary. It returns an error only for invalid options.
+// AckHeadroom is the least time a primary call's deadline must leave after
+// the primary's replica acknowledgement wait (backend.AckWaiter): the
+// script's round trip and, when too few replicas acknowledged, the refund's.
+// A deadline that passed during the wait would turn the admission it was
+// confirming into the failure policy's decision.
+const AckHeadroom = DefaultTimeout / 2
+
+// New wraps primary. It returns an error only for invalid options, or a
+// timeout that cannot hold the primary's replica acknowledgement wait.
 func New(primary backend.Store, opts ...Option) (*Store, error) {
 	if primary == nil {
 		return nil, errors.New("fallback: primary store is nil")
@@ -360,6 +365,9 @@ func New(primary backend.Store, opts ...Option) (*Store, error) {
 			return nil, err
 		}
 	}
+	if err := c.fitAck(primary); err != nil {
+		return nil, err
+	}
 	if c.local == nil {
 		m, err := memorystore.New()
 		if err != nil {
@@ -371,6 +379,31 @@ func New(primary backend.Store, opts ...Option) (*Store, error) {
 	sh.one = sh.newBreaker("")
 	return &Store{shared: sh, policy: c.policy}, nil
 }
+
+// fitAck makes the timeout hold the primary's replica acknowledgement
+// wait: derived when WithTimeout was not given, refused when it was and is
+// too short.
+func (c *config) fitAck(primary backend.Store) error {
+	w, ok := backend.As[backend.AckWaiter](primary)
+	if !ok || w.ReplicaAckTimeout() <= 0 {
+		return nil
+	}
+	wait := w.ReplicaAckTimeout()
+	if !c.timeoutSet {
+		c.timeout = wait + DefaultTimeout
+		return nil
+	}
+	if c.timeout < wait+AckHeadroom {
+		return fmt.Errorf("fallback: timeout %v does not hold the primary's replica acknowledgement wait of %v: "+
+			"a call would end before the acknowledgement and be decided by the failure policy; "+
+			"give WithTimeout at least %v (the wait plus AckHeadroom), leave it unset, or shorten WithReplicaAck's timeout",
+			c.timeout, wait, wait+AckHeadroom)
+	}
+	return nil
+}
+
+// Unwrap returns the primary store (backend.Wrapper).
+func (s *Store) Unwrap() backend.Store { return s.primary }
 
 // newBreaker returns a closed breaker for node ("" for the only one).
 func (s *shared) newBreaker(node string) *breaker {
@@ -394,19 +427,10 @@ func (s *shared) newBreaker(node string) *breaker {
 	return b
 }
 
-// locatorOf returns the NodeLocator of s or of a store it wraps.
-func locatorOf(s backend.Store) NodeLocator {
-	for range 8 {
-		if l, ok := s.(NodeLocator); ok {
-			return l
-		}
-		u, ok := s.(interface{ Unwrap() backend.Store })
-		if !ok {
-			return nil
-		}
-		s = u.Unwrap()
-	}
-	return nil
+// locatorOf returns the backend.NodeLocator of s or of a store it wraps.
+func locatorOf(s backend.Store) backend.NodeLocator {
+	l, _ := backend.As[backend.NodeLocator](s)
+	return l
 }
 
 // breakerFor returns the breaker of the node that owns key.
@@ -542,16 +566,24 @@ func worse(a, b State) State {
 type Stats struct {
 	// State is the breaker's current state.
 	State State
+	// Direct reports that primary calls run in the caller's goroutine
+	// with a context deadline, because the primary (or a store it wraps)
+	// honours contexts (backend.ContextHonourer); false: a goroutine per
+	// call, abandoned at the deadline.
+	Direct bool
+	// Timeout is the deadline of each primary call (WithTimeout, or the
+	// one derived from the primary's replica acknowledgement wait).
+	Timeout time.Duration
 	// PrimaryFailures counts primary calls that failed or timed out.
 	PrimaryFailures uint64
 	// Degraded counts decisions made by a policy instead of the primary.
 	Degraded uint64
 	// FailedRefunds counts the primary's compensating refunds that failed
 	// (units left taken until they expire), when the primary counts them
-	// (both Redis stores do: their FailedRefunds method).
+	// (a backend.RefundCounter, as both Redis stores are).
 	FailedRefunds uint64
 	// Nodes has the breaker of each Redis Cluster node, sorted by node,
-	// once the primary (a NodeLocator) named a node; nil otherwise. The
+	// once the primary (a backend.NodeLocator) named a node; nil otherwise. The
 	// counters above include theirs. Node "" is the breaker of the keys
 	// whose node the locator could not tell.
 	Nodes []NodeStats
@@ -559,7 +591,7 @@ type Stats struct {
 
 // NodeStats is one node's breaker and counters, since its breaker was made.
 type NodeStats struct {
-	// Node is the node's address, as its NodeLocator names it.
+	// Node is the node's address, as its backend.NodeLocator names it.
 	Node  string
 	State State
 	// PrimaryFailures counts the node's calls that failed or timed out.
@@ -570,8 +602,9 @@ type NodeStats struct {
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
-	st := Stats{State: s.State(), PrimaryFailures: s.failures.Load(), Degraded: s.degraded.Load()}
-	if r, ok := s.primary.(interface{ FailedRefunds() uint64 }); ok {
+	st := Stats{State: s.State(), Direct: s.direct, Timeout: s.cfg.timeout,
+		PrimaryFailures: s.failures.Load(), Degraded: s.degraded.Load()}
+	if r, ok := backend.As[backend.RefundCounter](s.primary); ok {
 		st.FailedRefunds = r.FailedRefunds()
 	}
 	if s.cluster.Load() {
@@ -661,7 +694,7 @@ func (s *shared) execute(ctx context.Context, b *breaker, fn func(context.Contex
 }
 
 // withDeadline runs fn within the timeout. When the primary honours its
-// context (see ContextHonourer) fn runs in the caller's goroutine on a
+// context (see backend.ContextHonourer) fn runs in the caller's goroutine on a
 // context with the timeout: no goroutine, channel or timer of its own.
 // Otherwise fn runs in a goroutine the caller stops waiting for after the
 // timeout; once maxAbandoned such calls are still running past their
@@ -737,28 +770,11 @@ func (s *shared) bounded(ctx context.Context, fn func(context.Context) (backend.
 	}
 }
 
-// ContextHonourer is implemented by stores that can report whether their
-// calls return soon after their context ends. Both Redis stores do: rueidis
-// always, go-redis when the client has ContextTimeoutEnabled (as
-// limiter/config builds it). fallback then calls them directly, with a
-// deadline on the context, instead of from a goroutine per call.
-type ContextHonourer interface {
-	HonoursContext() bool
-}
-
-// honoursContext reports whether s, or a store it wraps, honours contexts.
+// honoursContext reports whether s, or a store it wraps, honours contexts
+// (backend.ContextHonourer).
 func honoursContext(s backend.Store) bool {
-	for range 8 {
-		if h, ok := s.(ContextHonourer); ok {
-			return h.HonoursContext()
-		}
-		u, ok := s.(interface{ Unwrap() backend.Store })
-		if !ok {
-			return false
-		}
-		s = u.Unwrap()
-	}
-	return false
+	h, ok := backend.As[backend.ContextHonourer](s)
+	return ok && h.HonoursContext()
 }
 
 // policyOf returns the policy that decides req: its own, else the store's.

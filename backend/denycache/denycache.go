@@ -13,7 +13,8 @@
 // time than the denial it would be answered from.
 //
 // Entries are invalidated at once by this process's Reset and TakeAll, and
-// in other processes through a [Bus] (Redis pub/sub: goredisstore.NewBus,
+// by a Take the store denied after giving its units back (a replica-ack
+// refund: Result.Unconfirmed), and in other processes through a [Bus] (Redis pub/sub: goredisstore.NewBus,
 // rueidisstore.NewBus). A message normally reaches every process within the
 // pub/sub delivery time. The cache also sends itself a probe every
 // ProbeInterval; while its subscription is not confirmed by a probe it holds
@@ -156,7 +157,10 @@ type entry struct {
 	resetAt   int64 // when the key is back to its full allowance
 }
 
-var _ backend.LeaseStore = (*Store)(nil)
+var (
+	_ backend.LeaseStore = (*Store)(nil)
+	_ backend.Wrapper    = (*Store)(nil)
+)
 
 // cacheLeases lets a test cache concurrency denials, to show that doing so
 // would be wrong. Always false outside tests.
@@ -252,6 +256,9 @@ func (s *Store) Take(ctx context.Context, req backend.Request) (backend.Result, 
 			h := s.hash(req.Key, req.Rule.Algorithm)
 			s.forget(&s.shards[h[0]%shards], h)
 		}
+		if refunded(res, err) {
+			s.announceRefund(ctx, req.Key, req.Rule.Algorithm)
+		}
 		return res, err
 	}
 	h := s.hash(req.Key, req.Rule.Algorithm)
@@ -285,6 +292,10 @@ func (s *Store) Take(ctx context.Context, req backend.Request) (backend.Result, 
 		}
 		return res, nil
 	}
+	if refunded(res, err) {
+		s.announceRefund(ctx, req.Key, req.Rule.Algorithm)
+		return res, nil
+	}
 	if err != nil || res.Remaining != 0 || res.Degraded || res.RetryAfter <= 0 {
 		return res, err
 	}
@@ -293,6 +304,24 @@ func (s *Store) Take(ctx context.Context, req backend.Request) (backend.Result, 
 		at: now, retryAt: now + res.RetryAfter.Milliseconds(), resetAt: now + res.ResetAfter.Milliseconds(),
 	})
 	return res, nil
+}
+
+// refunded reports a denial of units the store took and gave back: an
+// admission too few replicas acknowledged (WithReplicaAck with
+// backend.DenyUnconfirmed). While they were taken, any process could have
+// been denied and cached it; the refund ends that denial.
+func refunded(res backend.Result, err error) bool {
+	return err == nil && !res.Allowed && res.Unconfirmed
+}
+
+// announceRefund drops key's entry here and tells the other processes that
+// units came back. A failure to tell them is logged: the decision itself
+// stands.
+func (s *Store) announceRefund(ctx context.Context, key backend.Key, alg algorithms.Name) {
+	s.invalidate(key, alg)
+	if err := s.announce(ctx, key, alg); err != nil {
+		s.opts.logger.Warn("limitkit: deny cache could not tell other processes of a refund", "err", err)
+	}
 }
 
 // remember stores e unless an invalidation reached the shard since gen was
@@ -334,11 +363,16 @@ func (s *Store) Renew(ctx context.Context, req backend.Request, lease int64) (ba
 }
 
 func leasesOf(st backend.Store) (backend.LeaseStore, error) {
-	if ls, ok := st.(backend.LeaseStore); ok {
+	if ls, ok := backend.As[backend.LeaseStore](st); ok {
 		return ls, nil
 	}
 	return nil, fmt.Errorf("denycache: the inner store %T holds no leases (it implements no backend.LeaseStore)", st)
 }
+
+// Unwrap returns the inner store (backend.Wrapper), so that what it can do
+// (a breaker per cluster node, direct-context calls) is found through the
+// cache with backend.As.
+func (s *Store) Unwrap() backend.Store { return s.inner }
 
 // Peek asks the inner store.
 func (s *Store) Peek(ctx context.Context, req backend.Request) (backend.Result, error) {
@@ -412,7 +446,7 @@ func (s *Store) announce(ctx context.Context, key backend.Key, alg algorithms.Na
 	}
 	msg := "k\x00" + string(alg) + "\x00" + key.Prefix + "\x00" + key.ID
 	if err := s.bus.Publish(context.WithoutCancel(ctx), s.opts.channel, msg); err != nil {
-		return fmt.Errorf("denycache: the key was reset, but other processes' caches were not told (they may deny it until its retry time): %w", err)
+		return fmt.Errorf("denycache: other processes' caches were not told of the key's reset or refund (they may deny it until its retry time): %w", err)
 	}
 	return nil
 }

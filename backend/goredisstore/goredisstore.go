@@ -90,7 +90,13 @@ type Store struct {
 	cluster *redis.ClusterClient // nil unless a cluster client
 }
 
-var _ backend.LeaseStore = (*Store)(nil)
+var (
+	_ backend.LeaseStore      = (*Store)(nil)
+	_ backend.NodeLocator     = (*Store)(nil)
+	_ backend.ContextHonourer = (*Store)(nil)
+	_ backend.RefundCounter   = (*Store)(nil)
+	_ backend.AckWaiter       = (*Store)(nil)
+)
 
 // New returns a store that keeps its state in Redis through client, which
 // the caller keeps owning (New does not contact the server).
@@ -112,7 +118,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 
 // NodeOf returns the address of the cluster master that owns key's hash
 // slot, from the client's slot map, or "" for a single-master client or
-// when the client has no slot map (fallback.NodeLocator: package fallback
+// when the client has no slot map (backend.NodeLocator: package fallback
 // keeps a breaker per node). It waits on the network only for the client's
 // first slot map.
 func (s *Store) NodeOf(ctx context.Context, key backend.Key) string {
@@ -188,6 +194,10 @@ func (s *Store) HonoursContext() bool {
 // ended, within a second of their own; one that fails leaves its units
 // taken until they expire. fallback.Store.Stats reports it too.
 func (s *Store) FailedRefunds() uint64 { return s.runner.FailedRefunds() }
+
+// ReplicaAckTimeout implements backend.AckWaiter: WithReplicaAck's
+// timeout, 0 without it. fallback.New fits its deadline around it.
+func (s *Store) ReplicaAckTimeout() time.Duration { return s.runner.AckTimeout() }
 
 // Reset implements backend.Store.
 func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule) error {

@@ -79,7 +79,13 @@ type Store struct {
 	slots  *slotMap // nil unless a cluster client
 }
 
-var _ backend.LeaseStore = (*Store)(nil)
+var (
+	_ backend.LeaseStore      = (*Store)(nil)
+	_ backend.NodeLocator     = (*Store)(nil)
+	_ backend.ContextHonourer = (*Store)(nil)
+	_ backend.RefundCounter   = (*Store)(nil)
+	_ backend.AckWaiter       = (*Store)(nil)
+)
 
 // New returns a store that keeps its state in Redis through client, which
 // the caller keeps owning (New does not contact the server).
@@ -103,7 +109,7 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 }
 
 // NodeOf returns the address of the cluster master that owns key's hash
-// slot, or "" for a single-master client (fallback.NodeLocator: package
+// slot, or "" for a single-master client (backend.NodeLocator: package
 // fallback keeps a breaker per node). rueidis does not share its slot map,
 // so the store keeps a copy from CLUSTER SLOTS, refreshed in the background
 // every second while used and soon after an error; NodeOf never waits for
@@ -162,6 +168,10 @@ func (s *Store) HonoursContext() bool { return true }
 // ended, within a second of their own; one that fails leaves its units
 // taken until they expire. fallback.Store.Stats reports it too.
 func (s *Store) FailedRefunds() uint64 { return s.runner.FailedRefunds() }
+
+// ReplicaAckTimeout implements backend.AckWaiter: WithReplicaAck's
+// timeout, 0 without it. fallback.New fits its deadline around it.
+func (s *Store) ReplicaAckTimeout() time.Duration { return s.runner.AckTimeout() }
 
 // Reset implements backend.Store.
 func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule) error {

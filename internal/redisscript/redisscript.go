@@ -443,6 +443,15 @@ func (r *Runner) refund(ctx context.Context, req *backend.Request, at int64) (ba
 	return res, nil
 }
 
+// AckTimeout returns how long an admission waits for replicas: the Ack's
+// timeout, 0 when it does not wait.
+func (r *Runner) AckTimeout() time.Duration {
+	if r.opts.Ack.Replicas == 0 {
+		return 0
+	}
+	return r.opts.Ack.Timeout
+}
+
 // FailedRefunds counts the compensating refunds (of a cross-slot TakeAll,
 // or of an admission too few replicas acknowledged) that failed, leaving
 // their units taken until they expire.

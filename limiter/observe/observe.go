@@ -22,9 +22,9 @@
 // concurrent use; a slow observer slows every request. OnDecision gets that
 // call's context, so that logs and traces keep its values (trace ids).
 //
-// The package names stores only through backend and small interfaces
-// (EvictionCounter), so observing links neither the fallback store nor
-// the memory store.
+// The package names stores only through backend and its capabilities
+// (backend.EvictionCounter), so observing links neither the fallback store
+// nor the memory store.
 package observe
 
 import (
@@ -252,10 +252,13 @@ type store struct {
 	obs Observer
 }
 
-var _ backend.LeaseStore = (*store)(nil)
+var (
+	_ backend.LeaseStore = (*store)(nil)
+	_ backend.Wrapper    = (*store)(nil)
+)
 
-// Unwrap returns the wrapped store, for callers that need its own methods
-// (fallback.Store.Stats, memorystore.Store.Stats).
+// Unwrap returns the wrapped store (backend.Wrapper): backend.As finds its
+// capabilities and its own type (fallback.Store.Stats) through the observer.
 func (s *store) Unwrap() backend.Store { return s.Store }
 
 // Take forwards to the wrapped store and reports the decision.
@@ -286,7 +289,7 @@ func takeEvent(leases bool, res backend.Result, err error) LeaseEvent {
 
 // Release forwards to the wrapped store and reports the call.
 func (s *store) Release(ctx context.Context, req backend.Request, lease int64) (bool, error) {
-	ls, ok := s.Store.(backend.LeaseStore)
+	ls, ok := backend.As[backend.LeaseStore](s.Store)
 	if !ok {
 		return false, errNoLeases(s.Store)
 	}
@@ -308,7 +311,7 @@ func (s *store) Release(ctx context.Context, req backend.Request, lease int64) (
 
 // Renew forwards to the wrapped store and reports the call.
 func (s *store) Renew(ctx context.Context, req backend.Request, lease int64) (backend.Result, error) {
-	ls, ok := s.Store.(backend.LeaseStore)
+	ls, ok := backend.As[backend.LeaseStore](s.Store)
 	if !ok {
 		return backend.Result{}, errNoLeases(s.Store)
 	}
@@ -382,27 +385,12 @@ func (s *store) reportLease(ctx context.Context, op Op, policy string, cost int6
 	})
 }
 
-// Unwrap returns the store s wraps, or s itself when Wrap did not make it.
-func Unwrap(s backend.Store) backend.Store {
-	if w, ok := s.(*store); ok {
-		return w.Store
-	}
-	return s
-}
-
-// EvictionCounter is a store that counts the keys it evicted while they
-// were still inside their window, such as *memorystore.Store.
-type EvictionCounter interface {
-	// ActiveEvictions returns the count since the store was created.
-	ActiveEvictions() uint64
-}
-
 // EvictionWatcher reports a memory store's active evictions. The store only
-// counts them (EvictionCounter), so the watcher compares the count with the
+// counts them (backend.EvictionCounter), so the watcher compares the count with the
 // previous one: call Check on your own schedule, or Run.
 type EvictionWatcher struct {
 	name  string
-	store EvictionCounter
+	store backend.EvictionCounter
 	obs   Observer
 
 	mu   sync.Mutex
@@ -412,7 +400,7 @@ type EvictionWatcher struct {
 // WatchEvictions returns a watcher of s's active evictions (s is usually a
 // *memorystore.Store) that reports to obs under name. Evictions before the
 // call are not reported.
-func WatchEvictions(name string, s EvictionCounter, obs Observer) (*EvictionWatcher, error) {
+func WatchEvictions(name string, s backend.EvictionCounter, obs Observer) (*EvictionWatcher, error) {
 	if isNil(s) {
 		return nil, errors.New("observe: memory store is nil")
 	}
@@ -421,7 +409,7 @@ func WatchEvictions(name string, s EvictionCounter, obs Observer) (*EvictionWatc
 
 // isNil reports a nil interface or a nil pointer in one, such as a
 // (*memorystore.Store)(nil) that would panic when called.
-func isNil(s EvictionCounter) bool {
+func isNil(s backend.EvictionCounter) bool {
 	if s == nil {
 		return true
 	}

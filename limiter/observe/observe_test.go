@@ -190,8 +190,12 @@ func TestWrapNilAndUnwrap(t *testing.T) {
 	require.ErrorContains(t, err, "store is nil")
 
 	mem := newMemory(t)
-	assert.Same(t, mem, Unwrap(Wrap(mem, Observer{})))
-	assert.Same(t, mem, Unwrap(mem))
+	found, ok := backend.As[*memorystore.Store](Wrap(mem, Observer{}))
+	assert.True(t, ok)
+	assert.Same(t, mem, found)
+	ec, ok := backend.As[backend.EvictionCounter](Wrap(Wrap(mem, Observer{}), Observer{}))
+	assert.True(t, ok)
+	assert.Same(t, mem, ec)
 	// The zero Observer forwards without observing.
 	res, err := Wrap(mem, Observer{}).Take(context.Background(), backend.Request{
 		Key: backend.Key{ID: "x"}, Rule: algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Second}, Now: start, Cost: 1})
@@ -336,7 +340,7 @@ func TestWatchEvictionsTypedNil(t *testing.T) {
 
 // TestDependsOnNoStore: observing links neither the fallback store (and its
 // circuit breaker library) nor the memory store; it names them through
-// backend and EvictionCounter.
+// backend and backend.EvictionCounter.
 func TestDependsOnNoStore(t *testing.T) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
