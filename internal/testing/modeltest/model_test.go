@@ -124,7 +124,7 @@ func stacks(t *testing.T) []stack {
 // exact log denied (seen on rueidis), and concurrency disagreed with the
 // model on a lease's expiry after a window change. LIMITKIT_MODEL_ALL=1
 // runs them.
-var open = map[algorithms.Name]bool{algorithms.TwoLevel: true, algorithms.Concurrency: true}
+var open = map[algorithms.Name]bool{algorithms.Concurrency: true}
 
 // TestModel drives every algorithm on every store and stack against the
 // reference model: two processes with different rules on one key, limit and
