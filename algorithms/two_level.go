@@ -70,7 +70,7 @@ type twoLevelState struct {
 func (s *State) twoLevel() *twoLevelState { return (*twoLevelState)(unsafe.Pointer(&s.words)) }
 
 // packedWindow is a light key's window in one word, so that a State stays
-// four words: its units in the low countBits bits, above them (distBits)
+// five words: its units in the low countBits bits, above them (distBits)
 // the distance from the current window's start to the newest time charged
 // to the window, and above that half of light.older's bits.
 type packedWindow int64
