@@ -242,11 +242,11 @@ type Outcome struct {
 
 // State is the Go engine's state for one key. Its zero value is an empty key.
 // A State is not safe for concurrent use; stores serialise access to it.
-// It is kept to four words (the memory store holds one per key, in a
-// 64-byte slot): three words each algorithm reads through its own view
+// It is kept to five words (the memory store holds one per key, in a
+// 64-byte slot): four words each algorithm reads through its own view
 // (counters, gcraState, twoLevelState), and a log of timestamps.
 type State struct {
-	words [3]int64
+	words [4]int64
 	// log holds the logs' admitted timestamps, oldest first.
 	log ring
 }

@@ -4,7 +4,7 @@ import "unsafe"
 
 // ring is a circular buffer of timestamps in ascending order, kept in one
 // allocation: a ringHead, then the slots. A ring is only a pointer to it, so
-// that a State stays four words (a memory store slot, one cache line). Its
+// that a State stays five words (a memory store slot, one cache line). Its
 // capacity grows with use, up to what two windows hold (see fit). The zero
 // ring is empty.
 type ring struct{ h *ringHead }

@@ -60,13 +60,17 @@ type twoLevelState struct {
 	// bits above each one's units and distance hold half the count of the
 	// window before them (light.older).
 	cur, prev packedWindow
+	// olderEnd is an upper bound of light.older's times, kept because a
+	// request with a longer window than the one that rolled them reads
+	// them (see light.olderStamp).
+	olderEnd int64
 }
 
 // twoLevel returns the State's words as TwoLevel's.
 func (s *State) twoLevel() *twoLevelState { return (*twoLevelState)(unsafe.Pointer(&s.words)) }
 
 // packedWindow is a light key's window in one word, so that a State stays
-// four words: its units in the low countBits bits, above them (distBits)
+// five words: its units in the low countBits bits, above them (distBits)
 // the distance from the current window's start to the newest time charged
 // to the window, and above that half of light.older's bits.
 type packedWindow int64
@@ -129,10 +133,11 @@ func twoLevelChargedAt(s *State, now int64) int64 {
 // of stamps holds more than the largest limit in force. A request later
 // than that is charged no earlier than what the key still knows about (a
 // heavy key's floor, the end of a light key's older window), never earlier
-// than its stamp. A window shortened keeps the promise; after a window is
-// lengthened, units stamped before the old previous window may not count
-// until one new window has passed (as the logs forget what the old window
-// had slid out). Peek never changes the state.
+// than its stamp. Windows that change keep the promise as the logs do, for
+// any windows w1 <= w2 < 2*w1 (a longer window counts older at the bound
+// the roll recorded, olderEnd, and its screen adds older when it still
+// counts); beyond 2*w1 units two old windows back are forgotten, as the
+// logs forget them. Peek never changes the state.
 //
 // A light key reports what its seeded log would: Remaining is the limit
 // less the seeds still inside the sliding window, ResetAfter when the
@@ -165,8 +170,8 @@ const (
 type light struct {
 	start, cur, prev int64
 	// older counts the window before prev; its units are no later than
-	// start - w.
-	older int64
+	// olderEnd (start - w of the window that rolled them).
+	older, olderEnd int64
 	// newestCur and newestPrev are the newest times charged to the current
 	// and previous window; meaningful only when cur or prev is not 0.
 	newestCur, newestPrev int64
@@ -178,6 +183,7 @@ func unpackLight(s *State) light {
 	l.older = t.cur.older() | t.prev.older()<<olderBits
 	l.newestCur = t.start + t.cur.dist()
 	l.newestPrev = t.start - t.prev.dist()
+	l.olderEnd = t.olderEnd
 	return l
 }
 
@@ -190,10 +196,22 @@ func (l *light) pack(s *State) {
 	if l.prev > 0 {
 		dprev = l.start - l.newestPrev
 	}
+	var oend int64
+	if l.older > 0 {
+		oend = l.olderEnd
+	}
 	*t = twoLevelState{start: l.start,
-		cur:  packWindow(l.cur, dcur, l.older&olderMask),
-		prev: packWindow(l.prev, dprev, l.older>>olderBits)}
+		cur:      packWindow(l.cur, dcur, l.older&olderMask),
+		prev:     packWindow(l.prev, dprev, l.older>>olderBits),
+		olderEnd: oend}
 }
+
+// olderStamp is the time older's units count at under window w: the upper
+// bound the roll recorded, and no earlier than a window of w before the
+// start. With one window throughout that is start - w; a longer window
+// than the one that rolled them must count them later, or it would forget
+// units still inside it.
+func (l *light) olderStamp(w int64) int64 { return max(l.olderEnd, l.start-w) }
 
 // roll moves l to the window holding now (see windowStart). A request
 // before the current window leaves it alone. Each window's units go where
@@ -218,9 +236,10 @@ func (l *light) roll(now, w int64) {
 			n.prev += units
 		case newest > ws-2*w:
 			n.older += units
+			n.olderEnd = max(n.olderEnd, newest)
 		}
 	}
-	put(l.older, l.start-w)
+	put(l.older, l.olderStamp(w))
 	put(l.prev, l.newestPrev)
 	put(l.cur, l.newestCur)
 	*l = n
@@ -231,7 +250,7 @@ func (l *light) roll(now, w int64) {
 func (l *light) seed(r *ring, w, limit int64) {
 	r.dropOldest(r.size())
 	if l.older > 0 {
-		r.insert(l.start-w, l.older, limit)
+		r.insert(l.olderStamp(w), l.older, limit)
 	}
 	if l.prev > 0 {
 		r.insert(l.newestPrev, l.prev, limit)
@@ -246,11 +265,16 @@ func (l *light) seed(r *ring, w, limit int64) {
 // a window before l's start on (times are never negative).
 func (l *light) floor(w int64) int64 { return max(l.start-w, 0) }
 
-// admits reports whether the screen admits a request of cost at now.
-func (l *light) admits(now, limit, cost int64) bool {
+// admits reports whether the screen admits a request of cost at now. In
+// the current window older has slid out, unless a longer window than the
+// one that rolled it reaches back to it: then it counts too.
+func (l *light) admits(now, w, limit, cost int64) bool {
 	if now >= l.start {
 		h := limit / 2
-		return l.prev <= h && l.cur+cost <= h
+		if l.prev > h || l.cur+cost > h {
+			return false
+		}
+		return l.older == 0 || l.olderStamp(w) <= now-w || l.older+l.prev+l.cur+cost <= limit
 	}
 	return l.older+l.prev+l.cur+cost <= limit
 }
@@ -266,7 +290,7 @@ func (l *light) charge(now, w, cost int64) {
 		l.cur += cost
 		return
 	}
-	if e := max(now, l.start-w); l.prev == 0 || e > l.newestPrev {
+	if e := max(now, l.olderStamp(w)); l.prev == 0 || e > l.newestPrev {
 		l.newestPrev = e
 	}
 	l.prev += cost
@@ -277,7 +301,7 @@ func (l *light) charge(now, w, cost int64) {
 func (l *light) outcome(now, w, limit int64) Outcome {
 	live, newest := int64(0), int64(0)
 	if l.older > 0 {
-		newest = l.start - w
+		newest = l.olderStamp(w)
 		if newest > now-w {
 			live += l.older
 		}
@@ -313,6 +337,7 @@ func quiet(r ring, e, w int64) bool {
 func demoted(r ring, e, w int64) (light, bool) {
 	l := light{start: e - e%w}
 	l.older = r.size() - r.countUpTo(l.start-2*w)
+	l.olderEnd = l.start - w
 	return l, l.older <= countMask
 }
 
@@ -351,7 +376,7 @@ func twoLevelTake(s *State, now, w, limit, cost int64) Outcome {
 		l = unpackLight(s)
 	}
 	l.roll(now, w)
-	if l.admits(now, limit, cost) {
+	if l.admits(now, w, limit, cost) {
 		l.charge(now, w, cost)
 		l.pack(s)
 		return l.outcome(now, w, limit)
@@ -378,7 +403,7 @@ func twoLevelPeek(s *State, now, w, limit, cost int64) Outcome {
 		l = unpackLight(s)
 	}
 	l.roll(now, w)
-	if l.admits(now, limit, cost) {
+	if l.admits(now, w, limit, cost) {
 		return l.outcome(now, w, limit)
 	}
 	var view State

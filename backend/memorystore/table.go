@@ -11,15 +11,16 @@ import (
 // bytes: a slot's size does not depend on the id's, and a lookup touches one
 // cache line instead of following pointers to a map entry and its strings.
 type slot struct {
+	// Fill the cache line: tables are powers of two of 64-byte slots, so
+	// every slot is one line and a lookup touches one. (First: a
+	// zero-sized last field would be padded.)
+	_ [slotSize - 24 - unsafe.Sizeof(algorithms.State{})]byte
 	// h1 chooses the slot (0 marks an empty slot); h1 and h2 together
 	// identify the key.
 	h1, h2 uint64
 	// expires is when the state becomes empty again, in milliseconds.
 	expires int64
 	state   algorithms.State
-	// Fill the cache line: tables are powers of two of 64-byte slots, so
-	// every slot is one line and a lookup touches one.
-	_ [slotSize - 24 - unsafe.Sizeof(algorithms.State{})]byte
 }
 
 const slotSize = 64

@@ -127,6 +127,18 @@ var shortenedSteps = []changeStep{
 	step(90002*ms, 10, 30*time.Second, 1, false, 0, 28998*ms, 29999*ms),
 }
 
+// lengthenedSteps: limit 4, 1 s windows, 2 units at 1.9 s, 2 at 2.95 s and
+// 1 at 3.01 s (each window within the limit), then a request with a 1.9 s
+// window at 3.02 s: all 5 are inside it, so it is denied. two_level's
+// screen admitted it, its units at 1.9 s, rolled two windows back at 1 s,
+// forgotten by the longer window (found by the model-based test).
+var lengthenedSteps = []changeStep{
+	step(1900*ms, 4, time.Second, 2, true, 2, 0, time.Second),
+	step(2950*ms, 4, time.Second, 2, true, 2, 0, time.Second),
+	step(3010*ms, 4, time.Second, 1, true, 1, 0, time.Second),
+	step(3020*ms, 4, 1900*ms, 1, false, 0, 780*ms, 1890*ms),
+}
+
 // twoLevelChangeSteps are two_level's: its screen and its seeded log never
 // admit what the exact log would deny over its admissions, across limit
 // and window changes and for requests late by less than a window (issue
@@ -180,6 +192,7 @@ func changeCases() []testCase {
 		out = append(out,
 			testCase{name: "limit_change/" + string(name), run: func(c *checker) { c.changeTable("k", name, steps) }},
 			testCase{name: "window_shortened/" + string(name), run: func(c *checker) { c.changeTable("k", name, shortenedSteps) }},
+			testCase{name: "window_lengthened/" + string(name), run: func(c *checker) { c.changeTable("k", name, lengthenedSteps) }},
 			testCase{name: "late_after_gap/" + string(name), run: func(c *checker) {
 				c.changeTable("k", name, lateSteps(name == algorithms.TwoLevel))
 			}},

@@ -14,19 +14,21 @@
 -- prelude.lua.
 
 local log_count = count
-local LIGHT_LEN = 6 * SLOT
+local LIGHT_LEN = 7 * SLOT
 local LIGHT_CHARGE = 4503599627370496 -- 2^52: tags a light key's charge
 local LIGHT_PREV = 2251799813685248 -- 2^51: marks a charge to the window before
 local COUNT_MAX = 65535 -- the most older holds (Go packs it in 16 bits)
 
-local start, cur, prev, ncur, nprev, older = 0, 0, 0, 0, 0, 0
+local start, cur, prev, ncur, nprev, older, older_end = 0, 0, 0, 0, 0, 0, 0
 local L = nil -- the log, when the key is heavy; start is then the floor
 local first = log_first(key, 1 + SLOT)
-if #first == LIGHT_LEN or #first == 5 * SLOT then
-  -- (Five slots: a light key written before older was kept.)
+if #first == LIGHT_LEN or #first == 6 * SLOT or #first == 5 * SLOT then
   start, cur, prev, ncur, nprev = dec(first, 0), dec(first, 1), dec(first, 2), dec(first, 3), dec(first, 4)
-  if #first == LIGHT_LEN then
+  if #first >= 6 * SLOT then
     older = dec(first, 5)
+  end
+  if #first == LIGHT_LEN then
+    older_end = dec(first, 6)
   end
 elseif #first >= 1 + SLOT + HDR and string.sub(first, 1, 1) == 'H' then
   start = dec(string.sub(first, 2, 1 + SLOT), 0)
@@ -45,7 +47,14 @@ local function light_state()
   if prev == 0 then
     nprev = start
   end
-  return enc(start) .. enc(cur) .. enc(prev) .. enc(ncur) .. enc(nprev) .. enc(older)
+  if older == 0 then
+    return enc(start) .. enc(cur) .. enc(prev) .. enc(ncur) .. enc(nprev) .. enc(0)
+  end
+  return enc(start) .. enc(cur) .. enc(prev) .. enc(ncur) .. enc(nprev) .. enc(older) .. enc(older_end)
+end
+
+local function older_stamp()
+  return math.max(older_end, start - w)
 end
 
 -- write stores a light key, kept while a late request could still need it.
@@ -113,7 +122,7 @@ if L then
     return heavy_step(start)
   end
   L = nil
-  start, cur, prev, older = ws, 0, 0, o
+  start, cur, prev, older, older_end = ws, 0, 0, o, ws - w
 end
 
 -- Light: roll to the window holding now (windowStart); each window's units
@@ -121,7 +130,7 @@ end
 -- A request before the current window leaves it alone.
 local ws = window_start(start, now, w)
 if ws > start then
-  local c, p, o, nc, np = 0, 0, 0, 0, 0
+  local c, p, o, nc, np, oe = 0, 0, 0, 0, 0, 0
   local function put(units, newest)
     if units == 0 then
       return
@@ -138,12 +147,15 @@ if ws > start then
       p = p + units
     elseif newest > ws - 2 * w then
       o = o + units
+      if newest > oe then
+        oe = newest
+      end
     end
   end
-  put(older, start - w)
+  put(older, older_stamp())
   put(prev, nprev)
   put(cur, ncur)
-  start, cur, prev, older, ncur, nprev = ws, c, p, o, nc, np
+  start, cur, prev, older, ncur, nprev, older_end = ws, c, p, o, nc, np, oe
 end
 
 -- The screen: a request in the current window when each of the two
@@ -152,7 +164,8 @@ end
 local admits
 if now >= start then
   local h = math.floor(limit / 2)
-  admits = prev <= h and cur + cost <= h
+  admits = prev <= h and cur + cost <= h and
+    (older == 0 or older_stamp() <= now - w or older + prev + cur + cost <= limit)
 else
   admits = older + prev + cur + cost <= limit
 end
@@ -166,7 +179,7 @@ if admits then
       end
       cur = cur + cost
     else
-      local e = math.max(now, start - w)
+      local e = math.max(now, older_stamp())
       if prev == 0 or e > nprev then
         nprev = e
       end
@@ -177,7 +190,7 @@ if admits then
   -- Report as the seeded log would.
   local live, newest = 0, 0
   if older > 0 then
-    newest = start - w
+    newest = older_stamp()
     if newest > now - w then
       live = live + older
     end
@@ -210,7 +223,7 @@ end
 -- window before this window's start, from where the seeds decide exactly.
 local seeds = ''
 if older > 0 then
-  seeds = string.rep(enc(start - w), older)
+  seeds = string.rep(enc(older_stamp()), older)
 end
 if prev > 0 then
   seeds = seeds .. string.rep(enc(nprev), prev)

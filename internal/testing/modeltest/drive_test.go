@@ -311,7 +311,9 @@ func (r *run) leaseStep() error {
 				return r.failf("Renew %d: store says %v, the model %v", id, got.Allowed, want)
 			}
 			if got.Allowed {
-				r.leases.Renew(id, got.Lease, now, w)
+				if err := r.leases.Renew(id, got.Lease, now, w); err != nil {
+					return r.failf("Renew: %v", err)
+				}
 			} else {
 				r.leases.Release(id)
 			}

@@ -22,8 +22,9 @@
 //   - two_level: every admission is one the exact log would make over the
 //     units already admitted (its documented promise); it may deny more.
 //   - concurrency: a lease is held from its grant until released or until
-//     now reaches grant+window (a renewal moves it to now+window). An
-//     acquire is admitted iff held+c <= L: compared exactly.
+//     its window has passed since the time its id names (the grant's ms,
+//     in 1/1000 ms, so at most 1 ms late; a renewal moves it to a new id).
+//     An acquire is admitted iff held+c <= L: compared exactly.
 //   - fixed_window, sliding_counter, gcra (approximate by design): checked
 //     by invariants only, on one window per run: fixed_window never admits
 //     more than the largest limit in one aligned window; sliding_counter and
@@ -126,18 +127,34 @@ func (l *Log) MaxInAlignedWindow(w int64) int64 {
 	return most
 }
 
-// Leases is the concurrency model of one key: held leases by id.
+// Leases is the concurrency model of one key: held leases by id, each with
+// its expiry in lease ids (1/1000 ms). A lease id names its grant's time
+// in 1/1000 ms, so a lease of window w granted at now with id expires at
+// id + w*1000: at now + w when it is the ms's first grant, at most 1 ms
+// later when the ms saw others before it. The model checks that an id is
+// never before its grant (which would make it expire early) nor a whole ms
+// after it (late by more than the documented tick).
 type Leases struct{ expiry map[int64]int64 }
+
+const tick = 1000 // lease ids per ms
 
 // Held returns the units held at now.
 func (s *Leases) Held(now int64) int64 {
 	n := int64(0)
 	for _, e := range s.expiry {
-		if now < e {
+		if now*tick < e {
 			n++
 		}
 	}
 	return n
+}
+
+// checkID reports an id that does not name now's ms.
+func checkID(id, now int64) error {
+	if id < now*tick || id >= (now+1)*tick {
+		return fmt.Errorf("lease id %d granted at %d ms does not name that ms (ids count 1/%d ms)", id, now, tick)
+	}
+	return nil
 }
 
 // Grant records an admitted acquire (cost 1).
@@ -145,26 +162,33 @@ func (s *Leases) Grant(id, now, w int64) error {
 	if s.expiry == nil {
 		s.expiry = map[int64]int64{}
 	}
-	if e, ok := s.expiry[id]; ok && now < e {
+	if err := checkID(id, now); err != nil {
+		return err
+	}
+	if s.IsHeld(id, now) {
 		return fmt.Errorf("lease id %d granted twice while held", id)
 	}
-	s.expiry[id] = now + w
+	s.expiry[id] = id + w*tick
 	return nil
 }
 
 // IsHeld reports whether lease id is held at now.
 func (s *Leases) IsHeld(id, now int64) bool {
 	e, ok := s.expiry[id]
-	return ok && now < e
+	return ok && now*tick < e
 }
 
 // Release forgets id.
 func (s *Leases) Release(id int64) { delete(s.expiry, id) }
 
-// Renew moves a held lease (and its id, which the store may change).
-func (s *Leases) Renew(old, id, now, w int64) {
+// Renew moves a held lease to its new id, which names now.
+func (s *Leases) Renew(old, id, now, w int64) error {
+	if err := checkID(id, now); err != nil {
+		return err
+	}
 	delete(s.expiry, old)
-	s.expiry[id] = now + w
+	s.expiry[id] = id + w*tick
+	return nil
 }
 
 // Reset forgets every lease.

@@ -119,13 +119,6 @@ func stacks(t *testing.T) []stack {
 	return out
 }
 
-// open are the algorithms whose runs still find divergences that are not
-// fixed yet (issue 22 stays open for them): two_level admitted what the
-// exact log denied (seen on rueidis), and concurrency disagreed with the
-// model on a lease's expiry after a window change. LIMITKIT_MODEL_ALL=1
-// runs them.
-var open = map[algorithms.Name]bool{algorithms.TwoLevel: true, algorithms.Concurrency: true}
-
 // TestModel drives every algorithm on every store and stack against the
 // reference model: two processes with different rules on one key, limit and
 // window changes, late requests, clock jumps, resets, TakeAll over two keys
@@ -139,9 +132,6 @@ func TestModel(t *testing.T) {
 			var wg sync.WaitGroup
 			errs := make([]error, len(algorithms.Names()))
 			for ai, alg := range algorithms.Names() {
-				if open[alg] && os.Getenv("LIMITKIT_MODEL_ALL") != "1" {
-					continue
-				}
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
