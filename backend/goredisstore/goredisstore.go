@@ -298,12 +298,16 @@ func (a conn) EvalBatch(ctx context.Context, cmd redisscript.Command, script str
 }
 
 // EvalWait pipelines the script and WAIT: one round trip on one connection
-// (the store refuses cluster clients for this), sent at most once.
+// (the store refuses cluster clients for this), sent at most once. A WAIT
+// that fails after the script's reply was read (the caller's deadline cut
+// it, or the connection broke) confirms nothing: 0 acknowledgements, so the
+// admission is refused and refunded or admitted unconfirmed as the store's
+// OnShortAck says, never lost with its units taken.
 func (a conn) EvalWait(ctx context.Context, cmd redisscript.Command, script string, keys, args []string, replicas int, timeout time.Duration) ([]int64, int64, error) {
-	c, send := evalCmd(ctx, cmd, script, keys, args)
+	c, _ := evalCmd(ctx, cmd, script, keys, args)
 	wait := redis.NewIntCmd(ctx, "WAIT", replicas, timeout.Milliseconds())
 	pipe := a.c.Pipeline()
-	_ = pipe.Process(ctx, send)
+	_ = pipe.Process(ctx, keptReply{noRetry{c}})
 	_ = pipe.Process(ctx, wait)
 	_, _ = pipe.Exec(ctx) // errors are read per command below
 	vals, err := a.reply(ctx, c, c.Err())
@@ -312,9 +316,21 @@ func (a conn) EvalWait(ctx context.Context, cmd redisscript.Command, script stri
 	}
 	n, err := wait.Result()
 	if err != nil {
-		return nil, 0, fmt.Errorf("WAIT: %w", err)
+		return vals, 0, nil
 	}
 	return vals, n, nil
+}
+
+// keptReply is a command whose reply, once read, a later failure of its
+// pipeline does not erase (go-redis stamps a pipeline's error on every
+// command in it, the ones already answered too).
+type keptReply struct{ noRetry }
+
+func (k keptReply) SetErr(err error) {
+	if err != nil && k.Err() == nil && k.Val() != nil {
+		return
+	}
+	k.Cmd.SetErr(err)
 }
 
 // reply converts a script's reply, reporting errors to failed.
