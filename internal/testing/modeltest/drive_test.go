@@ -9,6 +9,8 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/clock"
+	"github.com/limitkit/limitkit/limiter"
 )
 
 // Lateness is how late (in ms) a request may be stamped behind the newest
@@ -45,6 +47,49 @@ type run struct {
 	maxL    int64
 	minW    int64
 	history []string
+	// lims, when set, are the two processes' limiters on the store (the
+	// limiter's own calls are driven instead of the store's), each on its
+	// own clock.
+	lims   [2]*limiter.Limiter
+	clocks [2]*clock.Fake
+}
+
+// withLimiters makes r drive two limiters on its store, one per process,
+// with the processes' rules as their configs.
+func (r *run) withLimiters() error {
+	for p := range r.lims {
+		r.clocks[p] = clock.NewFake(time.UnixMilli(r.newest))
+		l, err := limiter.New(r.store, r.config(r.rules[p]), limiter.WithClock(r.clocks[p]))
+		if err != nil {
+			return err
+		}
+		r.lims[p] = l
+	}
+	return nil
+}
+
+func (r *run) config(rule algorithms.Rule) limiter.Config {
+	return limiter.Config{Algorithm: rule.Algorithm, Limit: rule.Limit, Window: rule.Window, Prefix: r.keys[0].Prefix}
+}
+
+// decide makes one decision for process p on key a at now: through the
+// limiter when there are limiters (a Peek there always costs 1).
+func (r *run) decide(p int, req backend.Request, take bool) (backend.Result, error) {
+	l := r.lims[p]
+	switch {
+	case l == nil && take:
+		return r.store.Take(r.ctx, req)
+	case l == nil:
+		return r.store.Peek(r.ctx, req)
+	}
+	r.clocks[p].Set(req.Now)
+	switch {
+	case !take:
+		return l.Peek(r.ctx, req.Key.ID)
+	case req.Cost == 1 && r.rng.IntN(2) == 0:
+		return l.Allow(r.ctx, req.Key.ID)
+	}
+	return l.AllowN(r.ctx, req.Key.ID, req.Cost)
 }
 
 func newRun(ctx context.Context, store backend.Store, alg algorithms.Name, prefix string, seed uint64, opts options) *run {
@@ -131,12 +176,21 @@ func (r *run) rateStep() error {
 		return nil
 	case x < 33:
 		r.rules[p] = r.randomRule()
+		if l := r.lims[p]; l != nil {
+			if err := l.SetConfig(r.config(r.rules[p])); err != nil {
+				return r.failf("SetConfig: %v", err)
+			}
+		}
 		r.inForce(r.rules[p])
 		r.note("process %d: SetConfig %d per %v", p, r.rules[p].Limit, r.rules[p].Window)
 		return nil
 	case x < 35:
 		k := r.rng.IntN(2)
-		if err := r.store.Reset(r.ctx, r.keys[k], rule); err != nil {
+		reset := func() error { return r.store.Reset(r.ctx, r.keys[k], rule) }
+		if l := r.lims[p]; l != nil {
+			reset = func() error { return l.Reset(r.ctx, r.keys[k].ID) }
+		}
+		if err := reset(); err != nil {
 			return r.failf("Reset: %v", err)
 		}
 		r.logs[k].Reset()
@@ -145,7 +199,7 @@ func (r *run) rateStep() error {
 			r.epoch()
 		}
 		return nil
-	case x < 45:
+	case x < 45 && r.lims[p] == nil:
 		return r.takeAll(p)
 	}
 	now := r.newest
@@ -155,13 +209,11 @@ func (r *run) rateStep() error {
 	cost := 1 + int64(r.rng.IntN(int(min(rule.Limit, 3))))
 	req := backend.Request{Key: r.keys[0], Rule: rule, Now: time.UnixMilli(now), Cost: cost}
 	take := r.rng.IntN(5) != 0
-	var got backend.Result
-	var err error
-	if take {
-		got, err = r.store.Take(r.ctx, req)
-	} else {
-		got, err = r.store.Peek(r.ctx, req)
+	if !take && r.lims[p] != nil {
+		req.Cost = 1
 	}
+	cost = req.Cost
+	got, err := r.decide(p, req, take)
 	verb := map[bool]string{true: "Take", false: "Peek"}[take]
 	r.note("process %d: %s cost %d at %+dms (%d per %v): allowed=%v remaining=%d retry=%v reset=%v",
 		p, verb, cost, now-r.newest, rule.Limit, rule.Window, got.Allowed, got.Remaining, got.RetryAfter, got.ResetAfter)

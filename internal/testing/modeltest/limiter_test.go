@@ -1,0 +1,159 @@
+package modeltest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/limiter"
+)
+
+// rateAlgorithms are the algorithms the limiter decides with Allow.
+func rateAlgorithms() []algorithms.Name {
+	var out []algorithms.Name
+	for _, a := range algorithms.Names() {
+		if a != algorithms.Concurrency {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// TestLimiterModel drives the limiter's own calls, Allow, AllowN, Peek,
+// Reset and SetConfig, of two limiters with different configs on one
+// prefix, each on its own clock (late and skewed requests), against the
+// same model and invariants as TestModel, on every store and stack.
+func TestLimiterModel(t *testing.T) {
+	n := steps(t, 400)
+	base := seed(t)
+	t.Logf("seed %d (LIMITKIT_MODEL_SEED=%d replays it), %d steps per algorithm and stack", base, base, n)
+	for si, st := range stacks(t) {
+		t.Run(st.name, func(t *testing.T) {
+			var wg sync.WaitGroup
+			algs := rateAlgorithms()
+			errs := make([]error, len(algs))
+			for ai, alg := range algs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					store := st.store
+					if st.name == "memory" {
+						store = newMemory(t)
+					}
+					prefix := fmt.Sprintf("limmodel:%d:%d:%s:", base, si, alg)
+					r := newRun(context.Background(), store, alg, prefix, base+uint64(ai), st.opts)
+					if errs[ai] = r.withLimiters(); errs[ai] == nil {
+						errs[ai] = r.Steps(n)
+					}
+				}()
+			}
+			wg.Wait()
+			for _, err := range errs {
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+}
+
+// TestConcurrentSetConfig (issue 22, defect 1): 32 callers on one key while
+// the limit changes between 5, 10 and 20 per hour under them admit at most
+// 20 in the hour on the exact logs (the old logs, trimmed at each lower
+// limit, admitted up to 592). Its control runs the same on a log that
+// forgets (forgettingLog) and must see more than 20.
+func TestConcurrentSetConfig(t *testing.T) {
+	logs := []algorithms.Name{algorithms.SlidingLog, algorithms.CompactLog, algorithms.TwoLevel}
+	for si, st := range stacks(t) {
+		if st.opts.loose {
+			continue // the deny cache answers denials of another config
+		}
+		t.Run(st.name, func(t *testing.T) {
+			for _, alg := range logs {
+				store := st.store
+				if st.name == "memory" {
+					store = newMemory(t)
+				}
+				prefix := fmt.Sprintf("setcfg:%d:%d:%s:", time.Now().UnixNano(), si, alg)
+				if got := concurrentSetConfig(t, store, alg, prefix); got > 20 {
+					t.Errorf("%s: %d admitted in one hour; no limit in force exceeds 20", alg, got)
+				}
+			}
+		})
+	}
+	t.Run("control", func(t *testing.T) {
+		got := concurrentSetConfig(t, &forgettingLog{}, algorithms.SlidingLog, "setcfg:control:")
+		if got <= 20 {
+			t.Fatalf("the forgetting log admitted %d, within the limit: the test cannot see defect 1", got)
+		}
+		t.Logf("control: the forgetting log admitted %d", got)
+	})
+}
+
+// concurrentSetConfig runs 32 callers of 100 Allows each on one key while
+// another goroutine moves the limit between 5, 10 and 20 per hour (and
+// waits for each change to be seen by an admission or denial), and returns
+// how many were admitted.
+func concurrentSetConfig(t *testing.T, store backend.Store, alg algorithms.Name, prefix string) int64 {
+	cfg := func(limit int64) limiter.Config {
+		return limiter.Config{Algorithm: alg, Limit: limit, Window: time.Hour, Prefix: prefix}
+	}
+	l, err := limiter.New(store, cfg(20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var admitted, calls atomic.Int64
+	done := make(chan struct{})
+	var changes sync.WaitGroup
+	changes.Add(1)
+	go func() {
+		defer changes.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if err := l.SetConfig(cfg([]int64{5, 20, 10, 20}[i%4])); err != nil {
+				t.Error(err)
+				return
+			}
+			// Let some calls see each limit before the next change.
+			for seen := calls.Load(); calls.Load() < seen+8; {
+				select {
+				case <-done:
+					return
+				default:
+					time.Sleep(50 * time.Microsecond)
+				}
+			}
+		}
+	}()
+	var callers sync.WaitGroup
+	for range 32 {
+		callers.Add(1)
+		go func() {
+			defer callers.Done()
+			for range 100 {
+				d, err := l.Allow(context.Background(), "k")
+				calls.Add(1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	callers.Wait()
+	close(done)
+	changes.Wait()
+	return admitted.Load()
+}
