@@ -26,28 +26,14 @@ type breaker struct {
 	lastErr atomic.Pointer[error]
 }
 
-// State is the breaker's state. It is backend.BreakerState, so that
-// observers (limiter/observe) name it without linking this package.
-type State = backend.BreakerState
-
-// The breaker's states.
-const (
-	// Closed: decisions come from the primary.
-	Closed = backend.BreakerClosed
-	// Open: the primary is skipped; decisions follow the policy.
-	Open = backend.BreakerOpen
-	// HalfOpen: a bounded number of probes go to the primary.
-	HalfOpen = backend.BreakerHalfOpen
-)
-
-func stateOf(s gobreaker.State) State {
+func stateOf(s gobreaker.State) backend.BreakerState {
 	switch s {
 	case gobreaker.StateOpen:
-		return Open
+		return backend.BreakerOpen
 	case gobreaker.StateHalfOpen:
-		return HalfOpen
+		return backend.BreakerHalfOpen
 	default:
-		return Closed
+		return backend.BreakerClosed
 	}
 }
 
@@ -124,7 +110,7 @@ func (s *shared) breakerFor(ctx context.Context, key backend.Key) *breaker {
 }
 
 // sweep forgets the node breakers unused for forgetAfter; those not closed
-// are reported as changing to Closed.
+// are reported as changing to backend.BreakerClosed.
 func (s *shared) sweep(now int64) {
 	var gone []*breaker
 	s.nodesMu.Lock()
@@ -136,8 +122,8 @@ func (s *shared) sweep(now int64) {
 	}
 	s.nodesMu.Unlock()
 	for _, b := range gone {
-		if st := stateOf(b.cb.State()); st != Closed {
-			s.queue(b, st, Closed)
+		if st := stateOf(b.cb.State()); st != backend.BreakerClosed {
+			s.queue(b, st, backend.BreakerClosed)
 		}
 	}
 }
@@ -149,8 +135,8 @@ func (s *shared) becomeCluster() {
 	s.nodesMu.Lock()
 	first := !s.cluster.Swap(true)
 	s.nodesMu.Unlock()
-	if st := stateOf(s.one.cb.State()); first && st != Closed {
-		s.queue(s.one, st, Closed)
+	if st := stateOf(s.one.cb.State()); first && st != backend.BreakerClosed {
+		s.queue(s.one, st, backend.BreakerClosed)
 	}
 }
 
@@ -171,13 +157,13 @@ func (s *shared) breakers() []*breaker {
 }
 
 // State returns the breaker's current state. With a breaker per node it is
-// the worst of them: Open when any is open, else HalfOpen when any is
-// half-open, else Closed. Stats.Nodes tells them apart.
-func (s *Store) State() State {
+// the worst of them: open when any is open, else half-open when any is
+// half-open, else closed. Stats.Nodes tells them apart.
+func (s *Store) State() backend.BreakerState {
 	if s.cluster.Load() {
 		s.sweep(time.Now().UnixNano())
 	}
-	st := Closed
+	st := backend.BreakerClosed
 	for _, b := range s.breakers() {
 		st = worse(st, stateOf(b.cb.State()))
 	}
@@ -186,12 +172,12 @@ func (s *Store) State() State {
 }
 
 // worse returns the worse of two states.
-func worse(a, b State) State {
-	rank := func(s State) int {
+func worse(a, b backend.BreakerState) backend.BreakerState {
+	rank := func(s backend.BreakerState) int {
 		switch s {
-		case Open:
+		case backend.BreakerOpen:
 			return 2
-		case HalfOpen:
+		case backend.BreakerHalfOpen:
 			return 1
 		}
 		return 0

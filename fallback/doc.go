@@ -8,17 +8,19 @@
 // NOREPLICAS, CLUSTERDOWN, TRYAGAIN and any other error the primary returns)
 // count toward opening the breaker; the caller cancelling its own context and
 // invalid requests do not. A request whose primary call fails, and every
-// request while the breaker is open, is decided by the policy instead:
+// request while the breaker is open, is decided by the policy instead (a
+// backend.FailurePolicy: the request's own, Request.OnFailure, else the
+// store's):
 //
-//   - Local(n): decide on an in-process store with the limit scaled to this
-//     instance's share, ceil(limit/n) and at least 1 (the default is
-//     Local(1): the whole limit per instance).
-//   - FailOpen: admit.
-//   - FailClosed: deny, with RetryAfter until the breaker next probes.
+//   - backend.LocalPolicy(n): decide on an in-process store with the limit
+//     scaled to this instance's share, ceil(limit/n) and at least 1 (the
+//     default is LocalPolicy(1): the whole limit per instance).
+//   - backend.FailOpen: admit.
+//   - backend.FailClosed: deny, with RetryAfter until the breaker next probes.
 //
 // For a concurrency lease (algorithms.Concurrency) the policies mean:
 // FailOpen admits with no lease kept (Result.Lease 0: nothing to release);
-// FailClosed denies; Local(n) grants a local lease from the in-process
+// FailClosed denies; LocalPolicy(n) grants a local lease from the in-process
 // store, at most ceil(limit/n) units held per key in this instance, with
 // its id negated (Result.Lease < 0). A negative id is released and renewed
 // on the local store, also after the primary recovered (so only the
@@ -36,7 +38,8 @@
 // store (same breaker, same local store) with another policy, so that a login
 // limit can fail open while a payment guard fails closed.
 //
-// State changes are logged with log/slog and passed to an optional hook.
+// State changes (backend.StateChange, between the backend.BreakerState
+// values) are logged with log/slog and passed to an optional hook.
 // Unlike gobreaker's OnStateChange, the hook runs outside the breaker's lock,
 // so it may call back into the store (State, Stats) without deadlocking; it
 // runs in the goroutine of the request that observed the change, so keep it
@@ -68,7 +71,7 @@
 // failover or a reshard the slot moves to another node, whose breaker is
 // closed unless that node fails too. A node breaker no request reached for
 // two open timeouts is dropped (its node lost its slots, or its keys are
-// idle); if it was not closed, the hook sees it change to Closed, and the
+// idle); if it was not closed, the hook sees it change to backend.BreakerClosed, and the
 // next request to that node starts with a closed breaker, as a probe
 // would. State, Stats and the hook report each node (StateChange.Node,
 // Stats.Nodes). On a single node (NodeOf returns "") there is one breaker,

@@ -4,22 +4,24 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/limitkit/limitkit/backend"
 )
 
 // queue records a state change of b. gobreaker calls it with its lock
 // held, so it only appends; deliver runs the hook and the log later,
 // lock-free.
-func (s *shared) queue(b *breaker, from, to State) {
+func (s *shared) queue(b *breaker, from, to backend.BreakerState) {
 	now := time.Now()
 	var cause error
-	if to == Open {
+	if to == backend.BreakerOpen {
 		b.openedAt.Store(now.UnixNano())
 		if p := b.lastErr.Load(); p != nil {
 			cause = *p
 		}
 	}
 	s.eventsMu.Lock()
-	s.events = append(s.events, StateChange{From: from, To: to, At: now, Cause: cause, Node: b.node})
+	s.events = append(s.events, backend.StateChange{From: from, To: to, At: now, Cause: cause, Node: b.node})
 	s.eventsMu.Unlock()
 	s.pending.Add(1)
 }
@@ -38,7 +40,7 @@ func (s *shared) deliver() {
 		s.eventsMu.Unlock()
 		for _, e := range events {
 			level := slog.LevelInfo
-			if e.To == Open {
+			if e.To == backend.BreakerOpen {
 				level = slog.LevelWarn
 			}
 			attrs := []any{"breaker", s.cfg.name, "from", string(e.From), "to", string(e.To)}

@@ -36,9 +36,9 @@ type config struct {
 	threshold   uint32
 	openTimeout time.Duration
 	probes      uint32
-	policy      Policy
+	policy      backend.FailurePolicy
 	local       backend.Store
-	hook        func(StateChange)
+	hook        func(backend.StateChange)
 	logger      *slog.Logger
 	name        string
 }
@@ -93,12 +93,12 @@ func WithProbes(n int) Option {
 	}
 }
 
-// WithPolicy sets the policy of the returned Store (default Local(1)).
+// WithPolicy sets the policy of the returned Store (default backend.LocalPolicy(1)).
 // Store.Policy gives views with other policies.
-func WithPolicy(p Policy) Option {
+func WithPolicy(p backend.FailurePolicy) Option {
 	return func(c *config) error {
 		if p.Mode() == backend.ModeUnset {
-			p = Local(1)
+			p = backend.LocalPolicy(1)
 		}
 		c.policy = p
 		return nil
@@ -119,7 +119,7 @@ func WithLocalStore(s backend.Store) Option {
 
 // WithStateHook calls fn on every breaker state change, in order, outside
 // the breaker's lock.
-func WithStateHook(fn func(StateChange)) Option {
+func WithStateHook(fn func(backend.StateChange)) Option {
 	return func(c *config) error {
 		c.hook = fn
 		return nil

@@ -7,40 +7,19 @@ import (
 	"github.com/limitkit/limitkit/backend"
 )
 
-// StateChange describes one transition of the breaker; it is
-// backend.StateChange (see State).
-type StateChange = backend.StateChange
-
-// Policy decides requests the primary cannot. It is backend.FailurePolicy,
-// so a request can carry its own (backend.Request.OnFailure); requests that
-// carry none use the store's.
-type Policy = backend.FailurePolicy
-
-// Local decides on the in-process store with the limit divided among
-// instances: ceil(limit/instances), at least 1. Instances below 1 count as 1.
-func Local(instances int) Policy { return backend.LocalPolicy(instances) }
-
-// The policies that need no local state.
-var (
-	// FailOpen admits every request the primary cannot decide.
-	FailOpen = backend.FailOpen
-	// FailClosed denies every request the primary cannot decide.
-	FailClosed = backend.FailClosed
-)
-
 // Policy returns a view of s that decides by p while the primary is
 // unavailable (requests that carry their own policy still follow it). Views
 // share the breaker, the local store and the statistics. The unset policy
-// means Local(1).
-func (s *Store) Policy(p Policy) *Store {
+// means backend.LocalPolicy(1).
+func (s *Store) Policy(p backend.FailurePolicy) *Store {
 	if p.Mode() == backend.ModeUnset {
-		p = Local(1)
+		p = backend.LocalPolicy(1)
 	}
 	return &Store{shared: s.shared, policy: p}
 }
 
 // policyOf returns the policy that decides req: its own, else the store's.
-func (s *Store) policyOf(req *backend.Request) Policy {
+func (s *Store) policyOf(req *backend.Request) backend.FailurePolicy {
 	if req.OnFailure.Mode() != backend.ModeUnset {
 		return req.OnFailure
 	}
@@ -68,8 +47,14 @@ func (s *Store) byPolicy(b *breaker, req *backend.Request) (res backend.Result, 
 	return backend.Result{}, true
 }
 
-// decide answers by policy, with Degraded set.
+// decide answers req by policy, with Degraded set. It checks req first:
+// the primary, which checks what it decides, did not answer, a policy
+// admits or denies on its own, and a bad limit scaled to a share would turn
+// a refusal into a denial.
 func (s *Store) decide(ctx context.Context, b *breaker, req backend.Request, take bool) (backend.Result, error) {
+	if err := req.Validate(); err != nil {
+		return backend.Result{}, err
+	}
 	s.degraded.Add(1)
 	b.degraded.Add(1)
 	res, local := s.byPolicy(b, &req)
@@ -85,6 +70,40 @@ func (s *Store) decide(ctx context.Context, b *breaker, req backend.Request, tak
 	if err != nil {
 		return backend.Result{}, fmt.Errorf("fallback: local store: %w", err)
 	}
+	res.Degraded = true
+	res.Lease = s.localLease(res.Lease) // a local lease: released to the local store
+	return res, nil
+}
+
+// decideAll answers a TakeAll by each request's policy, with Degraded set.
+func (s *Store) decideAll(ctx context.Context, b *breaker, reqs []backend.Request) (backend.Result, error) {
+	if err := backend.ValidateAll(reqs); err != nil {
+		return backend.Result{}, err
+	}
+	s.degraded.Add(1)
+	b.degraded.Add(1)
+	results := make([]backend.Result, len(reqs))
+	local := make([]backend.Request, 0, len(reqs))
+	index := make([]int, 0, len(reqs))
+	for i := range reqs {
+		req := reqs[i]
+		r, isLocal := s.byPolicy(b, &req)
+		results[i] = r
+		if isLocal {
+			// Decided below; it does not deny on its own.
+			results[i] = backend.Result{Allowed: true, Limit: req.Rule.Limit, Remaining: req.Rule.Limit, Degraded: true}
+			local = append(local, req)
+			index = append(index, i)
+		}
+	}
+	if combined := backend.Combine(results); !combined.Allowed || len(local) == 0 {
+		return combined, nil
+	}
+	res, err := s.local.TakeAll(ctx, local)
+	if err != nil {
+		return backend.Result{}, fmt.Errorf("fallback: local store: %w", err)
+	}
+	res.Rule = index[res.Rule]
 	res.Degraded = true
 	res.Lease = s.localLease(res.Lease) // a local lease: released to the local store
 	return res, nil

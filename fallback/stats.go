@@ -9,7 +9,7 @@ import (
 // Stats counts what the store did since it was created.
 type Stats struct {
 	// State is the breaker's current state.
-	State State
+	State backend.BreakerState
 	// Direct reports that primary calls run in the caller's goroutine
 	// with a context deadline, because the primary (or a store it wraps)
 	// honours contexts (backend.ContextHonourer); false: a goroutine per
@@ -37,7 +37,7 @@ type Stats struct {
 type NodeStats struct {
 	// Node is the node's address, as its backend.NodeLocator names it.
 	Node  string
-	State State
+	State backend.BreakerState
 	// PrimaryFailures counts the node's calls that failed or timed out.
 	PrimaryFailures uint64
 	// Degraded counts decisions of the node's keys made by a policy.

@@ -18,7 +18,7 @@ import (
 // and by policy while it is not. It is safe for concurrent use.
 type Store struct {
 	*shared
-	policy Policy
+	policy backend.FailurePolicy
 }
 
 // shared is what every policy view of one Store shares.
@@ -40,7 +40,7 @@ type shared struct {
 	swept atomic.Int64
 
 	eventsMu   sync.Mutex
-	events     []StateChange
+	events     []backend.StateChange
 	pending    atomic.Int32
 	delivering sync.Mutex
 
@@ -76,7 +76,7 @@ func New(primary backend.Store, opts ...Option) (*Store, error) {
 		threshold:   DefaultFailureThreshold,
 		openTimeout: DefaultOpenTimeout,
 		probes:      DefaultProbes,
-		policy:      Local(1),
+		policy:      backend.LocalPolicy(1),
 		logger:      slog.Default(),
 		name:        "limitkit",
 	}
@@ -135,10 +135,10 @@ func (s *Store) Peek(ctx context.Context, req backend.Request) (backend.Result, 
 	return s.step(ctx, req, false)
 }
 
+// step decides req on the primary, else by policy. The primary checks req
+// (its refusal is the caller's error, not a failure); decide checks it
+// where the primary did not answer.
 func (s *Store) step(ctx context.Context, req backend.Request, take bool) (backend.Result, error) {
-	if err := req.Validate(); err != nil {
-		return backend.Result{}, err
-	}
 	call := s.primary.Peek
 	if take {
 		call = s.primary.Take
@@ -156,14 +156,8 @@ func (s *Store) step(ctx context.Context, req backend.Request, take bool) (backe
 
 // Reset implements backend.Store. It resets the key on the local store too,
 // and reports an error wrapping ErrUnavailable when the primary could not be
-// reset.
+// reset. The local store checks key and rule first.
 func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule) error {
-	if err := key.Validate(); err != nil {
-		return err
-	}
-	if err := rule.Validate(); err != nil {
-		return err
-	}
 	if err := s.local.Reset(ctx, key, rule); err != nil {
 		return err
 	}
@@ -185,8 +179,8 @@ func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule
 // that fail open drop out, and the rest are decided together on the local
 // store with their limits scaled.
 func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
-	if err := backend.ValidateAll(reqs); err != nil {
-		return backend.Result{}, err
+	if len(reqs) == 0 {
+		return backend.Result{}, backend.ValidateAll(reqs) // no first key to route by
 	}
 	// Keys on several nodes are not one call's; the first key's node
 	// answers for them (see the Redis stores' TakeAll).
@@ -198,31 +192,5 @@ func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 	if ce, ok := errors.AsType[callerError](err); ok {
 		return backend.Result{}, ce.err
 	}
-	s.degraded.Add(1)
-	b.degraded.Add(1)
-	results := make([]backend.Result, len(reqs))
-	local := make([]backend.Request, 0, len(reqs))
-	index := make([]int, 0, len(reqs))
-	for i := range reqs {
-		req := reqs[i]
-		r, isLocal := s.byPolicy(b, &req)
-		results[i] = r
-		if isLocal {
-			// Decided below; it does not deny on its own.
-			results[i] = backend.Result{Allowed: true, Limit: req.Rule.Limit, Remaining: req.Rule.Limit, Degraded: true}
-			local = append(local, req)
-			index = append(index, i)
-		}
-	}
-	if combined := backend.Combine(results); !combined.Allowed || len(local) == 0 {
-		return combined, nil
-	}
-	res, err = s.local.TakeAll(ctx, local)
-	if err != nil {
-		return backend.Result{}, fmt.Errorf("fallback: local store: %w", err)
-	}
-	res.Rule = index[res.Rule]
-	res.Degraded = true
-	res.Lease = s.localLease(res.Lease) // a local lease: released to the local store
-	return res, nil
+	return s.decideAll(ctx, b, reqs)
 }
