@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/fallback"
 	"github.com/limitkit/limitkit/internal/testing/redistest"
@@ -55,16 +56,16 @@ func TestOpeningLogsItsCause(t *testing.T) {
 	require.NoError(t, err)
 	var logs syncBuffer
 	var mu sync.Mutex
-	var changes []fallback.StateChange
+	var changes []backend.StateChange
 	s := newStore(t, gs, fallback.WithFailureThreshold(2), fallback.WithOpenTimeout(time.Hour), fallback.WithTimeout(2*time.Second),
 		fallback.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))),
-		fallback.WithStateHook(func(c fallback.StateChange) { mu.Lock(); changes = append(changes, c); mu.Unlock() }))
+		fallback.WithStateHook(func(c backend.StateChange) { mu.Lock(); changes = append(changes, c); mu.Unlock() }))
 	for range 3 {
 		res, err := s.Take(t.Context(), req("a"))
 		require.NoError(t, err)
 		require.True(t, res.Degraded)
 	}
-	require.Equal(t, fallback.Open, s.State())
+	require.Equal(t, backend.BreakerOpen, s.State())
 	line := logs.String()
 	t.Log(strings.TrimSpace(line))
 	require.Contains(t, line, "to=open")

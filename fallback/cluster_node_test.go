@@ -110,7 +110,7 @@ func TestClusterDeadMasterOnlyItsKeysDegrade(t *testing.T) {
 		// A long deadline: on a busy 2-core machine 64 callers can keep a
 		// healthy master's answer waiting past 300 ms; this test is about
 		// which keys a dead master sends to the policy, not about latency.
-		opts := []fallback.Option{fallback.WithPolicy(fallback.FailClosed), fallback.WithTimeout(time.Second)}
+		opts := []fallback.Option{fallback.WithPolicy(backend.FailClosed), fallback.WithTimeout(time.Second)}
 		h := newHarness(t, conn.store, rule, 0, opts...)
 		control := newHarness(t, hidden{conn.store}, rule, 0, opts...)
 
@@ -183,7 +183,7 @@ func TestClusterDeadMasterOnlyItsKeysDegrade(t *testing.T) {
 			}
 		}
 		require.NotNil(t, victimNode, "no breaker for the dead master %s: %+v", victim.Addr(), st.Nodes)
-		require.NotEqual(t, fallback.Closed, victimNode.State)
+		require.NotEqual(t, backend.BreakerClosed, victimNode.State)
 		require.Len(t, st.Nodes, 3)
 
 		// Control: one breaker for the whole cluster.
@@ -218,7 +218,7 @@ func TestClusterMasterFailoverPerNode(t *testing.T) {
 		c := redistest.StartCluster(t, 3, 1, redistest.WithArgs("--cluster-require-full-coverage", "no"))
 		conn := nodeClients[cl.name](t, c)
 		rule := algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 1 << 40, Window: time.Minute}
-		h := newHarness(t, conn.store, rule, 0, fallback.WithPolicy(fallback.FailClosed), fallback.WithTimeout(time.Second))
+		h := newHarness(t, conn.store, rule, 0, fallback.WithPolicy(backend.FailClosed), fallback.WithTimeout(time.Second))
 
 		victim := c.Masters[1]
 		replica := replicaOf(t, c, victim)
@@ -298,7 +298,7 @@ func TestClusterMasterFailoverPerNode(t *testing.T) {
 			}
 		}
 		require.NotNil(t, promoted, "no breaker for the promoted replica %s: %+v", replica.Addr(), st.Nodes)
-		require.Equal(t, fallback.Closed, promoted.State)
+		require.Equal(t, backend.BreakerClosed, promoted.State)
 	})
 }
 

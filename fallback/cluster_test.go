@@ -43,7 +43,7 @@ func TestClusterReshardAndFailover(t *testing.T) {
 		// A short window keeps every key admitting (and denying) all
 		// through the reshard and the kill.
 		rule := algorithms.Rule{Algorithm: algorithms.SlidingLog, Limit: 20, Window: time.Second}
-		h := newHarness(t, conn.store, rule, 0, fallback.WithPolicy(fallback.FailClosed))
+		h := newHarness(t, conn.store, rule, 0, fallback.WithPolicy(backend.FailClosed))
 		h.keys = clusterKeys(h, rule, 8, 16)
 		src, dst := c.Masters[0], c.Masters[1]
 		r := h.start(1000000, 120*time.Second)
@@ -91,7 +91,7 @@ func TestClusterReshardAndFailover(t *testing.T) {
 		c.WaitOK()
 		failedOverAt := time.Now()
 		waitUntilFor(t, itFailoverWait, "decisions from the promoted replica for every key it serves", func() bool {
-			if h.fb.State() != fallback.Closed {
+			if h.fb.State() != backend.BreakerClosed {
 				return false
 			}
 			for _, k := range victimKeys {
@@ -168,7 +168,7 @@ func TestClusterReshardAndFailover(t *testing.T) {
 		// A call that outlived itCallTimeout on a loaded machine may have
 		// opened a node's breaker in the load's last moments: every breaker
 		// must close again once its node answers, within a bounded wait.
-		require.Equal(t, fallback.Closed, h.settleClosed(5*time.Second))
+		require.Equal(t, backend.BreakerClosed, h.settleClosed(5*time.Second))
 		firstDegraded, ok := firstSince(ds, killAt, func(d loadDecision) bool { return d.degraded })
 		require.True(t, ok, "no degraded decision after the kill")
 		fresh, ok := firstSince(ds, failedOverAt, func(d loadDecision) bool { return !d.degraded && slices.Contains(victimKeys, d.key) })
@@ -282,7 +282,7 @@ func TestClusterFailoverGoRedisDefaultReload(t *testing.T) {
 	store, err := goredisstore.New(client)
 	require.NoError(t, err)
 	rule := algorithms.Rule{Algorithm: algorithms.SlidingLog, Limit: 1000, Window: time.Minute}
-	h := newHarness(t, store, rule, 0, fallback.WithPolicy(fallback.FailClosed))
+	h := newHarness(t, store, rule, 0, fallback.WithPolicy(backend.FailClosed))
 	victim := c.Masters[1]
 	for i := 0; len(h.keys) == 0; i++ {
 		key := backend.Key{Prefix: fmt.Sprintf("fbit:repro:%d:", time.Now().UnixNano()), ID: strconv.Itoa(i)}

@@ -100,13 +100,13 @@ func TestHealthyPrimaryDecides(t *testing.T) {
 		require.False(t, res.Degraded)
 	}
 	require.Equal(t, int64(12), p.calls.Load())
-	require.Equal(t, fallback.Closed, s.State())
+	require.Equal(t, backend.BreakerClosed, s.State())
 }
 
 func TestFailuresOpenTheBreakerAndLocalShareDecides(t *testing.T) {
 	p := newFlaky(t)
 	p.mode.Store(failing)
-	s := newStore(t, p, fallback.WithPolicy(fallback.Local(4)), fallback.WithFailureThreshold(3), fallback.WithOpenTimeout(time.Hour))
+	s := newStore(t, p, fallback.WithPolicy(backend.LocalPolicy(4)), fallback.WithFailureThreshold(3), fallback.WithOpenTimeout(time.Hour))
 	allowed := 0
 	for range 20 {
 		res, err := s.Take(t.Context(), req("a"))
@@ -120,7 +120,7 @@ func TestFailuresOpenTheBreakerAndLocalShareDecides(t *testing.T) {
 	require.Equal(t, 3, allowed, "the local share holds")
 	require.Equal(t, int64(3), p.calls.Load(), "no primary calls once open")
 	st := s.Stats()
-	require.Equal(t, fallback.Open, st.State)
+	require.Equal(t, backend.BreakerOpen, st.State)
 	require.Equal(t, uint64(3), st.PrimaryFailures)
 	require.Equal(t, uint64(20), st.Degraded)
 }
@@ -129,7 +129,7 @@ func TestPoliciesPerLimit(t *testing.T) {
 	p := newFlaky(t)
 	p.mode.Store(failing)
 	s := newStore(t, p, fallback.WithOpenTimeout(time.Hour))
-	open, closed := s.Policy(fallback.FailOpen), s.Policy(fallback.FailClosed)
+	open, closed := s.Policy(backend.FailOpen), s.Policy(backend.FailClosed)
 	for range 15 {
 		res, err := open.Take(t.Context(), req("login"))
 		require.NoError(t, err)
@@ -142,15 +142,15 @@ func TestPoliciesPerLimit(t *testing.T) {
 		require.True(t, res.Degraded)
 		require.Positive(t, res.RetryAfter)
 	}
-	require.Equal(t, fallback.Open, closed.State(), "views share the breaker")
-	require.Equal(t, "fail_open", fallback.FailOpen.String())
-	require.Equal(t, "local:3", fallback.Local(3).String())
+	require.Equal(t, backend.BreakerOpen, closed.State(), "views share the breaker")
+	require.Equal(t, "fail_open", backend.FailOpen.String())
+	require.Equal(t, "local:3", backend.LocalPolicy(3).String())
 }
 
 func TestCostAboveTheLocalShareIsDenied(t *testing.T) {
 	p := newFlaky(t)
 	p.mode.Store(failing)
-	s := newStore(t, p, fallback.WithPolicy(fallback.Local(5)))
+	s := newStore(t, p, fallback.WithPolicy(backend.LocalPolicy(5)))
 	r := req("a")
 	r.Cost = 3 // share is 2
 	res, err := s.Take(t.Context(), r)
@@ -171,7 +171,7 @@ func TestHungPrimaryIsNotWaitedFor(t *testing.T) {
 		require.True(t, res.Degraded)
 	}
 	require.Equal(t, int64(2), p.calls.Load())
-	require.Equal(t, fallback.Open, s.State())
+	require.Equal(t, backend.BreakerOpen, s.State())
 }
 
 func TestCallerCancellationDoesNotCount(t *testing.T) {
@@ -191,7 +191,7 @@ func TestCallerCancellationDoesNotCount(t *testing.T) {
 		cancel()
 		p.calls.Store(0)
 	}
-	require.Equal(t, fallback.Closed, s.State())
+	require.Equal(t, backend.BreakerClosed, s.State())
 	require.Zero(t, s.Stats().PrimaryFailures)
 }
 
@@ -205,18 +205,20 @@ func TestInvalidRequestsAreErrorsNotFailures(t *testing.T) {
 	r.Cost = 11
 	_, err = s.Peek(t.Context(), r)
 	require.ErrorIs(t, err, algorithms.ErrInvalidRequest)
-	require.Equal(t, fallback.Closed, s.State())
-	require.Zero(t, p.calls.Load())
+	require.Equal(t, backend.BreakerClosed, s.State())
+	require.Zero(t, s.Stats().PrimaryFailures)
+	// Passed on unchecked: the primary checks what it decides.
+	require.Equal(t, int64(2), p.calls.Load())
 }
 
 func TestRecoveryThroughHalfOpenProbes(t *testing.T) {
 	p := newFlaky(t)
 	p.mode.Store(failing)
 	var mu sync.Mutex
-	var changes []fallback.StateChange
+	var changes []backend.StateChange
 	var s *fallback.Store
 	s = newStore(t, p, fallback.WithFailureThreshold(2), fallback.WithOpenTimeout(30*time.Millisecond), fallback.WithProbes(2),
-		fallback.WithStateHook(func(c fallback.StateChange) {
+		fallback.WithStateHook(func(c backend.StateChange) {
 			_ = s.Stats() // calling back into the store must not deadlock
 			mu.Lock()
 			changes = append(changes, c)
@@ -226,15 +228,15 @@ func TestRecoveryThroughHalfOpenProbes(t *testing.T) {
 		_, err := s.Take(t.Context(), req("a"))
 		require.NoError(t, err)
 	}
-	require.Equal(t, fallback.Open, s.State())
+	require.Equal(t, backend.BreakerOpen, s.State())
 	p.mode.Store(healthy)
-	waitFor(t, func() bool { return s.State() == fallback.HalfOpen })
+	waitFor(t, func() bool { return s.State() == backend.BreakerHalfOpen })
 	for range 2 {
 		res, err := s.Take(t.Context(), req("a"))
 		require.NoError(t, err)
 		require.False(t, res.Degraded)
 	}
-	require.Equal(t, fallback.Closed, s.State())
+	require.Equal(t, backend.BreakerClosed, s.State())
 	mu.Lock()
 	defer mu.Unlock()
 	var seen []string
@@ -252,8 +254,8 @@ func TestProbesAreBounded(t *testing.T) {
 	p.mode.Store(failing)
 	var halfOpens atomic.Int64
 	s := newStore(t, p, fallback.WithFailureThreshold(3), fallback.WithOpenTimeout(5*time.Millisecond), fallback.WithProbes(2),
-		fallback.WithStateHook(func(c fallback.StateChange) {
-			if c.To == fallback.HalfOpen {
+		fallback.WithStateHook(func(c backend.StateChange) {
+			if c.To == backend.BreakerHalfOpen {
 				halfOpens.Add(1)
 			}
 		}))

@@ -61,7 +61,7 @@ func TestHostileIDsDoNotReachErrors(t *testing.T) {
 		"fallback-rueidis":  newStore(t, rs),
 		"goredis (killed)":  gs,
 		"rueidis (killed)":  rs,
-		"fallback (closed)": newStore(t, down, fallback.WithPolicy(fallback.FailClosed)),
+		"fallback (closed)": newStore(t, down, fallback.WithPolicy(backend.FailClosed)),
 	}
 	calls := 0
 	for name, store := range stores {

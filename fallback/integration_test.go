@@ -281,7 +281,7 @@ type harness struct {
 	keys    []backend.Key
 
 	mu       sync.Mutex
-	changes  []fallback.StateChange
+	changes  []backend.StateChange
 	hookRuns atomic.Int64
 }
 
@@ -302,7 +302,7 @@ func newHarness(t *testing.T, primary backend.Store, rule algorithms.Rule, keys 
 		fallback.WithFailureThreshold(itThreshold),
 		fallback.WithOpenTimeout(itOpenTimeout),
 		fallback.WithProbes(itProbes),
-		fallback.WithStateHook(func(c fallback.StateChange) {
+		fallback.WithStateHook(func(c backend.StateChange) {
 			if s := self.Load(); s != nil {
 				_ = s.Stats() // re-entering the store from the hook must not deadlock
 			}
@@ -322,9 +322,9 @@ func newHarness(t *testing.T, primary backend.Store, rule algorithms.Rule, keys 
 // stateChanges returns the transitions so far (delivering any queued one).
 // settleClosed peeks every key (writing nothing) until the store's
 // breakers are all closed or limit passes, and returns the state then.
-func (h *harness) settleClosed(limit time.Duration) fallback.State {
+func (h *harness) settleClosed(limit time.Duration) backend.BreakerState {
 	deadline := time.Now().Add(limit)
-	for h.fb.State() != fallback.Closed && time.Now().Before(deadline) {
+	for h.fb.State() != backend.BreakerClosed && time.Now().Before(deadline) {
 		for _, k := range h.keys {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			_, _ = h.fb.Peek(ctx, backend.Request{Key: k, Rule: h.rule, Now: time.Now(), Cost: 1})
@@ -335,7 +335,7 @@ func (h *harness) settleClosed(limit time.Duration) fallback.State {
 	return h.fb.State()
 }
 
-func (h *harness) stateChanges() []fallback.StateChange {
+func (h *harness) stateChanges() []backend.StateChange {
 	_ = h.fb.State()
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -343,7 +343,7 @@ func (h *harness) stateChanges() []fallback.StateChange {
 }
 
 // transitionsSince counts the transitions to state at or after t0.
-func (h *harness) transitionsSince(to fallback.State, t0 time.Time) int {
+func (h *harness) transitionsSince(to backend.BreakerState, t0 time.Time) int {
 	n := 0
 	for _, c := range h.stateChanges() {
 		if c.To == to && !c.At.Before(t0) {
@@ -356,7 +356,7 @@ func (h *harness) transitionsSince(to fallback.State, t0 time.Time) int {
 // breakerPeriod is a stretch of time the breaker spent in one state:
 // [from, to), to being the zero time for the current state.
 type breakerPeriod struct {
-	state    fallback.State
+	state    backend.BreakerState
 	from, to time.Time
 }
 
@@ -368,7 +368,7 @@ func (p breakerPeriod) contains(t time.Time) bool {
 // whose At times gobreaker takes under its lock, in order. The store is
 // created closed.
 func (h *harness) periods() []breakerPeriod {
-	ps := []breakerPeriod{{state: fallback.Closed}}
+	ps := []breakerPeriod{{state: backend.BreakerClosed}}
 	for _, c := range h.stateChanges() {
 		last := &ps[len(ps)-1]
 		require.Equal(h.t, last.state, c.From, "transitions out of order: %v", c)
@@ -565,13 +565,13 @@ func TestKilledRedis(t *testing.T) {
 		// local share is one budget for the whole outage.
 		rule := algorithms.Rule{Algorithm: algorithms.SlidingLog, Limit: 20, Window: time.Minute}
 		localShare := localShareOf(rule.Limit, instances)
-		h := newHarness(t, conn.store, rule, 8, fallback.WithPolicy(fallback.Local(instances)))
+		h := newHarness(t, conn.store, rule, 8, fallback.WithPolicy(backend.LocalPolicy(instances)))
 		r := h.start(100000, 40*time.Second)
 
 		waitForCount(t, &r.fresh, 200, "decisions from Redis before the kill")
 		killAt := time.Now()
 		srv.Kill()
-		waitUntilFor(t, itWait, "the breaker opens after the kill", func() bool { return h.transitionsSince(fallback.Open, killAt) > 0 })
+		waitUntilFor(t, itWait, "the breaker opens after the kill", func() bool { return h.transitionsSince(backend.BreakerOpen, killAt) > 0 })
 		// Keep the outage on until every key has had far more calls than
 		// its local share.
 		degradedAtOpen := r.degraded.Load()
@@ -581,7 +581,7 @@ func TestKilledRedis(t *testing.T) {
 		srv.Restart()
 		upAt := time.Now()
 		waitUntilFor(t, itWait, "decisions from Redis after the restart", func() bool {
-			return h.fb.State() == fallback.Closed && h.transitionsSince(fallback.Closed, restartAt) > 0 && r.anyFreshSince(restartAt)
+			return h.fb.State() == backend.BreakerClosed && h.transitionsSince(backend.BreakerClosed, restartAt) > 0 && r.anyFreshSince(restartAt)
 		})
 		freshAtClose := r.fresh.Load()
 		waitForCount(t, &r.fresh, freshAtClose+100, "decisions from Redis after the breaker closed")
@@ -615,12 +615,12 @@ func TestKilledRedis(t *testing.T) {
 		// closed it after the restart.
 		changes := h.stateChanges()
 		require.NotEmpty(t, changes)
-		opened, ok := firstTransition(changes, fallback.Open, killAt)
+		opened, ok := firstTransition(changes, backend.BreakerOpen, killAt)
 		require.True(t, ok, "the breaker never opened after the kill")
 		last := changes[len(changes)-1]
-		require.Equal(t, fallback.Closed, last.To)
+		require.Equal(t, backend.BreakerClosed, last.To)
 		require.True(t, last.At.After(restartAt), "the breaker closed before Redis was back")
-		require.Equal(t, fallback.Closed, h.fb.State())
+		require.Equal(t, backend.BreakerClosed, h.fb.State())
 		fresh, ok := firstSince(ds, restartAt, func(d loadDecision) bool { return !d.degraded })
 		require.True(t, ok, "no decision from Redis after the restart")
 		firstDegraded, ok := firstSince(ds, killAt, func(d loadDecision) bool { return d.degraded })
@@ -636,13 +636,13 @@ func TestKilledRedis(t *testing.T) {
 }
 
 // firstTransition returns the first transition to state at or after t0.
-func firstTransition(changes []fallback.StateChange, to fallback.State, t0 time.Time) (fallback.StateChange, bool) {
+func firstTransition(changes []backend.StateChange, to backend.BreakerState, t0 time.Time) (backend.StateChange, bool) {
 	for _, c := range changes {
 		if c.To == to && !c.At.Before(t0) {
 			return c, true
 		}
 	}
-	return fallback.StateChange{}, false
+	return backend.StateChange{}, false
 }
 
 // TestPausedRedis freezes redis-server with SIGSTOP for three seconds under
@@ -657,19 +657,19 @@ func TestPausedRedis(t *testing.T) {
 		srv := redistest.Start(t)
 		conn := cl.single(t, srv.Addr())
 		rule := algorithms.Rule{Algorithm: algorithms.SlidingLog, Limit: 50, Window: time.Minute}
-		h := newHarness(t, conn.store, rule, 8, fallback.WithPolicy(fallback.Local(2)))
+		h := newHarness(t, conn.store, rule, 8, fallback.WithPolicy(backend.LocalPolicy(2)))
 		r := h.start(100000, 40*time.Second)
 
 		waitForCount(t, &r.fresh, 200, "decisions from Redis before the pause")
 		pauseAt := time.Now()
 		srv.Pause()
 		pausedAt := time.Now()
-		waitUntilFor(t, itWait, "the breaker opens during the pause", func() bool { return h.transitionsSince(fallback.Open, pauseAt) > 0 })
+		waitUntilFor(t, itWait, "the breaker opens during the pause", func() bool { return h.transitionsSince(backend.BreakerOpen, pauseAt) > 0 })
 		time.Sleep(3*time.Second - time.Since(pauseAt))
 		resumeAt := time.Now()
 		srv.Resume()
 		waitUntilFor(t, itWait, "decisions from Redis after the resume", func() bool {
-			return h.fb.State() == fallback.Closed && h.transitionsSince(fallback.Closed, resumeAt) > 0 && r.anyFreshSince(resumeAt)
+			return h.fb.State() == backend.BreakerClosed && h.transitionsSince(backend.BreakerClosed, resumeAt) > 0 && r.anyFreshSince(resumeAt)
 		})
 		ds := r.finish()
 		requireNoErrors(t, ds)
@@ -682,7 +682,7 @@ func TestPausedRedis(t *testing.T) {
 				require.True(t, d.degraded, "a call sent to a frozen server was decided by it")
 			}
 			for _, p := range ps {
-				if p.state == fallback.Open && d.start.After(p.from) && !p.to.IsZero() && d.end.Before(p.to) {
+				if p.state == backend.BreakerOpen && d.start.After(p.from) && !p.to.IsZero() && d.end.Before(p.to) {
 					inOpen = append(inOpen, d)
 					require.False(t, d.touched(), "a decision made while the breaker was open reached the primary")
 				}
@@ -698,11 +698,11 @@ func TestPausedRedis(t *testing.T) {
 				continue // not wholly within the pause
 			}
 			switch p.state {
-			case fallback.HalfOpen:
+			case backend.BreakerHalfOpen:
 				halfOpens++
 				probes += counts[i]
 				require.LessOrEqual(t, counts[i], itProbes, "half-open period %d let more than the probes through", i)
-			case fallback.Open:
+			case backend.BreakerOpen:
 				stragglers += counts[i]
 				// A call admitted just before the breaker opened may begin
 				// just after: at most one per caller.
@@ -767,7 +767,7 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 		st := h.fb.Stats()
 		require.Zero(t, st.Degraded)
 		require.Zero(t, st.PrimaryFailures)
-		require.Equal(t, fallback.Closed, st.State)
+		require.Equal(t, backend.BreakerClosed, st.State)
 		require.Empty(t, h.stateChanges(), "the breaker moved")
 		for k, key := range h.keys {
 			require.Equal(t, rule.Limit, allowed[k], "key %d: admissions", k)
@@ -839,7 +839,7 @@ func testFlapping(t *testing.T, cl itClient) {
 	before := settledGoroutines()
 	conn := cl.single(t, srv.Addr())
 	rule := algorithms.Rule{Algorithm: algorithms.SlidingLog, Limit: 50, Window: time.Second}
-	h := newHarness(t, conn.store, rule, 8, fallback.WithPolicy(fallback.Local(2)))
+	h := newHarness(t, conn.store, rule, 8, fallback.WithPolicy(backend.LocalPolicy(2)))
 	r := h.start(100000, 40*time.Second)
 	waitForCount(t, &r.fresh, 100, "decisions from Redis before the flapping")
 
@@ -856,7 +856,7 @@ func testFlapping(t *testing.T, cl itClient) {
 	}
 	flapEnd := time.Now()
 	waitUntilFor(t, itWait, "decisions from Redis after the flapping", func() bool {
-		return h.fb.State() == fallback.Closed && r.anyFreshSince(flapEnd)
+		return h.fb.State() == backend.BreakerClosed && r.anyFreshSince(flapEnd)
 	})
 	ds := r.finish()
 	conn.Close()
@@ -870,19 +870,19 @@ func testFlapping(t *testing.T, cl itClient) {
 	var opens, halfOpens, closes, probes, stragglers, maxProbes int
 	for i, p := range ps {
 		switch p.state {
-		case fallback.HalfOpen:
+		case backend.BreakerHalfOpen:
 			halfOpens++
 			probes += counts[i]
 			maxProbes = max(maxProbes, counts[i])
 			require.LessOrEqual(t, counts[i], itProbes, "half-open period %d (%v from the start of the flapping) let %d calls through",
 				i, p.from.Sub(flapAt), counts[i])
-		case fallback.Open:
+		case backend.BreakerOpen:
 			opens++
 			stragglers += counts[i]
 			// A call admitted just before the breaker opened may begin just
 			// after: at most one per caller.
 			require.LessOrEqual(t, counts[i], itCallers, "open period %d: %d primary calls", i, counts[i])
-		case fallback.Closed:
+		case backend.BreakerClosed:
 			if i > 0 {
 				closes++
 			}
@@ -891,7 +891,7 @@ func testFlapping(t *testing.T, cl itClient) {
 	for i, down := range downs {
 		opened := false
 		for _, p := range ps {
-			if p.state == fallback.Open && p.from.Before(down.to) && (p.to.IsZero() || p.to.After(down.from)) {
+			if p.state == backend.BreakerOpen && p.from.Before(down.to) && (p.to.IsZero() || p.to.After(down.from)) {
 				opened = true
 				break
 			}
@@ -904,7 +904,7 @@ func testFlapping(t *testing.T, cl itClient) {
 	// its end), and report how many.
 	var closedWhileFlapping int
 	for _, p := range ps[1:] {
-		if p.state == fallback.Closed && p.from.After(flapAt) && p.from.Before(flapEnd) {
+		if p.state == backend.BreakerClosed && p.from.After(flapAt) && p.from.Before(flapEnd) {
 			closedWhileFlapping++
 		}
 	}

@@ -59,9 +59,6 @@ func (s *Store) localID(lease int64) (int64, bool) {
 // ErrUnavailable: the lease stays held there until it expires or a later
 // Release succeeds.
 func (s *Store) Release(ctx context.Context, req backend.Request, lease int64) (bool, error) {
-	if err := backend.ValidateLease(&req); err != nil {
-		return false, err
-	}
 	if lease < 0 {
 		local, err := s.localLeases(&req)
 		if err != nil {
@@ -88,7 +85,7 @@ func (s *Store) Release(ctx context.Context, req backend.Request, lease int64) (
 		return backend.Result{Allowed: held}, err
 	})
 	if err != nil {
-		return false, s.leaseError("release", req.Key, err)
+		return false, s.leaseError("release", &req, err)
 	}
 	return res.Allowed, nil
 }
@@ -98,9 +95,6 @@ func (s *Store) Release(ctx context.Context, req backend.Request, lease int64) (
 // Degraded) and any other on the primary; when the primary cannot be
 // reached the error wraps ErrUnavailable and the lease is unchanged.
 func (s *Store) Renew(ctx context.Context, req backend.Request, lease int64) (backend.Result, error) {
-	if err := backend.ValidateLease(&req); err != nil {
-		return backend.Result{}, err
-	}
 	if lease < 0 {
 		local, err := s.localLeases(&req)
 		if err != nil {
@@ -128,7 +122,7 @@ func (s *Store) Renew(ctx context.Context, req backend.Request, lease int64) (ba
 		return primary.Renew(ctx, req, lease)
 	})
 	if err != nil {
-		return backend.Result{}, s.leaseError("renewal", req.Key, err)
+		return backend.Result{}, s.leaseError("renewal", &req, err)
 	}
 	return res, nil
 }
@@ -138,6 +132,11 @@ func (s *Store) Renew(ctx context.Context, req backend.Request, lease int64) (ba
 // stays at least the lease's cost, so that a lowered limit still lets it
 // go).
 func (s *Store) localLeases(req *backend.Request) (backend.LeaseStore, error) {
+	// Checked here, not only by the local store: a lease this store did not
+	// grant is refused without it.
+	if err := backend.ValidateLease(req); err != nil {
+		return nil, err
+	}
 	local, err := leasesOf(s.local, "local")
 	if err != nil {
 		return nil, err
@@ -156,10 +155,14 @@ func leasesOf(st backend.Store, role string) (backend.LeaseStore, error) {
 }
 
 // leaseError is the error of a lease's release or renewal the primary did
-// not answer.
-func (s *Store) leaseError(what string, key backend.Key, err error) error {
+// not answer: req's own fault when it is invalid (the primary did not
+// check it), else ErrUnavailable.
+func (s *Store) leaseError(what string, req *backend.Request, err error) error {
 	if ce, ok := errors.AsType[callerError](err); ok {
 		return ce.err
 	}
-	return fmt.Errorf("%w: %s of a lease on %s (it is released when it expires): %w", ErrUnavailable, what, boundid.Quote(key.ID), err)
+	if bad := backend.ValidateLease(req); bad != nil {
+		return bad
+	}
+	return fmt.Errorf("%w: %s of a lease on %s (it is released when it expires): %w", ErrUnavailable, what, boundid.Quote(req.Key.ID), err)
 }

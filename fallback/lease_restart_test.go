@@ -94,7 +94,7 @@ func runLeaseRestart(t *testing.T, persist bool) restartRun {
 	srv := redistest.Start(t, opts...)
 	var lims []*limiter.Limiter
 	for _, primary := range restartStores(t, srv.Addr()) {
-		fb := newStore(t, primary, fallback.WithPolicy(fallback.FailClosed), fallback.WithTimeout(restartCallTimeout),
+		fb := newStore(t, primary, fallback.WithPolicy(backend.FailClosed), fallback.WithTimeout(restartCallTimeout),
 			fallback.WithFailureThreshold(itThreshold), fallback.WithOpenTimeout(itOpenTimeout), fallback.WithProbes(itProbes))
 		lim, err := limiter.New(fb, limiter.Config{Algorithm: algorithms.Concurrency, Limit: restartLimit,
 			Window: restartTimeout, Prefix: "restart:"})

@@ -41,7 +41,7 @@ func (f *flakyLeases) Renew(ctx context.Context, req backend.Request, lease int6
 
 var leaseRule = algorithms.Rule{Algorithm: algorithms.Concurrency, Limit: 5, Window: time.Minute}
 
-func leaseReq(id string, p fallback.Policy, now time.Time) backend.Request {
+func leaseReq(id string, p backend.FailurePolicy, now time.Time) backend.Request {
 	return backend.Request{Key: backend.Key{Prefix: "fbl:", ID: id}, Rule: leaseRule, Now: now, Cost: 1, OnFailure: p}
 }
 
@@ -54,22 +54,22 @@ func TestLeasePolicies(t *testing.T) {
 	p := newFlakyLeases(t)
 	s := newStore(t, p, fallback.WithOpenTimeout(time.Hour))
 	now := time.Now()
-	primaryLease, err := s.Take(ctx, leaseReq("p", fallback.FailClosed, now))
+	primaryLease, err := s.Take(ctx, leaseReq("p", backend.FailClosed, now))
 	require.NoError(t, err)
 	require.True(t, primaryLease.Allowed)
 	require.Positive(t, primaryLease.Lease)
 	p.mode.Store(failing)
 
-	res, err := s.Take(ctx, leaseReq("u", fallback.FailOpen, now))
+	res, err := s.Take(ctx, leaseReq("u", backend.FailOpen, now))
 	require.NoError(t, err)
 	require.True(t, res.Allowed && res.Degraded)
 	require.Zero(t, res.Lease, "failing open keeps no lease")
-	res, err = s.Take(ctx, leaseReq("u", fallback.FailClosed, now))
+	res, err = s.Take(ctx, leaseReq("u", backend.FailClosed, now))
 	require.NoError(t, err)
 	require.False(t, res.Allowed)
 	require.True(t, res.Degraded)
 
-	local := fallback.Local(2)
+	local := backend.LocalPolicy(2)
 	var ids []int64
 	for i := range 4 {
 		res, err := s.Take(ctx, leaseReq("u", local, now))
@@ -98,9 +98,9 @@ func TestLeasePolicies(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, res.Allowed, "the release freed a local slot")
 
-	_, err = s.Release(ctx, leaseReq("p", fallback.FailClosed, now), primaryLease.Lease)
+	_, err = s.Release(ctx, leaseReq("p", backend.FailClosed, now), primaryLease.Lease)
 	require.ErrorIs(t, err, fallback.ErrUnavailable)
-	_, err = s.Renew(ctx, leaseReq("p", fallback.FailClosed, now), primaryLease.Lease)
+	_, err = s.Renew(ctx, leaseReq("p", backend.FailClosed, now), primaryLease.Lease)
 	require.ErrorIs(t, err, fallback.ErrUnavailable)
 }
 
@@ -114,7 +114,7 @@ func TestLocalLeaseReleasedLocallyAfterRecovery(t *testing.T) {
 	s := newStore(t, p, fallback.WithOpenTimeout(20*time.Millisecond), fallback.WithProbes(1), fallback.WithFailureThreshold(1))
 	fake := clock.NewFake(time.Now())
 	lim, err := limiter.New(s, limiter.Config{Algorithm: algorithms.Concurrency, Limit: 2, Window: time.Minute, Prefix: "fbl:",
-		OnFailure: fallback.Local(2)}, limiter.WithClock(fake))
+		OnFailure: backend.LocalPolicy(2)}, limiter.WithClock(fake))
 	require.NoError(t, err)
 	p.mode.Store(failing)
 	local, d, err := lim.Acquire(ctx, "u")
@@ -128,7 +128,7 @@ func TestLocalLeaseReleasedLocallyAfterRecovery(t *testing.T) {
 	p.mode.Store(healthy)
 	waitUntilFor(t, time.Second, "the breaker closes", func() bool {
 		_, err := lim.Peek(ctx, "v")
-		return err == nil && s.State() == fallback.Closed
+		return err == nil && s.State() == backend.BreakerClosed
 	})
 	remote, d, err := lim.Acquire(ctx, "u")
 	require.NoError(t, err)
@@ -155,7 +155,7 @@ func TestCompositeLeaseDuringOutage(t *testing.T) {
 	ctx := t.Context()
 	p := newFlakyLeases(t)
 	p.mode.Store(failing)
-	s := newStore(t, p, fallback.WithOpenTimeout(time.Hour), fallback.WithPolicy(fallback.Local(2)))
+	s := newStore(t, p, fallback.WithOpenTimeout(time.Hour), fallback.WithPolicy(backend.LocalPolicy(2)))
 	c, err := limiter.NewComposite(s, []limiter.Config{
 		{Limit: 100, Window: time.Hour, Prefix: "rate:"},
 		{Algorithm: algorithms.Concurrency, Limit: 4, Window: time.Minute, Prefix: "cc:"},

@@ -20,7 +20,7 @@ func TestLocalLeaseIDsAreTheirStores(t *testing.T) {
 	ctx := t.Context()
 	rule := algorithms.Rule{Algorithm: algorithms.Concurrency, Limit: 1, Window: time.Minute}
 	now := time.Now()
-	req := backend.Request{Key: backend.Key{Prefix: "two:", ID: "k"}, Rule: rule, Now: now, Cost: 1, OnFailure: fallback.Local(1)}
+	req := backend.Request{Key: backend.Key{Prefix: "two:", ID: "k"}, Rule: rule, Now: now, Cost: 1, OnFailure: backend.LocalPolicy(1)}
 	var stores [2]*fallback.Store
 	var ids [2]int64
 	for i := range stores {

@@ -78,13 +78,13 @@ func (u unwrapping) Unwrap() backend.Store { return u.Store }
 // Stats and the hook name the node. The control hides NodeOf: one breaker
 // then sends the healthy nodes' keys to the policy as well.
 func TestBreakerPerNode(t *testing.T) {
-	run := func(t *testing.T, wrap func(backend.Store) backend.Store) (healthyDegraded, deadDegraded int, s *fallback.Store, changes []fallback.StateChange) {
+	run := func(t *testing.T, wrap func(backend.Store) backend.Store) (healthyDegraded, deadDegraded int, s *fallback.Store, changes []backend.StateChange) {
 		n := newNodes(t)
 		n.set("b", true)
 		var mu sync.Mutex
 		s = newStore(t, wrap(n), fallback.WithFailureThreshold(3), fallback.WithOpenTimeout(time.Hour),
-			fallback.WithPolicy(fallback.FailOpen),
-			fallback.WithStateHook(func(c fallback.StateChange) {
+			fallback.WithPolicy(backend.FailOpen),
+			fallback.WithStateHook(func(c backend.StateChange) {
 				mu.Lock()
 				changes = append(changes, c)
 				mu.Unlock()
@@ -114,17 +114,17 @@ func TestBreakerPerNode(t *testing.T) {
 		require.Zero(t, healthy, "keys of healthy nodes were decided by the policy")
 		require.Equal(t, 105, dead, "every key of the dead node follows the policy")
 		st := s.Stats()
-		require.Equal(t, fallback.Open, st.State, "the worst node's state")
+		require.Equal(t, backend.BreakerOpen, st.State, "the worst node's state")
 		require.Equal(t, uint64(3), st.PrimaryFailures)
 		require.Equal(t, uint64(105), st.Degraded)
 		require.Equal(t, []fallback.NodeStats{
-			{Node: "a", State: fallback.Closed},
-			{Node: "b", State: fallback.Open, PrimaryFailures: 3, Degraded: 105},
-			{Node: "c", State: fallback.Closed},
+			{Node: "a", State: backend.BreakerClosed},
+			{Node: "b", State: backend.BreakerOpen, PrimaryFailures: 3, Degraded: 105},
+			{Node: "c", State: backend.BreakerClosed},
 		}, st.Nodes)
 		require.Len(t, changes, 1)
 		require.Equal(t, "b", changes[0].Node)
-		require.Equal(t, fallback.Open, changes[0].To)
+		require.Equal(t, backend.BreakerOpen, changes[0].To)
 	})
 	t.Run("control: one breaker", func(t *testing.T) {
 		healthy, dead, s, changes := run(t, func(p backend.Store) backend.Store { return hidden{p} })
@@ -142,12 +142,12 @@ func TestBreakerPerNode(t *testing.T) {
 func TestNodeBreakerForgotten(t *testing.T) {
 	n := newNodes(t)
 	n.set("b", true)
-	var changes atomic.Pointer[[]fallback.StateChange]
-	changes.Store(&[]fallback.StateChange{})
+	var changes atomic.Pointer[[]backend.StateChange]
+	changes.Store(&[]backend.StateChange{})
 	var mu sync.Mutex
 	const openTimeout = 50 * time.Millisecond
 	s := newStore(t, n, fallback.WithFailureThreshold(2), fallback.WithOpenTimeout(openTimeout),
-		fallback.WithStateHook(func(c fallback.StateChange) {
+		fallback.WithStateHook(func(c backend.StateChange) {
 			mu.Lock()
 			cs := append(*changes.Load(), c)
 			changes.Store(&cs)
@@ -158,23 +158,23 @@ func TestNodeBreakerForgotten(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, res.Degraded)
 	}
-	require.Equal(t, fallback.Open, s.State())
+	require.Equal(t, backend.BreakerOpen, s.State())
 	n.move("b", "b2") // the replica took over
 	res, err := s.Take(t.Context(), req("b:1"))
 	require.NoError(t, err)
 	require.False(t, res.Degraded, "the new owner's breaker is closed")
-	for deadline := time.Now().Add(10 * time.Second); s.State() != fallback.Closed && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(10 * time.Second); s.State() != backend.BreakerClosed && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 		_, err := s.Take(t.Context(), req("b:1")) // keeps b2's breaker in use
 		require.NoError(t, err)
 	}
-	require.Equal(t, fallback.Closed, s.State(), "the old owner's breaker was never forgotten")
+	require.Equal(t, backend.BreakerClosed, s.State(), "the old owner's breaker was never forgotten")
 	require.Equal(t, []string{"b2"}, nodeNames(s.Stats().Nodes))
 	cs := *changes.Load()
 	require.NotEmpty(t, cs)
 	last := cs[len(cs)-1]
 	require.Equal(t, "b", last.Node)
-	require.Equal(t, fallback.Closed, last.To)
+	require.Equal(t, backend.BreakerClosed, last.To)
 }
 
 func nodeNames(ns []fallback.NodeStats) []string {
@@ -210,9 +210,9 @@ func TestSingleNodeLocatorKeepsOneBreaker(t *testing.T) {
 		_, err := s.Take(t.Context(), req("a"))
 		require.NoError(t, err)
 	}
-	require.Equal(t, fallback.Open, s.State())
+	require.Equal(t, backend.BreakerOpen, s.State())
 	time.Sleep(100 * time.Millisecond) // five open timeouts: a node breaker would be dropped
-	require.Equal(t, fallback.HalfOpen, s.State(), "the only breaker was dropped or reset")
+	require.Equal(t, backend.BreakerHalfOpen, s.State(), "the only breaker was dropped or reset")
 	require.Nil(t, s.Stats().Nodes)
 }
 
@@ -223,9 +223,9 @@ func TestBreakerBeforeSlotMapIsDropped(t *testing.T) {
 	p := &later{flaky: newFlaky(t)}
 	p.mode.Store(failing)
 	var mu sync.Mutex
-	var changes []fallback.StateChange
+	var changes []backend.StateChange
 	s := newStore(t, p, fallback.WithFailureThreshold(2), fallback.WithOpenTimeout(time.Hour),
-		fallback.WithStateHook(func(c fallback.StateChange) {
+		fallback.WithStateHook(func(c backend.StateChange) {
 			mu.Lock()
 			changes = append(changes, c)
 			mu.Unlock()
@@ -234,16 +234,16 @@ func TestBreakerBeforeSlotMapIsDropped(t *testing.T) {
 		_, err := s.Take(t.Context(), req("a"))
 		require.NoError(t, err)
 	}
-	require.Equal(t, fallback.Open, s.State())
+	require.Equal(t, backend.BreakerOpen, s.State())
 	p.mode.Store(healthy)
 	p.named.Store(true)
 	res, err := s.Take(t.Context(), req("a"))
 	require.NoError(t, err)
 	require.False(t, res.Degraded)
-	require.Equal(t, fallback.Closed, s.State())
+	require.Equal(t, backend.BreakerClosed, s.State())
 	require.Equal(t, []string{"n1"}, nodeNames(s.Stats().Nodes))
 	mu.Lock()
 	defer mu.Unlock()
 	require.Len(t, changes, 2)
-	require.Equal(t, fallback.StateChange{From: fallback.Open, To: fallback.Closed, At: changes[1].At}, changes[1])
+	require.Equal(t, backend.StateChange{From: backend.BreakerOpen, To: backend.BreakerClosed, At: changes[1].At}, changes[1])
 }

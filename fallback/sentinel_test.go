@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/fallback"
 	"github.com/limitkit/limitkit/internal/testing/redistest"
 	"github.com/limitkit/limitkit/internal/testing/scripttest"
@@ -27,14 +28,14 @@ func TestSentinelFailover(t *testing.T) {
 		sn := redistest.StartSentinel(t)
 		conn := cl.sentinel(t, sn)
 		rule := algorithms.Rule{Algorithm: algorithms.SlidingLog, Limit: 50, Window: time.Minute}
-		h := newHarness(t, conn.store, rule, 8, fallback.WithPolicy(fallback.Local(2)))
+		h := newHarness(t, conn.store, rule, 8, fallback.WithPolicy(backend.LocalPolicy(2)))
 		r := h.start(1000000, 120*time.Second)
 
 		waitForCount(t, &r.fresh, 200, "decisions from the master before the kill")
 		require.Zero(t, scripttest.EvalCalls(t, sn.Replica), "the replica ran EVAL before the failover")
 		killAt := time.Now()
 		sn.Master.Kill()
-		waitUntilFor(t, itWait, "degraded decisions after the kill", func() bool { return h.transitionsSince(fallback.Open, killAt) > 0 })
+		waitUntilFor(t, itWait, "degraded decisions after the kill", func() bool { return h.transitionsSince(backend.BreakerOpen, killAt) > 0 })
 
 		// The sentinels promote the replica after down-after-milliseconds
 		// (1 s) and an election.
@@ -48,7 +49,7 @@ func TestSentinelFailover(t *testing.T) {
 			return false
 		})
 		waitUntilFor(t, itFailoverWait, "decisions from the promoted replica", func() bool {
-			return h.fb.State() == fallback.Closed && r.anyFreshSince(promotedAt)
+			return h.fb.State() == backend.BreakerClosed && r.anyFreshSince(promotedAt)
 		})
 		freshAtClose := r.fresh.Load()
 		waitForCount(t, &r.fresh, freshAtClose+100, "decisions from the promoted replica")
@@ -67,7 +68,7 @@ func TestSentinelFailover(t *testing.T) {
 		require.Positive(t, gapDegraded, "no degraded decision between the kill and the promotion")
 		fresh, ok := firstSince(ds, killAt, func(d loadDecision) bool { return !d.degraded })
 		require.True(t, ok, "no decision from Redis after the kill")
-		require.Equal(t, fallback.Closed, h.fb.State())
+		require.Equal(t, backend.BreakerClosed, h.fb.State())
 
 		role, err := sn.Replica.Do("ROLE")
 		require.NoError(t, err)

@@ -27,9 +27,9 @@ func TestConformanceHealthy(t *testing.T) {
 
 // pair is a payment limit with a guard: the main rule goes local while the
 // primary is down, the guard follows its own policy.
-func pair(guardPolicy fallback.Policy) []backend.Request {
+func pair(guardPolicy backend.FailurePolicy) []backend.Request {
 	main := req("acct")
-	main.OnFailure = fallback.Local(1)
+	main.OnFailure = backend.LocalPolicy(1)
 	guard := req("acct")
 	guard.Key.Prefix = "fb:guard:"
 	guard.Rule = algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 3, Window: time.Hour}
@@ -40,11 +40,11 @@ func pair(guardPolicy fallback.Policy) []backend.Request {
 func TestTakeAllFollowsEachRequestsPolicy(t *testing.T) {
 	p := newFlaky(t)
 	p.mode.Store(failing)
-	s := newStore(t, p, fallback.WithPolicy(fallback.FailOpen), fallback.WithOpenTimeout(time.Hour))
+	s := newStore(t, p, fallback.WithPolicy(backend.FailOpen), fallback.WithOpenTimeout(time.Hour))
 	ctx := t.Context()
 
 	// The guard fails closed: nothing is admitted, whatever the main rule says.
-	res, err := s.TakeAll(ctx, pair(fallback.FailClosed))
+	res, err := s.TakeAll(ctx, pair(backend.FailClosed))
 	require.NoError(t, err)
 	require.False(t, res.Allowed)
 	require.True(t, res.Degraded)
@@ -55,7 +55,7 @@ func TestTakeAllFollowsEachRequestsPolicy(t *testing.T) {
 	// store, the guard's 3 binding first.
 	admitted := 0
 	for range 5 {
-		res, err := s.TakeAll(ctx, pair(fallback.Local(1)))
+		res, err := s.TakeAll(ctx, pair(backend.LocalPolicy(1)))
 		require.NoError(t, err)
 		require.True(t, res.Degraded)
 		if res.Allowed {
@@ -77,7 +77,7 @@ func TestTakeAllFollowsEachRequestsPolicy(t *testing.T) {
 	// Healthy again: the primary decides and nothing is degraded.
 	p.mode.Store(healthy)
 	s2 := newStore(t, p)
-	res, err = s2.TakeAll(ctx, pair(fallback.FailClosed))
+	res, err = s2.TakeAll(ctx, pair(backend.FailClosed))
 	require.NoError(t, err)
 	require.True(t, res.Allowed)
 	require.False(t, res.Degraded)
@@ -89,10 +89,10 @@ func TestLimiterPoliciesReachTheFallback(t *testing.T) {
 	p := newFlaky(t)
 	p.mode.Store(failing)
 	s := newStore(t, p, fallback.WithOpenTimeout(time.Hour)) // default: Local(1)
-	login, err := limiter.New(s, limiter.Config{Limit: 5, Window: time.Minute, Prefix: "login:", OnFailure: fallback.FailOpen})
+	login, err := limiter.New(s, limiter.Config{Limit: 5, Window: time.Minute, Prefix: "login:", OnFailure: backend.FailOpen})
 	require.NoError(t, err)
 	pay, err := limiter.New(s, limiter.Config{Limit: 5, Window: time.Minute, Prefix: "pay:",
-		Guard: &limiter.Guard{Limit: 100, Window: 24 * time.Hour, OnFailure: fallback.FailClosed}})
+		Guard: &limiter.Guard{Limit: 100, Window: 24 * time.Hour, OnFailure: backend.FailClosed}})
 	require.NoError(t, err)
 	for range 10 {
 		d, err := login.Allow(t.Context(), "u")

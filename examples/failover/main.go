@@ -59,7 +59,7 @@ func run(ctx context.Context, out io.Writer, redisURL, client string) error {
 
 	logger := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	store, err := fallback.New(primary,
-		fallback.WithPolicy(fallback.Local(2)), // two instances share the limit
+		fallback.WithPolicy(backend.LocalPolicy(2)), // two instances share the limit
 		fallback.WithTimeout(50*time.Millisecond),
 		fallback.WithFailureThreshold(3),
 		fallback.WithOpenTimeout(time.Second),

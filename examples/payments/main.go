@@ -128,8 +128,8 @@ func run(out io.Writer, primary backend.Store) error {
 		Limit:     5,
 		Window:    time.Minute,
 		Prefix:    "payments:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":", // a fresh run each time
-		OnFailure: fallback.Local(2),
-		Guard:     &limiter.Guard{Limit: 12, Window: 24 * time.Hour, OnFailure: fallback.FailClosed},
+		OnFailure: backend.LocalPolicy(2),
+		Guard:     &limiter.Guard{Limit: 12, Window: 24 * time.Hour, OnFailure: backend.FailClosed},
 	}
 	lim, err := limiter.New(store, cfg, limiter.WithClock(fake))
 	if err != nil {

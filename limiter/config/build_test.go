@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/fallback"
@@ -212,10 +213,10 @@ policies:
 	cfg, err := Parse([]byte(file), YAML)
 	require.NoError(t, err)
 	require.Equal(t, &Fallback{Timeout: 200 * time.Millisecond, FailureThreshold: 2, OpenTimeout: time.Hour, Probes: 1,
-		OnFailure: fallback.Local(2)}, cfg.Backend.Fallback)
-	var changes []fallback.StateChange
+		OnFailure: backend.LocalPolicy(2)}, cfg.Backend.Fallback)
+	var changes []backend.StateChange
 	set, err := cfg.Build(context.Background(),
-		WithFallbackOptions(fallback.WithStateHook(func(c fallback.StateChange) { changes = append(changes, c) })))
+		WithFallbackOptions(fallback.WithStateHook(func(c backend.StateChange) { changes = append(changes, c) })))
 	require.NoError(t, err)
 	defer set.Close()
 	require.NotNil(t, set.Fallback())
@@ -231,7 +232,7 @@ policies:
 		require.NoError(t, err)
 		require.True(t, !d.Allowed && d.Degraded, "payment fails closed")
 	}
-	require.Equal(t, fallback.Open, set.Fallback().State(), "failure_threshold 2 opened the breaker")
+	require.Equal(t, backend.BreakerOpen, set.Fallback().State(), "failure_threshold 2 opened the breaker")
 	require.NotEmpty(t, changes, "the state hook passed by WithFallbackOptions ran")
 	// search has no on_failure: the file's default local:2 gives this
 	// instance ceil(5/2) = 3.

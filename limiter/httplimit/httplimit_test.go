@@ -252,7 +252,7 @@ func TestDegradedDecisions(t *testing.T) {
 
 	// Failing open, the fallback counts nothing: the policy goes out, but no
 	// current limit (r=0 would tell clients to stop).
-	lim, _ = newLimiter(t, guard.Policy(fallback.FailOpen), 2, time.Minute)
+	lim, _ = newLimiter(t, guard.Policy(backend.FailOpen), 2, time.Minute)
 	h = newHandler(t, lim, nil, WithHeaders(DraftHeaders|XRateLimitHeaders))
 	for range 3 {
 		w = do(h, request("192.0.2.1:1"))
@@ -263,7 +263,7 @@ func TestDegradedDecisions(t *testing.T) {
 		assert.Empty(t, w.Header().Get("X-RateLimit-Remaining"))
 	}
 	// Failing closed: denied with a Retry-After until the breaker probes.
-	lim, _ = newLimiter(t, guard.Policy(fallback.FailClosed), 2, time.Minute)
+	lim, _ = newLimiter(t, guard.Policy(backend.FailClosed), 2, time.Minute)
 	w = do(newHandler(t, lim, nil), request("192.0.2.1:1"))
 	assert.Equal(t, http.StatusTooManyRequests, w.Code)
 	assert.NotEmpty(t, w.Header().Get("Retry-After"))

@@ -148,8 +148,7 @@ func (d Decision) Outcome() string {
 type BreakerChange struct {
 	// Breaker names the breaker (the name given to BreakerHook).
 	Breaker string
-	// StateChange is the transition, as fallback.WithStateHook passes it
-	// (fallback.StateChange is backend.StateChange).
+	// StateChange is the transition, as fallback.WithStateHook passes it.
 	backend.StateChange
 }
 

@@ -129,8 +129,8 @@ func TestWrapReportsErrorsAndDegraded(t *testing.T) {
 	assert.Equal(t, []string{"take p: allowed degraded", "take p: denied degraded"}, rec.outcomes())
 	require.Len(t, rec.changes, 1)
 	assert.Equal(t, "redis", rec.changes[0].Breaker)
-	assert.Equal(t, fallback.Closed, rec.changes[0].From)
-	assert.Equal(t, fallback.Open, rec.changes[0].To)
+	assert.Equal(t, backend.BreakerClosed, rec.changes[0].From)
+	assert.Equal(t, backend.BreakerOpen, rec.changes[0].To)
 }
 
 // TestWrapObservesEveryMethod fails when backend.Store gains a method this
@@ -207,7 +207,7 @@ func TestJoin(t *testing.T) {
 	var a, b recorder
 	obs := Join(a.observer(), Observer{}, b.observer())
 	obs.OnDecision(withTrace("t-1"), Decision{Op: Take, Policy: "p:", Allowed: true})
-	obs.BreakerHook("r")(fallback.StateChange{From: fallback.Open, To: fallback.HalfOpen})
+	obs.BreakerHook("r")(backend.StateChange{From: backend.BreakerOpen, To: backend.BreakerHalfOpen})
 	obs.OnEvictions(Evictions{Store: "m", Active: 1, Total: 1})
 	for _, r := range []*recorder{&a, &b} {
 		assert.Equal(t, []string{"take p: allowed"}, r.outcomes())
@@ -217,7 +217,7 @@ func TestJoin(t *testing.T) {
 	}
 	empty := Join(Observer{})
 	assert.Nil(t, empty.OnDecision)
-	empty.BreakerHook("x")(fallback.StateChange{}) // nothing to call, no panic
+	empty.BreakerHook("x")(backend.StateChange{}) // nothing to call, no panic
 }
 
 func TestEvictionWatcher(t *testing.T) {
@@ -251,7 +251,7 @@ func TestSlog(t *testing.T) {
 	obs := Slog(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	obs.OnDecision(context.Background(), Decision{Op: Take, Policy: "api:", Allowed: true, Degraded: true, Cost: 1})
 	obs.OnDecision(context.Background(), Decision{Op: Take, Policy: "api:", Err: errDown})
-	obs.BreakerHook("redis")(fallback.StateChange{From: fallback.Closed, To: fallback.Open})
+	obs.BreakerHook("redis")(backend.StateChange{From: backend.BreakerClosed, To: backend.BreakerOpen})
 	obs.OnEvictions(Evictions{Store: "local", Active: 3, Total: 9})
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	require.Len(t, lines, 4)

@@ -46,8 +46,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
-	"github.com/limitkit/limitkit/fallback"
 	"github.com/limitkit/limitkit/limiter/observe"
 )
 
@@ -119,7 +119,7 @@ type Metrics struct {
 	obs         observe.Observer
 
 	mu       sync.Mutex
-	breakers map[string]fallback.State
+	breakers map[string]backend.BreakerState
 	stores   map[string]*memorystore.Store
 }
 
@@ -139,7 +139,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 	meter := mp.Meter(ScopeName)
 	m := &Metrics{
 		policies: policies{max: int64(o.maxPolicies)},
-		breakers: map[string]fallback.State{},
+		breakers: map[string]backend.BreakerState{},
 		stores:   map[string]*memorystore.Store{},
 	}
 	var errs []error
@@ -195,9 +195,9 @@ func (m *Metrics) Observer() observe.Observer { return m.obs }
 // breaker's state under name. The breaker is reported closed from this call
 // on, as a new fallback store's is, so call it once per breaker, when
 // creating it.
-func (m *Metrics) BreakerHook(name string) func(fallback.StateChange) {
+func (m *Metrics) BreakerHook(name string) func(backend.StateChange) {
 	m.mu.Lock()
-	m.breakers[name] = fallback.Closed
+	m.breakers[name] = backend.BreakerClosed
 	m.mu.Unlock()
 	return m.obs.BreakerHook(name)
 }
@@ -298,12 +298,12 @@ func (m *Metrics) breakerChange(c observe.BreakerChange) {
 		attribute.String("breaker", c.Breaker), attribute.String("to", string(c.To))))
 }
 
-var states = []fallback.State{fallback.Closed, fallback.HalfOpen, fallback.Open}
+var states = []backend.BreakerState{backend.BreakerClosed, backend.BreakerHalfOpen, backend.BreakerOpen}
 
 // observe reports the asynchronous instruments at collection time.
 func (m *Metrics) observe(obs metric.Observer, state, evictions, keys metric.Int64Observable) {
 	m.mu.Lock()
-	breakers := make(map[string]fallback.State, len(m.breakers))
+	breakers := make(map[string]backend.BreakerState, len(m.breakers))
 	for n, s := range m.breakers {
 		breakers[n] = s
 	}

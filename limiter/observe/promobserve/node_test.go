@@ -73,11 +73,11 @@ func TestBreakerStatePerNode(t *testing.T) {
 	require.Eventually(t, func() bool {
 		text := scrape(t, reg)
 		st := guard.Stats()
-		if len(st.Nodes) != 3 || st.State != fallback.Open || gauge(t, text, "", string(st.State)) != 1 {
+		if len(st.Nodes) != 3 || st.State != backend.BreakerOpen || gauge(t, text, "", string(st.State)) != 1 {
 			return false
 		}
 		for _, n := range st.Nodes {
-			if n.State == fallback.Closed && !strings.Contains(text, `node="`+n.Node+`"`) {
+			if n.State == backend.BreakerClosed && !strings.Contains(text, `node="`+n.Node+`"`) {
 				continue // never changed: no series
 			}
 			if gauge(t, text, n.Node, string(n.State)) != 1 {
@@ -98,10 +98,10 @@ func TestBreakerStateWorstOfNodes(t *testing.T) {
 	require.NoError(t, err)
 	hook := metrics.BreakerHook("redis")
 	changes := []backend.StateChange{
-		{From: fallback.Closed, To: fallback.Open, Node: "b"},
-		{From: fallback.Closed, To: fallback.Open, Node: "c"},
-		{From: fallback.Open, To: fallback.HalfOpen, Node: "b"},
-		{From: fallback.HalfOpen, To: fallback.Closed, Node: "b"},
+		{From: backend.BreakerClosed, To: backend.BreakerOpen, Node: "b"},
+		{From: backend.BreakerClosed, To: backend.BreakerOpen, Node: "c"},
+		{From: backend.BreakerOpen, To: backend.BreakerHalfOpen, Node: "b"},
+		{From: backend.BreakerHalfOpen, To: backend.BreakerClosed, Node: "b"},
 	}
 	for _, c := range changes {
 		hook(c)
@@ -114,17 +114,17 @@ func TestBreakerStateWorstOfNodes(t *testing.T) {
 	require.Equal(t, 1.0, gauge(t, text, "", "open"), "the store's gauge is the worst of its nodes")
 	require.Equal(t, 0.0, gauge(t, text, "", "closed"))
 	require.Equal(t, 2.0, value(t, text, `limitkit_breaker_transitions_total{breaker="redis",to="open"}`))
-	require.Equal(t, fallback.Closed, changes[len(changes)-1].To, "control: the last change alone would show the store closed")
+	require.Equal(t, backend.BreakerClosed, changes[len(changes)-1].To, "control: the last change alone would show the store closed")
 
 	// c closes too (or fallback forgets it, which it reports as closing).
-	hook(backend.StateChange{From: fallback.Open, To: fallback.Closed, Node: "c"})
+	hook(backend.StateChange{From: backend.BreakerOpen, To: backend.BreakerClosed, Node: "c"})
 	text = scrape(t, reg)
 	require.Equal(t, 1.0, gauge(t, text, "", "closed"))
 	require.Equal(t, 1.0, gauge(t, text, "c", "closed"))
 
 	// A store's only breaker (Node "") has no node series.
 	single := metrics.BreakerHook("single")
-	single(backend.StateChange{From: fallback.Closed, To: fallback.Open})
+	single(backend.StateChange{From: backend.BreakerClosed, To: backend.BreakerOpen})
 	text = scrape(t, reg)
 	require.Equal(t, 1.0, value(t, text, `limitkit_breaker_state{breaker="single",state="open"}`))
 	require.NotContains(t, text, `limitkit_breaker_node_state{breaker="single"`)

@@ -1,0 +1,117 @@
+package fallback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/backend"
+)
+
+// callerError marks an error caused by the caller (its context ended, or its
+// request was invalid): it does not count against the primary.
+type callerError struct{ err error }
+
+func (e callerError) Error() string { return e.err.Error() }
+func (e callerError) Unwrap() error { return e.err }
+
+// execute runs fn on the primary through breaker b, within the deadline.
+func (s *shared) execute(ctx context.Context, b *breaker, fn func(context.Context) (backend.Result, error)) (backend.Result, error) {
+	res, err := b.cb.Execute(func() (backend.Result, error) {
+		res, err := s.withDeadline(ctx, fn)
+		if err != nil && !errors.As(err, new(callerError)) {
+			s.failures.Add(1)
+			b.failures.Add(1)
+			b.lastErr.Store(&err)
+		}
+		return res, err
+	})
+	s.deliver()
+	return res, err
+}
+
+// withDeadline runs fn within the timeout. When the primary honours its
+// context (see backend.ContextHonourer) fn runs in the caller's goroutine on a
+// context with the timeout: no goroutine, channel or timer of its own.
+// Otherwise fn runs in a goroutine the caller stops waiting for after the
+// timeout; once maxAbandoned such calls are still running past their
+// deadline, calls fail at once (as primary failures) until some return, so
+// a hung client cannot pile goroutines up (at most maxAbandoned, plus one
+// per caller that started as the last slot went).
+func (s *shared) withDeadline(ctx context.Context, fn func(context.Context) (backend.Result, error)) (backend.Result, error) {
+	callCtx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
+	defer cancel()
+	var res backend.Result
+	var err error
+	if s.direct {
+		res, err = fn(callCtx)
+	} else {
+		res, err = s.bounded(callCtx, fn)
+	}
+	switch {
+	case err == nil:
+		return res, nil
+	case ctx.Err() != nil:
+		return res, callerError{ctx.Err()}
+	case errors.Is(err, algorithms.ErrInvalidRequest), errors.Is(err, algorithms.ErrInvalidRule):
+		return res, callerError{err}
+	case callCtx.Err() != nil:
+		return backend.Result{}, fmt.Errorf("fallback: primary did not answer within %v: %w", s.cfg.timeout, err)
+	}
+	return res, err
+}
+
+// maxAbandoned bounds the calls to a primary that does not honour its
+// context still running after their caller stopped waiting.
+const maxAbandoned = 256
+
+// errTooManyAbandoned fails calls while maxAbandoned calls still run.
+var errTooManyAbandoned = fmt.Errorf("fallback: %d primary calls are still running past their deadline; "+
+	"give the client a timeout it enforces (go-redis: ContextTimeoutEnabled)", maxAbandoned)
+
+// The states of a call run by bounded.
+const (
+	callRunning int32 = iota
+	callDone
+	callAbandoned
+)
+
+// bounded runs fn in a goroutine and waits for it until ctx ends.
+func (s *shared) bounded(ctx context.Context, fn func(context.Context) (backend.Result, error)) (backend.Result, error) {
+	if s.abandoned.Load() >= maxAbandoned {
+		return backend.Result{}, errTooManyAbandoned
+	}
+	type outcome struct {
+		res backend.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	state := new(atomic.Int32)
+	go func() {
+		res, err := fn(ctx)
+		done <- outcome{res, err}
+		if !state.CompareAndSwap(callRunning, callDone) {
+			s.abandoned.Add(-1) // its caller left: no longer running
+		}
+	}()
+	select {
+	case o := <-done:
+		return o.res, o.err
+	case <-ctx.Done():
+		if state.CompareAndSwap(callRunning, callAbandoned) {
+			s.abandoned.Add(1)
+			return backend.Result{}, ctx.Err()
+		}
+		o := <-done // it finished meanwhile
+		return o.res, o.err
+	}
+}
+
+// honoursContext reports whether s, or a store it wraps, honours contexts
+// (backend.ContextHonourer).
+func honoursContext(s backend.Store) bool {
+	h, ok := backend.As[backend.ContextHonourer](s)
+	return ok && h.HonoursContext()
+}

@@ -1,0 +1,110 @@
+package fallback
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/limitkit/limitkit/backend"
+)
+
+// Policy returns a view of s that decides by p while the primary is
+// unavailable (requests that carry their own policy still follow it). Views
+// share the breaker, the local store and the statistics. The unset policy
+// means backend.LocalPolicy(1).
+func (s *Store) Policy(p backend.FailurePolicy) *Store {
+	if p.Mode() == backend.ModeUnset {
+		p = backend.LocalPolicy(1)
+	}
+	return &Store{shared: s.shared, policy: p}
+}
+
+// policyOf returns the policy that decides req: its own, else the store's.
+func (s *Store) policyOf(req *backend.Request) backend.FailurePolicy {
+	if req.OnFailure.Mode() != backend.ModeUnset {
+		return req.OnFailure
+	}
+	return s.policy
+}
+
+// byPolicy answers req without the primary when its policy needs no local
+// store (fail open, fail closed, or a cost beyond this instance's share),
+// and otherwise scales req's limit to the share and reports local.
+func (s *Store) byPolicy(b *breaker, req *backend.Request) (res backend.Result, local bool) {
+	p := s.policyOf(req)
+	switch p.Mode() {
+	case backend.ModeOpen:
+		return backend.Result{Allowed: true, Limit: req.Rule.Limit, Degraded: true}, false
+	case backend.ModeClosed:
+		return backend.Result{Limit: req.Rule.Limit, RetryAfter: b.untilProbe(s.cfg.openTimeout), Degraded: true}, false
+	}
+	share := (req.Rule.Limit + p.Instances() - 1) / p.Instances()
+	if req.Cost > share {
+		// This instance's share can never admit it: deny until the
+		// primary is back.
+		return backend.Result{Limit: share, RetryAfter: b.untilProbe(s.cfg.openTimeout), Degraded: true}, false
+	}
+	req.Rule.Limit = share
+	return backend.Result{}, true
+}
+
+// decide answers req by policy, with Degraded set. It checks req first:
+// the primary, which checks what it decides, did not answer, a policy
+// admits or denies on its own, and a bad limit scaled to a share would turn
+// a refusal into a denial.
+func (s *Store) decide(ctx context.Context, b *breaker, req backend.Request, take bool) (backend.Result, error) {
+	if err := req.Validate(); err != nil {
+		return backend.Result{}, err
+	}
+	s.degraded.Add(1)
+	b.degraded.Add(1)
+	res, local := s.byPolicy(b, &req)
+	if !local {
+		return res, nil
+	}
+	var err error
+	if take {
+		res, err = s.local.Take(ctx, req)
+	} else {
+		res, err = s.local.Peek(ctx, req)
+	}
+	if err != nil {
+		return backend.Result{}, fmt.Errorf("fallback: local store: %w", err)
+	}
+	res.Degraded = true
+	res.Lease = s.localLease(res.Lease) // a local lease: released to the local store
+	return res, nil
+}
+
+// decideAll answers a TakeAll by each request's policy, with Degraded set.
+func (s *Store) decideAll(ctx context.Context, b *breaker, reqs []backend.Request) (backend.Result, error) {
+	if err := backend.ValidateAll(reqs); err != nil {
+		return backend.Result{}, err
+	}
+	s.degraded.Add(1)
+	b.degraded.Add(1)
+	results := make([]backend.Result, len(reqs))
+	local := make([]backend.Request, 0, len(reqs))
+	index := make([]int, 0, len(reqs))
+	for i := range reqs {
+		req := reqs[i]
+		r, isLocal := s.byPolicy(b, &req)
+		results[i] = r
+		if isLocal {
+			// Decided below; it does not deny on its own.
+			results[i] = backend.Result{Allowed: true, Limit: req.Rule.Limit, Remaining: req.Rule.Limit, Degraded: true}
+			local = append(local, req)
+			index = append(index, i)
+		}
+	}
+	if combined := backend.Combine(results); !combined.Allowed || len(local) == 0 {
+		return combined, nil
+	}
+	res, err := s.local.TakeAll(ctx, local)
+	if err != nil {
+		return backend.Result{}, fmt.Errorf("fallback: local store: %w", err)
+	}
+	res.Rule = index[res.Rule]
+	res.Degraded = true
+	res.Lease = s.localLease(res.Lease) // a local lease: released to the local store
+	return res, nil
+}

@@ -1,0 +1,196 @@
+package fallback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/internal/boundid"
+)
+
+// Store is a backend.Store that decides on the primary while it is healthy
+// and by policy while it is not. It is safe for concurrent use.
+type Store struct {
+	*shared
+	policy backend.FailurePolicy
+}
+
+// shared is what every policy view of one Store shares.
+type shared struct {
+	primary backend.Store
+	local   backend.Store
+	cfg     config
+
+	// one is the breaker of every request when there is no locator.
+	one     *breaker
+	locator backend.NodeLocator
+	// cluster is set once the locator named a node: from then on each node
+	// has a breaker.
+	cluster atomic.Bool
+	// nodes holds a breaker per cluster node, by address.
+	nodesMu sync.RWMutex
+	nodes   map[string]*breaker
+	// swept is when nodes was last swept for breakers to forget (Unix ns).
+	swept atomic.Int64
+
+	eventsMu   sync.Mutex
+	events     []backend.StateChange
+	pending    atomic.Int32
+	delivering sync.Mutex
+
+	degraded atomic.Uint64
+	failures atomic.Uint64
+
+	// direct: the primary honours contexts, so calls need no goroutine.
+	direct bool
+	// abandoned counts calls still running after their caller left.
+	abandoned atomic.Int32
+}
+
+var (
+	_ backend.LeaseStore = (*Store)(nil)
+	_ backend.Wrapper    = (*Store)(nil)
+)
+
+// AckHeadroom is the least time a primary call's deadline must leave after
+// the primary's replica acknowledgement wait (backend.AckWaiter): the
+// script's round trip and, when too few replicas acknowledged, the refund's.
+// A deadline that passed during the wait would turn the admission it was
+// confirming into the failure policy's decision.
+const AckHeadroom = DefaultTimeout / 2
+
+// New wraps primary. It returns an error only for invalid options, or a
+// timeout that cannot hold the primary's replica acknowledgement wait.
+func New(primary backend.Store, opts ...Option) (*Store, error) {
+	if primary == nil {
+		return nil, errors.New("fallback: primary store is nil")
+	}
+	c := config{
+		timeout:     DefaultTimeout,
+		threshold:   DefaultFailureThreshold,
+		openTimeout: DefaultOpenTimeout,
+		probes:      DefaultProbes,
+		policy:      backend.LocalPolicy(1),
+		logger:      slog.Default(),
+		name:        "limitkit",
+	}
+	for _, opt := range opts {
+		if err := opt(&c); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.fitAck(primary); err != nil {
+		return nil, err
+	}
+	if c.local == nil {
+		m, err := memorystore.New()
+		if err != nil {
+			return nil, err
+		}
+		c.local = m
+	}
+	sh := &shared{primary: primary, local: c.local, cfg: c, direct: honoursContext(primary), locator: locatorOf(primary)}
+	sh.one = sh.newBreaker("")
+	return &Store{shared: sh, policy: c.policy}, nil
+}
+
+// fitAck makes the timeout hold the primary's replica acknowledgement
+// wait: derived when WithTimeout was not given, refused when it was and is
+// too short.
+func (c *config) fitAck(primary backend.Store) error {
+	w, ok := backend.As[backend.AckWaiter](primary)
+	if !ok || w.ReplicaAckTimeout() <= 0 {
+		return nil
+	}
+	wait := w.ReplicaAckTimeout()
+	if !c.timeoutSet {
+		c.timeout = wait + DefaultTimeout
+		return nil
+	}
+	if c.timeout < wait+AckHeadroom {
+		return fmt.Errorf("fallback: timeout %v does not hold the primary's replica acknowledgement wait of %v: "+
+			"a call would end before the acknowledgement and be decided by the failure policy; "+
+			"give WithTimeout at least %v (the wait plus AckHeadroom), leave it unset, or shorten WithReplicaAck's timeout",
+			c.timeout, wait, wait+AckHeadroom)
+	}
+	return nil
+}
+
+// Unwrap returns the primary store (backend.Wrapper).
+func (s *Store) Unwrap() backend.Store { return s.primary }
+
+// Take implements backend.Store.
+func (s *Store) Take(ctx context.Context, req backend.Request) (backend.Result, error) {
+	return s.step(ctx, req, true)
+}
+
+// Peek implements backend.Store.
+func (s *Store) Peek(ctx context.Context, req backend.Request) (backend.Result, error) {
+	return s.step(ctx, req, false)
+}
+
+// step decides req on the primary, else by policy. The primary checks req
+// (its refusal is the caller's error, not a failure); decide checks it
+// where the primary did not answer.
+func (s *Store) step(ctx context.Context, req backend.Request, take bool) (backend.Result, error) {
+	call := s.primary.Peek
+	if take {
+		call = s.primary.Take
+	}
+	b := s.breakerFor(ctx, req.Key)
+	res, err := s.execute(ctx, b, func(ctx context.Context) (backend.Result, error) { return call(ctx, req) })
+	if err == nil {
+		return res, nil
+	}
+	if ce, ok := errors.AsType[callerError](err); ok {
+		return backend.Result{}, ce.err
+	}
+	return s.decide(ctx, b, req, take)
+}
+
+// Reset implements backend.Store. It resets the key on the local store too,
+// and reports an error wrapping ErrUnavailable when the primary could not be
+// reset. The local store checks key and rule first.
+func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule) error {
+	if err := s.local.Reset(ctx, key, rule); err != nil {
+		return err
+	}
+	_, err := s.execute(ctx, s.breakerFor(ctx, key), func(ctx context.Context) (backend.Result, error) {
+		return backend.Result{}, s.primary.Reset(ctx, key, rule)
+	})
+	if err == nil {
+		return nil
+	}
+	if ce, ok := errors.AsType[callerError](err); ok {
+		return ce.err
+	}
+	return fmt.Errorf("%w: reset %s: %w", ErrUnavailable, boundid.Quote(key.ID), err)
+}
+
+// TakeAll implements backend.Store. While the primary is unavailable each
+// request follows its own policy (Request.OnFailure, else the store's): the
+// call is denied when any request's policy denies (fail closed), requests
+// that fail open drop out, and the rest are decided together on the local
+// store with their limits scaled.
+func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
+	if len(reqs) == 0 {
+		return backend.Result{}, backend.ValidateAll(reqs) // no first key to route by
+	}
+	// Keys on several nodes are not one call's; the first key's node
+	// answers for them (see the Redis stores' TakeAll).
+	b := s.breakerFor(ctx, reqs[0].Key)
+	res, err := s.execute(ctx, b, func(ctx context.Context) (backend.Result, error) { return s.primary.TakeAll(ctx, reqs) })
+	if err == nil {
+		return res, nil
+	}
+	if ce, ok := errors.AsType[callerError](err); ok {
+		return backend.Result{}, ce.err
+	}
+	return s.decideAll(ctx, b, reqs)
+}
