@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -108,6 +110,7 @@ func stacks(t *testing.T) []stack {
 			t.Cleanup(func() { _ = d.Close() })
 			return d
 		}
+		out = append(out, topologies(t)...)
 		out = append(out,
 			stack{name: "goredis", store: gs},
 			stack{name: "rueidis", store: rs},
@@ -239,4 +242,41 @@ func (f *forgettingLog) TakeAll(_ context.Context, reqs []backend.Request) (back
 		f.take(r)
 	}
 	return backend.Result{Allowed: true}, nil
+}
+
+// topologies are the stores on a 3-master cluster (a TakeAll's two keys in
+// different slots: checked, then taken in order, refunded on a late
+// denial) and through Sentinel, with both clients.
+func topologies(t *testing.T) []stack {
+	cluster := redistest.StartCluster(t, 3, 0)
+	sn := redistest.StartSentinel(t)
+	gcc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()})
+	gsc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: sn.MasterName, SentinelAddrs: sn.SentinelAddrs()})
+	t.Cleanup(func() { _ = gcc.Close(); _ = gsc.Close() })
+	rcc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: cluster.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rcc.Close)
+	rsc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: sn.SentinelAddrs(),
+		Sentinel: rueidis.SentinelOption{MasterSet: sn.MasterName}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rsc.Close)
+	var out []stack
+	for name, s := range map[string]func() (backend.Store, error){
+		"goredis-cluster":  func() (backend.Store, error) { return goredisstore.New(gcc) },
+		"rueidis-cluster":  func() (backend.Store, error) { return rueidisstore.New(rcc) },
+		"goredis-sentinel": func() (backend.Store, error) { return goredisstore.New(gsc) },
+		"rueidis-sentinel": func() (backend.Store, error) { return rueidisstore.New(rsc) },
+	} {
+		st, err := s()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		out = append(out, stack{name: name, store: st})
+	}
+	slices.SortFunc(out, func(a, b stack) int { return strings.Compare(a.name, b.name) })
+	return out
 }
