@@ -299,8 +299,8 @@ func (a conn) EvalBatch(ctx context.Context, cmd redisscript.Command, script str
 
 // EvalWait pipelines the script and WAIT: one round trip on one connection
 // (the store refuses cluster clients for this), sent at most once. A WAIT
-// that fails after the script's reply was read (the caller's deadline cut
-// it, or the connection broke) confirms nothing: 0 acknowledgements, so the
+// that does not come back after the script's reply was read (the caller's
+// deadline cut it, or the connection broke) confirms nothing: 0 acknowledgements, so the
 // admission is refused and refunded or admitted unconfirmed as the store's
 // OnShortAck says, never lost with its units taken.
 func (a conn) EvalWait(ctx context.Context, cmd redisscript.Command, script string, keys, args []string, replicas int, timeout time.Duration) ([]int64, int64, error) {
@@ -315,6 +315,10 @@ func (a conn) EvalWait(ctx context.Context, cmd redisscript.Command, script stri
 		return nil, 0, err
 	}
 	n, err := wait.Result()
+	var refused redis.Error
+	if errors.As(err, &refused) {
+		return nil, 0, fmt.Errorf("WAIT: %w", err) // the server refuses it (ACL): a setup to fix
+	}
 	if err != nil {
 		return vals, 0, nil
 	}

@@ -288,7 +288,7 @@ func (a conn) EvalBatch(ctx context.Context, cmd redisscript.Command, script str
 // that fails after the reply came back confirms nothing: 0
 // acknowledgements, so the admission is refused and refunded or admitted
 // unconfirmed as the store's OnShortAck says, never lost with its units
-// taken.
+// taken. (A WAIT the server refuses, for want of the ACL, is an error.)
 func (a conn) EvalWait(ctx context.Context, cmd redisscript.Command, script string, keys, args []string, replicas int, timeout time.Duration) ([]int64, int64, error) {
 	c, err := a.evalCmd(cmd, script, keys, args)
 	if err != nil {
@@ -302,6 +302,9 @@ func (a conn) EvalWait(ctx context.Context, cmd redisscript.Command, script stri
 	}
 	wait := dc.B().Wait().Numreplicas(int64(replicas)).Timeout(timeout.Milliseconds()).Build()
 	n, err := dc.Do(ctx, wait).AsInt64()
+	if _, refused := rueidis.IsRedisErr(err); refused {
+		return nil, 0, fmt.Errorf("WAIT: %w", err) // the server refuses it (ACL): a setup to fix
+	}
 	if err != nil {
 		return vals, 0, nil
 	}

@@ -65,7 +65,9 @@ func TestUnconfirmedWhenTheDeadlineCutsWAIT(t *testing.T) {
 				ctx, cancel := context.WithTimeout(t.Context(), 150*time.Millisecond)
 				defer cancel()
 				res, err := s.Take(ctx, req)
-				require.Error(t, ctx.Err(), "the deadline did not pass during WAIT")
+				// WAIT's own timeout is 5 s: whatever came back in time
+				// came back because the deadline cut WAIT. (Not ctx.Err():
+				// the socket's deadline can fire a moment before ctx's.)
 				require.NoError(t, err, "the deadline cut WAIT, and the admission's reply with it")
 				peek, err := s.Peek(t.Context(), req)
 				require.NoError(t, err)
