@@ -18,9 +18,10 @@ import (
 
 // TestUnconfirmedWhenTheDeadlineCutsWAIT (issue 22, defect 14): with
 // clients that honour the caller's deadline, an ack timeout longer than the
-// time left (5 s against 150 ms, for a replica that does not exist) let the
-// deadline cut WAIT, and both clients failed the script's reply with it: an
-// error, and the admission's unit stayed taken with no one to refund it.
+// time left (a minute against a second, for a replica that does not exist)
+// let the deadline cut WAIT, and both clients failed the script's reply
+// with it: an error, and the admission's unit stayed taken with no one to
+// refund it.
 // The reply is now kept, so the admission is known to be unconfirmed: under
 // DenyUnconfirmed denied with its unit given back, under AdmitUnconfirmed
 // admitted and marked so. (Cutting WAIT's timeout to the deadline would not
@@ -44,7 +45,7 @@ func TestUnconfirmedWhenTheDeadlineCutsWAIT(t *testing.T) {
 		"goredis": func(on backend.OnShortAck) backend.Store {
 			c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
 			t.Cleanup(func() { _ = c.Close() })
-			s, err := goredisstore.New(c, goredisstore.WithReplicaAck(1, 5*time.Second, on))
+			s, err := goredisstore.New(c, goredisstore.WithReplicaAck(1, time.Minute, on))
 			require.NoError(t, err)
 			return s
 		},
@@ -52,7 +53,7 @@ func TestUnconfirmedWhenTheDeadlineCutsWAIT(t *testing.T) {
 			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, ForceSingleClient: true})
 			require.NoError(t, err)
 			t.Cleanup(c.Close)
-			s, err := rueidisstore.New(c, rueidisstore.WithReplicaAck(1, 5*time.Second, on))
+			s, err := rueidisstore.New(c, rueidisstore.WithReplicaAck(1, time.Minute, on))
 			require.NoError(t, err)
 			return s
 		},
@@ -62,10 +63,10 @@ func TestUnconfirmedWhenTheDeadlineCutsWAIT(t *testing.T) {
 			t.Run(name+"/"+policy, func(t *testing.T) {
 				s := open(on)
 				req := backend.Request{Key: backend.Key{Prefix: "ackdl:" + name + policy + ":", ID: "u"}, Rule: rule, Now: time.Now(), Cost: 1}
-				ctx, cancel := context.WithTimeout(t.Context(), 150*time.Millisecond)
+				ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 				defer cancel()
 				res, err := s.Take(ctx, req)
-				// WAIT's own timeout is 5 s: whatever came back in time
+				// WAIT's own timeout is a minute: whatever came back in time
 				// came back because the deadline cut WAIT. (Not ctx.Err():
 				// the socket's deadline can fire a moment before ctx's.)
 				require.NoError(t, err, "the deadline cut WAIT, and the admission's reply with it")
