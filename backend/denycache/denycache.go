@@ -141,7 +141,9 @@ type Store struct {
 	mine    sync.Map
 	sightMu sync.Mutex
 	groups  map[groupID]*group
-	renewed atomic.Int64 // wall ms of the last renewal
+	renewed atomic.Int64 // mono ms of the last renewal
+	// born is the origin of mono.
+	born time.Time
 
 	// listening is set while the subscription is confirmed.
 	listening atomic.Bool
@@ -183,7 +185,7 @@ func New(inner backend.Store, bus Bus, opts ...Option) (*Store, error) {
 		return nil, errors.New("denycache: channel is empty; name one (or leave the default)")
 	}
 	s := &Store{inner: inner, bus: bus, opts: o, seed: maphash.MakeSeed(), perShrd: o.maxEntries / shards,
-		id: newNonce(), groups: make(map[groupID]*group), done: make(chan struct{})}
+		id: newNonce(), born: time.Now(), groups: make(map[groupID]*group), done: make(chan struct{})}
 	for i := range s.shards {
 		s.shards[i].m = make(map[[2]uint64]entry)
 	}

@@ -35,7 +35,7 @@ func (s *Store) SeenForTest(prefix string, alg algorithms.Name) (rules int, cloc
 	if g == nil {
 		return 0, time.Time{}
 	}
-	wall := time.Now().UnixMilli()
+	wall := s.mono()
 	for _, last := range g.rules {
 		if wall-last < s.ruleTTL() {
 			rules++

@@ -64,19 +64,19 @@ type ruleKey struct {
 // group is what the cache knows of the writes on one prefix and algorithm.
 type group struct {
 	// Guarded by Store.sightMu.
-	rules map[ruleID]int64 // rule -> when last seen (wall ms)
+	rules map[ruleID]int64 // rule -> when last seen (mono ms)
 	peers map[string]peerClock
 	seen  int64
 	// gen is bumped whenever the group's entries may have stopped being
 	// the store's answer.
 	gen atomic.Uint64
 	// horizon is how far (ms) the most advanced other process's request
-	// clock runs ahead of this wall clock, or noHorizon.
+	// clock runs ahead of mono, or noHorizon.
 	horizon atomic.Int64
 }
 
 // peerClock is another process's request clock: its latest announced
-// time minus this process's wall clock when it was heard.
+// time minus mono when it was heard.
 type peerClock struct {
 	lead int64
 	seen int64
@@ -86,9 +86,9 @@ type peerClock struct {
 type ownUse struct {
 	mu            sync.Mutex // one announcement at a time
 	group         atomic.Pointer[group]
-	lastUsed      atomic.Int64 // wall ms
-	lastAnnounced atomic.Int64 // wall ms, 0 before the first
-	announcedOff  atomic.Int64 // request time minus wall time announced
+	lastUsed      atomic.Int64 // mono ms
+	lastAnnounced atomic.Int64 // mono ms
+	announcedOff  atomic.Int64 // request time minus mono announced
 	recentOff     atomic.Int64 // the largest since the last renewal
 	used          atomic.Bool  // since the last renewal
 }
@@ -110,24 +110,24 @@ func (s *Store) ruleTTL() int64 { return 3 * s.opts.probe.Milliseconds() }
 // intervals old. It returns the group and its generation, for remember.
 func (s *Store) use(ctx context.Context, req *backend.Request) (*group, uint64) {
 	k := ruleKey{groupID{req.Key.Prefix, req.Rule.Algorithm}, ruleID{req.Rule.Limit, req.Rule.Window}}
-	wall := time.Now().UnixMilli()
-	off := req.Millis() - wall
+	now := s.mono()
+	off := req.Millis() - now
 	v, ok := s.mine.Load(k)
 	if !ok {
 		v, _ = s.mine.LoadOrStore(k, newOwnUse())
 	}
 	u := v.(*ownUse)
-	u.lastUsed.Store(wall)
+	u.lastUsed.Store(now)
 	storeMax(&u.recentOff, off)
 	u.used.Store(true)
-	if s.stale(u, wall, off) {
+	if s.stale(u, now, off) {
 		u.mu.Lock()
-		if s.stale(u, wall, off) {
-			s.announceRule(ctx, k, u, wall, off)
+		if s.stale(u, now, off) {
+			s.announceRule(ctx, k, u, now, off)
 		}
 		u.mu.Unlock()
 	}
-	if s.bus == nil && wall-s.renewed.Load() >= s.opts.probe.Milliseconds() {
+	if s.bus == nil && now-s.renewed.Load() >= s.opts.probe.Milliseconds() {
 		s.renew(ctx) // no probe loop does it
 	}
 	g := u.group.Load()
@@ -137,16 +137,16 @@ func (s *Store) use(ctx context.Context, req *backend.Request) (*group, uint64) 
 	return g, g.gen.Load()
 }
 
-func (s *Store) stale(u *ownUse, wall, off int64) bool {
-	return off > u.announcedOff.Load() || wall-u.lastAnnounced.Load() >= 2*s.opts.probe.Milliseconds()
+func (s *Store) stale(u *ownUse, now, off int64) bool {
+	return off > u.announcedOff.Load() || now-u.lastAnnounced.Load() >= 2*s.opts.probe.Milliseconds()
 }
 
 // announceRule records this process's sighting of k and publishes it. A
 // failure to publish is logged: the write goes ahead.
-func (s *Store) announceRule(ctx context.Context, k ruleKey, u *ownUse, wall, off int64) {
-	at := wall + off + clockTolerance
-	u.group.Store(s.sight(k, s.id, at, wall))
-	u.lastAnnounced.Store(wall)
+func (s *Store) announceRule(ctx context.Context, k ruleKey, u *ownUse, now, off int64) {
+	at := now + off + clockTolerance
+	u.group.Store(s.sight(k, s.id, at, now))
+	u.lastAnnounced.Store(now)
 	u.announcedOff.Store(off + clockTolerance)
 	if s.bus == nil {
 		return
@@ -161,27 +161,27 @@ func (s *Store) announceRule(ctx context.Context, k ruleKey, u *ownUse, wall, of
 // renew re-announces the rules used since the last renewal, forgets the
 // ones unused for a TTL, and drops expired sightings.
 func (s *Store) renew(ctx context.Context) {
-	wall := time.Now().UnixMilli()
-	s.renewed.Store(wall)
+	now := s.mono()
+	s.renewed.Store(now)
 	s.mine.Range(func(k, v any) bool {
 		u := v.(*ownUse)
 		if !u.used.Swap(false) {
-			if wall-u.lastUsed.Load() >= s.ruleTTL() {
+			if now-u.lastUsed.Load() >= s.ruleTTL() {
 				s.mine.CompareAndDelete(k, v)
 			}
 			return true
 		}
 		off := u.recentOff.Swap(math.MinInt64)
-		u.mu.Lock()
-		if off == math.MinInt64 { // a use between its two stores
-			off = u.announcedOff.Load() - clockTolerance
+		if off == math.MinInt64 { // swapped by the renewal before, with the use it recorded
+			return true
 		}
-		s.announceRule(ctx, k.(ruleKey), u, wall, off)
+		u.mu.Lock()
+		s.announceRule(ctx, k.(ruleKey), u, now, off)
 		u.mu.Unlock()
 		return true
 	})
 	s.sightMu.Lock()
-	s.sweep(wall)
+	s.sweep(now)
 	s.sightMu.Unlock()
 }
 
@@ -199,18 +199,18 @@ func (s *Store) heard(msg string) {
 		return
 	}
 	k := ruleKey{groupID{f[5], algorithms.Name(f[1])}, ruleID{limit, time.Duration(window) * time.Millisecond}}
-	s.sight(k, f[0], at, time.Now().UnixMilli())
+	s.sight(k, f[0], at, s.mono())
 }
 
 // sight records that proc writes under k with requests stamped up to at,
-// heard at wall. It returns k's group, or nil when the table is full.
-func (s *Store) sight(k ruleKey, proc string, at, wall int64) *group {
+// heard at now (mono). It returns k's group, or nil when the table is full.
+func (s *Store) sight(k ruleKey, proc string, at, now int64) *group {
 	s.sightMu.Lock()
 	defer s.sightMu.Unlock()
 	g := s.groups[k.groupID]
 	if g == nil {
 		if len(s.groups) >= maxGroups {
-			s.sweep(wall)
+			s.sweep(now)
 		}
 		if len(s.groups) >= maxGroups {
 			return nil
@@ -219,32 +219,32 @@ func (s *Store) sight(k ruleKey, proc string, at, wall int64) *group {
 		g.horizon.Store(noHorizon)
 		s.groups[k.groupID] = g
 	}
-	if last, ok := g.rules[k.ruleID]; !ok || wall-last >= s.ruleTTL() {
+	if last, ok := g.rules[k.ruleID]; !ok || now-last >= s.ruleTTL() {
 		g.gen.Add(1) // a rule (again) in force: denials cached under another may not hold
 	}
-	g.rules[k.ruleID] = wall
-	g.seen = wall
+	g.rules[k.ruleID] = now
+	g.seen = now
 	if proc != s.id {
-		lead := at - wall
+		lead := at - now
 		p, ok := g.peers[proc]
 		// Keep the largest lead (the least delivery delay) unless the
 		// clock clearly went back.
 		if !ok || lead >= p.lead || lead < p.lead-s.opts.probe.Milliseconds() {
 			p.lead = lead
 		}
-		p.seen = wall
+		p.seen = now
 		g.peers[proc] = p
 	}
-	s.updateHorizon(g, wall)
+	s.updateHorizon(g, now)
 	return g
 }
 
 // updateHorizon recomputes g's horizon from its live peers. A lower horizon may
 // let entries answer that a write already ended, so it ends them all.
-func (s *Store) updateHorizon(g *group, wall int64) {
+func (s *Store) updateHorizon(g *group, now int64) {
 	h := int64(noHorizon)
 	for proc, p := range g.peers {
-		if wall-p.seen >= s.ruleTTL() {
+		if now-p.seen >= s.ruleTTL() {
 			delete(g.peers, proc)
 			continue
 		}
@@ -257,20 +257,20 @@ func (s *Store) updateHorizon(g *group, wall int64) {
 }
 
 // sweep drops expired sightings and groups; sightMu is held.
-func (s *Store) sweep(wall int64) {
+func (s *Store) sweep(now int64) {
 	ttl := s.ruleTTL()
 	for id, g := range s.groups {
-		if wall-g.seen >= ttl {
+		if now-g.seen >= ttl {
 			g.gen.Add(1)
 			delete(s.groups, id)
 			continue
 		}
 		for r, last := range g.rules {
-			if wall-last >= ttl {
+			if now-last >= ttl {
 				delete(g.rules, r)
 			}
 		}
-		s.updateHorizon(g, wall)
+		s.updateHorizon(g, now)
 	}
 }
 
@@ -284,11 +284,11 @@ func (s *Store) cacheable(g *group, ggen uint64, rule ruleID) bool {
 	if g == nil || g.gen.Load() != ggen {
 		return false
 	}
-	wall := time.Now().UnixMilli()
+	now := s.mono()
 	s.sightMu.Lock()
 	defer s.sightMu.Unlock()
 	for r, last := range g.rules {
-		if r != rule && wall-last < s.ruleTTL() {
+		if r != rule && now-last < s.ruleTTL() {
 			return false
 		}
 	}
@@ -302,8 +302,18 @@ func (s *Store) holds(e *entry) bool {
 		return true
 	}
 	g := e.group
-	return g != nil && g.gen.Load() == e.ggen && time.Now().UnixMilli()+g.horizon.Load() < e.retryAt
+	if g == nil || g.gen.Load() != e.ggen {
+		return false
+	}
+	h := g.horizon.Load()
+	return h == noHorizon || s.mono()+h < e.retryAt
 }
+
+// mono is this process's monotonic clock in ms since the Store was made:
+// the times of sightings, and the clock other processes' request clocks
+// are projected on (it only has to advance at the rate of real time, and
+// it is cheaper to read than the wall clock).
+func (s *Store) mono() int64 { return time.Since(s.born).Milliseconds() }
 
 func storeMax(v *atomic.Int64, x int64) {
 	for {
