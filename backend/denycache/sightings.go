@@ -127,7 +127,7 @@ func (s *Store) use(ctx context.Context, req *backend.Request) (*group, uint64) 
 		}
 		u.mu.Unlock()
 	}
-	if s.bus == nil && now-s.renewed.Load() >= s.opts.probe.Milliseconds() {
+	if last := s.renewed.Load(); s.bus == nil && now-last >= s.opts.probe.Milliseconds() && s.renewed.CompareAndSwap(last, now) {
 		s.renew(ctx) // no probe loop does it
 	}
 	g := u.group.Load()
