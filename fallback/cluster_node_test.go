@@ -254,14 +254,31 @@ func TestClusterMasterFailoverPerNode(t *testing.T) {
 			}
 		}
 		require.GreaterOrEqual(t, victimKey, 0)
+		var servedAt time.Time
 		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 			d, err := h.fb.Take(t.Context(), backend.Request{Key: keys[victimKey], Rule: rule, Now: time.Now(), Cost: 1})
 			if err == nil && !d.Degraded {
+				servedAt = time.Now()
+				break
+			}
+		}
+		require.False(t, servedAt.IsZero(), "the promoted replica never decided its keys")
+		// The client routes to the promoted replica as soon as its own
+		// slot map has it; the store's copy, which names the breaker
+		// (NodeOf), is refreshed on its own schedule (at most a second
+		// old while used, rueidisstore's slotsRefresh). Reading the
+		// breakers before that refresh finds the victim's breaker deciding
+		// the replica's keys, so wait, bounded, for the breaker.
+		var st fallback.Stats
+		var named time.Time
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if st = h.fb.Stats(); nodeStats(st, replica.Addr()) != nil {
+				named = time.Now()
 				break
 			}
 		}
 		waitForCount(t, &fresh, fresh.Load()+3000, "decisions from the cluster after the failover")
-		st := h.fb.Stats()
+		st = h.fb.Stats()
 		close(stop)
 		ds := finish()
 
@@ -291,15 +308,23 @@ func TestClusterMasterFailoverPerNode(t *testing.T) {
 		t.Logf("FIGURE %s cluster with replicas: first degraded decision %v after the kill; replica promoted (cluster ok) %v after the kill; first decision from it on its keys %v after that, last degraded one %v after it; %d of %d decisions on the other masters' keys degraded; breakers %+v",
 			cl.name, first.start.Sub(killAt), promotedAt.Sub(killAt), back.start.Sub(promotedAt), lastDegraded.Sub(promotedAt), healthyDegraded, healthy, st.Nodes)
 		require.LessOrEqual(t, float64(healthyDegraded), 0.1*float64(healthy), "keys on the healthy masters went to the policy")
-		var promoted *fallback.NodeStats
-		for i := range st.Nodes {
-			if st.Nodes[i].Node == replica.Addr() {
-				promoted = &st.Nodes[i]
-			}
+		if !named.IsZero() {
+			t.Logf("FIGURE %s the promoted replica's breaker appeared %v after its first decision", cl.name, named.Sub(servedAt))
 		}
+		promoted := nodeStats(st, replica.Addr())
 		require.NotNil(t, promoted, "no breaker for the promoted replica %s: %+v", replica.Addr(), st.Nodes)
 		require.Equal(t, backend.BreakerClosed, promoted.State)
 	})
+}
+
+// nodeStats returns the breaker of node in st, or nil.
+func nodeStats(st fallback.Stats, node string) *fallback.NodeStats {
+	for i := range st.Nodes {
+		if st.Nodes[i].Node == node {
+			return &st.Nodes[i]
+		}
+	}
+	return nil
 }
 
 // firstNode returns the earliest decision that started at or after t0 and

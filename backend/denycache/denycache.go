@@ -3,24 +3,47 @@
 //
 // A denial of one unit with nothing left is a fact about the key until its
 // RetryAfter has passed: no request of any cost can be admitted on that key
-// before then, by this process or any other, unless the key is reset or units
-// are given back (a refund) or the limit changes. So a [Store] remembers such
-// denials and answers the same key's one-unit requests itself until then,
-// with exactly the Result the store would give (Allowed false, Remaining 0,
-// the same RetryAfter and ResetAfter, counted from the request's own time)
-// and Cached set. Everything else goes to the store: admissions, requests of
-// more than one unit, Peek, TakeAll, and any request carrying an earlier
-// time than the denial it would be answered from.
+// before then, by this process or any other, unless something gives the key
+// room early. So a [Store] remembers such denials and answers the same key's
+// one-unit requests itself until then, with exactly the Result the store
+// would give (Allowed false, Remaining 0, the same RetryAfter and
+// ResetAfter, counted from the request's own time) and Cached set.
+// Everything else goes to the store: admissions, requests of more than one
+// unit, Peek, TakeAll, and any request carrying an earlier time than the
+// denial it would be answered from.
 //
-// Entries are invalidated at once by this process's Reset and TakeAll, and
-// by a Take the store denied after giving its units back (a replica-ack
-// refund: Result.Unconfirmed), and in other processes through a [Bus] (Redis pub/sub: goredisstore.NewBus,
-// rueidisstore.NewBus). A message normally reaches every process within the
-// pub/sub delivery time. The cache also sends itself a probe every
-// ProbeInterval; while its subscription is not confirmed by a probe it holds
-// nothing and answers nothing, so a subscription that silently broke costs
-// at most two probe intervals of stale denials (and never an admission: a
-// stale entry can only deny).
+// # What gives a key room early, and how the cache hears of it
+//
+//   - A reset, and units given back (a replica-ack refund, Result.Unconfirmed,
+//     or a TakeAll that was denied or unconfirmed). This process drops the
+//     entry at once and tells the others on the [Bus].
+//   - A write under another rule on the same prefix and algorithm, as in a
+//     rolling reload or after SetConfig: a 60 s window rolls a fixed window
+//     shared with a 90 s one early, a lower limit may trim a log. Every
+//     process announces on the Bus, before its first write under a rule and
+//     then every ProbeInterval, which rule it writes under on which prefix;
+//     a denial is cached only while its rule is the only one announced on
+//     its prefix in the last three probe intervals, and a rule appearing
+//     there ends every entry of the prefix.
+//   - A write by a process whose clock runs ahead: stamped after a denial's
+//     retry time, it rolls the window or slides the log early. The same
+//     announcements carry how late each process stamps its requests, and an
+//     entry answers only while no other process's clock, so announced and
+//     advanced since, has reached its retry time.
+//
+// This process's own writes need no message: any Take it sends to the
+// store replaces or drops the key's entry.
+//
+// So a cached denial is the store's answer, under two conditions: every
+// process writing the keys runs a deny cache on the same channel (a process
+// without one announces nothing), and a message takes its delivery time:
+// for that long after an event in another process a stale entry can deny
+// what the store would admit (never the other way).
+//
+// The cache also sends itself a probe every ProbeInterval; while its
+// subscription is not confirmed by a probe it holds nothing and answers
+// nothing, so a subscription that silently broke costs at most two probe
+// intervals of stale denials. A reconnect empties the cache.
 //
 // Denials of concurrency leases (algorithms.Concurrency) are never cached:
 // their RetryAfter says when held leases expire if none is released, but
@@ -38,13 +61,10 @@ package denycache
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/maphash"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,28 +73,11 @@ import (
 	"github.com/limitkit/limitkit/backend"
 )
 
-// Bus carries invalidations between the processes that share a store.
-// goredisstore.NewBus and rueidisstore.NewBus implement it over Redis
-// pub/sub.
-type Bus interface {
-	// Publish sends msg to every listener of channel, this process's too.
-	Publish(ctx context.Context, channel, msg string) error
-	// Listen calls fn with every message published to channel until ctx
-	// ends or the subscription fails; it returns why it stopped.
-	Listen(ctx context.Context, channel string, fn func(msg string)) error
-}
-
-// DefaultChannel is the pub/sub channel invalidations travel on.
-const DefaultChannel = "limitkit:denycache"
-
 // Defaults of the options.
 const (
 	DefaultMaxEntries    = 100_000
 	DefaultProbeInterval = 5 * time.Second
 )
-
-// shards splits the table so concurrent callers rarely share a lock.
-const shards = 64
 
 // Option configures a Store.
 type Option func(*options)
@@ -91,8 +94,10 @@ type options struct {
 func WithMaxEntries(n int) Option { return func(o *options) { o.maxEntries = n } }
 
 // WithProbeInterval sets how often the cache checks that its subscription
-// still delivers (default DefaultProbeInterval). A silently broken
-// subscription is noticed within two intervals.
+// still delivers and renews its announcements of the rules it writes under
+// (default DefaultProbeInterval). A silently broken subscription is noticed
+// within two intervals; a rule stops counting three intervals after its
+// last write.
 func WithProbeInterval(d time.Duration) Option { return func(o *options) { o.probe = d } }
 
 // WithChannel sets the pub/sub channel (default DefaultChannel). Every
@@ -109,7 +114,8 @@ type Stats struct {
 	Hits uint64
 	// Stored are denials remembered.
 	Stored uint64
-	// Invalidations are entries dropped by a reset, a TakeAll or a message.
+	// Invalidations are entries dropped by a reset, a TakeAll, a write or a
+	// message.
 	Invalidations uint64
 	// Entries is the number of remembered denials now.
 	Entries int
@@ -128,6 +134,17 @@ type Store struct {
 	shards  [shards]shard
 	perShrd int
 
+	// id names this process in its announcements.
+	id string
+	// mine holds this process's writes per rule and prefix (ruleKey ->
+	// *ownUse); groups what is known of each prefix (sightings.go).
+	mine    sync.Map
+	sightMu sync.Mutex
+	groups  map[groupID]*group
+	renewed atomic.Int64 // mono ms of the last renewal
+	// born is the origin of mono.
+	born time.Time
+
 	// listening is set while the subscription is confirmed.
 	listening atomic.Bool
 	hits      atomic.Uint64
@@ -137,24 +154,6 @@ type Store struct {
 	probes chan string
 	cancel context.CancelFunc
 	done   chan struct{}
-}
-
-type shard struct {
-	mu sync.Mutex
-	m  map[[2]uint64]entry
-	// gen counts invalidations, so that a denial read from the store
-	// before an invalidation arrived is not remembered after it.
-	gen uint64
-}
-
-// entry is one remembered denial, times in ms since the Unix epoch.
-type entry struct {
-	algorithm algorithms.Name
-	limit     int64
-	window    time.Duration
-	at        int64 // the time of the denial
-	retryAt   int64 // when one unit is first admitted
-	resetAt   int64 // when the key is back to its full allowance
 }
 
 var (
@@ -185,7 +184,8 @@ func New(inner backend.Store, bus Bus, opts ...Option) (*Store, error) {
 	case o.channel == "":
 		return nil, errors.New("denycache: channel is empty; name one (or leave the default)")
 	}
-	s := &Store{inner: inner, bus: bus, opts: o, seed: maphash.MakeSeed(), perShrd: o.maxEntries / shards, done: make(chan struct{})}
+	s := &Store{inner: inner, bus: bus, opts: o, seed: maphash.MakeSeed(), perShrd: o.maxEntries / shards,
+		id: newNonce(), born: time.Now(), groups: make(map[groupID]*group), done: make(chan struct{})}
 	for i := range s.shards {
 		s.shards[i].m = make(map[[2]uint64]entry)
 	}
@@ -232,15 +232,8 @@ func (s *Store) Ready(ctx context.Context) error {
 
 // Stats returns the counts so far.
 func (s *Store) Stats() Stats {
-	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		n += len(sh.m)
-		sh.mu.Unlock()
-	}
 	return Stats{Hits: s.hits.Load(), Stored: s.stored.Load(), Invalidations: s.dropped.Load(),
-		Entries: n, Listening: s.listening.Load()}
+		Entries: s.entries(), Listening: s.listening.Load()}
 }
 
 // Take answers a one-unit request from a remembered denial when one holds,
@@ -250,60 +243,38 @@ func (s *Store) Take(ctx context.Context, req backend.Request) (backend.Result, 
 	if !cacheLeases && req.Rule.HoldsLeases() {
 		return s.inner.Take(ctx, req) // see the package doc
 	}
-	if req.Cost != 1 || !s.listening.Load() {
-		res, err := s.inner.Take(ctx, req)
-		if err == nil && res.Allowed {
-			h := s.hash(req.Key, req.Rule.Algorithm)
-			s.forget(&s.shards[h[0]%shards], h)
-		}
-		if refunded(res, err) {
-			s.announceRefund(ctx, req.Key, req.Rule.Algorithm)
-		}
-		return res, err
-	}
 	h := s.hash(req.Key, req.Rule.Algorithm)
 	sh := &s.shards[h[0]%shards]
 	now := req.Millis()
-	sh.mu.Lock()
-	e, ok := sh.m[h]
-	gen := sh.gen
-	sh.mu.Unlock()
-	if ok && e.algorithm == req.Rule.Algorithm && e.limit == req.Rule.Limit && e.window == req.Rule.Window &&
-		now >= e.at && now < e.retryAt {
-		s.hits.Add(1)
-		return backend.Result{
-			Limit:      e.limit,
-			RetryAfter: time.Duration(e.retryAt-now) * time.Millisecond,
-			ResetAfter: time.Duration(max(e.resetAt-now, 0)) * time.Millisecond,
-			Cached:     true,
-		}, nil
-	}
-	// Validate before remembering anything: a bad request is the store's
-	// to refuse.
-	if err := req.Validate(); err != nil {
-		return s.inner.Take(ctx, req)
-	}
-	res, err := s.inner.Take(ctx, req)
-	if err == nil && res.Allowed {
-		// An admission stamped after a remembered denial moves the key
-		// on: a request stamped before it must ask the store.
-		if ok {
-			s.forget(sh, h)
+	cacheable := req.Cost == 1 && s.listening.Load()
+	var gen uint64
+	if cacheable {
+		res, hit, g := s.lookup(sh, h, req.Rule, now)
+		if hit {
+			return res, nil
 		}
-		return res, nil
+		gen = g
 	}
+	grp, ggen := s.use(ctx, &req)
+	res, err := s.inner.Take(ctx, req)
 	if refunded(res, err) {
 		s.announceRefund(ctx, req.Key, req.Rule.Algorithm)
 		return res, nil
 	}
-	if err != nil || res.Remaining != 0 || res.Degraded || res.RetryAfter <= 0 {
-		return res, err
-	}
-	s.remember(sh, h, gen, entry{
+	// The store trusts nothing it is given, but the cache must not keep an
+	// answer for a request it could not have decided: validate once, here.
+	if cacheable && err == nil && !res.Allowed && res.Remaining == 0 && !res.Degraded && res.RetryAfter > 0 &&
+		req.Validate() == nil && s.remember(sh, h, gen, entry{
 		algorithm: req.Rule.Algorithm, limit: req.Rule.Limit, window: req.Rule.Window,
 		at: now, retryAt: now + res.RetryAfter.Milliseconds(), resetAt: now + res.ResetAfter.Milliseconds(),
-	})
-	return res, nil
+		group: grp, ggen: ggen,
+	}) {
+		return res, nil
+	}
+	// Any other write moves the key on (an admission, or a request stamped
+	// later that slid its log): what was remembered may no longer hold.
+	s.forget(sh, h)
+	return res, err
 }
 
 // refunded reports a denial of units the store took and gave back: an
@@ -322,25 +293,6 @@ func (s *Store) announceRefund(ctx context.Context, key backend.Key, alg algorit
 	if err := s.announce(ctx, key, alg); err != nil {
 		s.opts.logger.Warn("limitkit: deny cache could not tell other processes of a refund", "err", err)
 	}
-}
-
-// remember stores e unless an invalidation reached the shard since gen was
-// read (it may concern this key) or the subscription dropped meanwhile. A
-// full shard first loses an entry.
-func (s *Store) remember(sh *shard, h [2]uint64, gen uint64, e entry) {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if sh.gen != gen || !s.listening.Load() {
-		return
-	}
-	if _, ok := sh.m[h]; !ok && len(sh.m) >= s.perShrd {
-		for k := range sh.m { // map order is random: a random victim
-			delete(sh.m, k)
-			break
-		}
-	}
-	sh.m[h] = e
-	s.stored.Add(1)
 }
 
 // Release forwards to the inner store; it needs no invalidation, since
@@ -395,6 +347,11 @@ func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule
 // the call was denied or unconfirmed, a store may have given units back
 // (a refund), so the other processes are told too.
 func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
+	for i := range reqs {
+		if cacheLeases || !reqs[i].Rule.HoldsLeases() {
+			s.use(ctx, &reqs[i])
+		}
+	}
 	res, err := s.inner.TakeAll(ctx, reqs)
 	for _, r := range reqs {
 		s.invalidate(r.Key, r.Rule.Algorithm)
@@ -402,194 +359,13 @@ func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 	if err == nil && res.Allowed && !res.Unconfirmed {
 		return res, nil
 	}
+	if errors.Is(err, algorithms.ErrInvalidRequest) || errors.Is(err, algorithms.ErrInvalidRule) {
+		return res, err // refused before anything was taken: nothing to tell
+	}
 	for _, r := range reqs {
-		if r.Validate() != nil {
-			continue
-		}
 		if aerr := s.announce(ctx, r.Key, r.Rule.Algorithm); aerr != nil && err == nil {
 			s.opts.logger.Warn("limitkit: deny cache could not tell other processes of a possible refund", "err", aerr)
 		}
 	}
 	return res, err
-}
-
-func (s *Store) invalidate(key backend.Key, alg algorithms.Name) {
-	h := s.hash(key, alg)
-	sh := &s.shards[h[0]%shards]
-	sh.mu.Lock()
-	sh.gen++
-	if _, ok := sh.m[h]; ok {
-		delete(sh.m, h)
-		s.dropped.Add(1)
-	}
-	sh.mu.Unlock()
-}
-
-// forget drops the entry h after this process saw an admission on its key.
-// Unlike invalidate it leaves the shard's generation alone: an admission is
-// not news from elsewhere, and bumping the generation on every admission
-// would keep concurrent denials in the shard from being remembered.
-func (s *Store) forget(sh *shard, h [2]uint64) {
-	sh.mu.Lock()
-	if _, ok := sh.m[h]; ok {
-		delete(sh.m, h)
-		s.dropped.Add(1)
-	}
-	sh.mu.Unlock()
-}
-
-// announce publishes an invalidation of key under alg. The message is the
-// algorithm, prefix and id joined by NUL bytes.
-func (s *Store) announce(ctx context.Context, key backend.Key, alg algorithms.Name) error {
-	if s.bus == nil {
-		return nil
-	}
-	msg := "k\x00" + string(alg) + "\x00" + key.Prefix + "\x00" + key.ID
-	if err := s.bus.Publish(context.WithoutCancel(ctx), s.opts.channel, msg); err != nil {
-		return fmt.Errorf("denycache: other processes' caches were not told of the key's reset or refund (they may deny it until its retry time): %w", err)
-	}
-	return nil
-}
-
-// hash identifies a key's state: two seeded 64-bit hashes.
-func (s *Store) hash(key backend.Key, alg algorithms.Name) [2]uint64 {
-	var h maphash.Hash
-	h.SetSeed(s.seed)
-	_, _ = h.WriteString(string(alg))
-	_ = h.WriteByte(0)
-	_, _ = h.WriteString(key.Prefix)
-	_ = h.WriteByte(0)
-	_, _ = h.WriteString(key.ID)
-	a := h.Sum64()
-	_ = h.WriteByte(1)
-	return [2]uint64{a, h.Sum64()}
-}
-
-// flush drops every entry.
-func (s *Store) flush() {
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		sh.gen++
-		clear(sh.m)
-		sh.mu.Unlock()
-	}
-}
-
-// handle applies one message from the bus.
-func (s *Store) handle(msg string) {
-	if nonce, ok := strings.CutPrefix(msg, "p\x00"); ok {
-		select {
-		case s.probes <- nonce:
-		default: // the probe loop is behind; it will send another
-		}
-		return
-	}
-	rest, ok := strings.CutPrefix(msg, "k\x00")
-	if !ok {
-		return
-	}
-	alg, rest, ok1 := strings.Cut(rest, "\x00")
-	prefix, id, ok2 := strings.Cut(rest, "\x00")
-	if !ok1 || !ok2 {
-		return
-	}
-	s.invalidate(backend.Key{Prefix: prefix, ID: id}, algorithms.Name(alg))
-}
-
-// listen keeps the subscription up. The cache answers only while a probe
-// it sent has come back since the last probe interval began.
-func (s *Store) listen(ctx context.Context) {
-	defer close(s.done)
-	backoff := 50 * time.Millisecond
-	for ctx.Err() == nil {
-		subCtx, stop := context.WithCancel(ctx)
-		failed := make(chan error, 1)
-		go func() { failed <- s.bus.Listen(subCtx, s.opts.channel, s.handle) }()
-		ok := s.probeLoop(subCtx, failed)
-		stop()
-		s.listening.Store(false)
-		s.flush()
-		if ok {
-			backoff = 50 * time.Millisecond
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
-}
-
-// probeLoop sends a probe every interval while the subscription lasts. The
-// cache answers from when a probe comes back until one does not within an
-// interval. It returns whether the subscription was ever confirmed.
-func (s *Store) probeLoop(ctx context.Context, failed <-chan error) bool {
-	confirmed := false
-	// Until a probe has come back the subscription may not be in place
-	// yet: probe again soon, backing off to the interval.
-	interval := min(10*time.Millisecond, s.opts.probe)
-	for {
-		nonce := newNonce()
-		sent := time.Now()
-		if err := s.bus.Publish(ctx, s.opts.channel, "p\x00"+nonce); err != nil && ctx.Err() == nil {
-			s.opts.logger.Warn("limitkit: deny cache probe failed; not answering from memory", "err", err)
-		}
-		timeout := time.NewTimer(interval)
-		heard := false
-	wait:
-		for {
-			select {
-			case <-ctx.Done():
-				timeout.Stop()
-				return confirmed
-			case err := <-failed:
-				timeout.Stop()
-				if ctx.Err() == nil {
-					s.opts.logger.Warn("limitkit: deny cache subscription ended; not answering from memory", "err", err)
-				}
-				return confirmed
-			case got := <-s.probes:
-				if got == nonce {
-					heard = true
-					break wait
-				}
-			case <-timeout.C:
-				break wait
-			}
-		}
-		timeout.Stop()
-		if heard {
-			confirmed = true
-			interval = s.opts.probe
-			if !s.listening.Load() {
-				s.flush()
-				s.listening.Store(true)
-			}
-		} else {
-			// The probe did not come back: messages may have been lost.
-			s.listening.Store(false)
-			s.flush()
-			if !confirmed {
-				interval = min(2*interval, s.opts.probe)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return confirmed
-		case err := <-failed:
-			if ctx.Err() == nil {
-				s.opts.logger.Warn("limitkit: deny cache subscription ended; not answering from memory", "err", err)
-			}
-			return confirmed
-		case <-time.After(max(interval-time.Since(sent), 0)):
-		}
-	}
-}
-
-func newNonce() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

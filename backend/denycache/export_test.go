@@ -1,6 +1,11 @@
 package denycache
 
-import "testing"
+import (
+	"testing"
+	"time"
+
+	"github.com/limitkit/limitkit/algorithms"
+)
 
 // CacheLeasesForTest makes the caches cache concurrency denials until the
 // test ends: the control that shows why they must not be. Not for parallel
@@ -9,4 +14,35 @@ func CacheLeasesForTest(t *testing.T) {
 	old := cacheLeases
 	cacheLeases = true
 	t.Cleanup(func() { cacheLeases = old })
+}
+
+// IgnoreSightingsForTest makes the caches ignore the rules and clocks other
+// writes announce, as before issue 22's defect 10 was fixed, until the test
+// ends: the control of the tests that reproduce it. Not for parallel tests.
+func IgnoreSightingsForTest(t *testing.T) {
+	old := ignoreSightings
+	ignoreSightings = true
+	t.Cleanup(func() { ignoreSightings = old })
+}
+
+// SeenForTest returns how many rules the cache knows in force on prefix
+// under alg, and the latest time another process writing there may stamp a
+// request now (the zero time when none does).
+func (s *Store) SeenForTest(prefix string, alg algorithms.Name) (rules int, clock time.Time) {
+	s.sightMu.Lock()
+	defer s.sightMu.Unlock()
+	g := s.groups[groupID{prefix, alg}]
+	if g == nil {
+		return 0, time.Time{}
+	}
+	wall := s.mono()
+	for _, last := range g.rules {
+		if wall-last < s.ruleTTL() {
+			rules++
+		}
+	}
+	if h := g.horizon.Load(); h != noHorizon {
+		clock = time.UnixMilli(wall + h)
+	}
+	return rules, clock
 }
