@@ -23,14 +23,6 @@ var rateWindows = []int64{1000, 1200}
 
 var limits = []int64{3, 5, 8, 12}
 
-// options say what a stack is compared on.
-type options struct {
-	// loose: a denial the model would not make is allowed (a deny cache
-	// answering from an earlier denial under another config); an
-	// admission must still be one the model makes.
-	loose bool
-}
-
 // run drives one algorithm on one store with two processes' rules on one
 // key (a rolling deploy), and returns the first divergence.
 type run struct {
@@ -38,7 +30,6 @@ type run struct {
 	store   backend.Store
 	alg     algorithms.Name
 	rng     *rand.Rand
-	opts    options
 	keys    [2]backend.Key
 	rules   [2]algorithms.Rule
 	newest  int64 // the newest time any request carried
@@ -92,8 +83,8 @@ func (r *run) decide(p int, req backend.Request, take bool) (backend.Result, err
 	return l.AllowN(r.ctx, req.Key.ID, req.Cost)
 }
 
-func newRun(ctx context.Context, store backend.Store, alg algorithms.Name, prefix string, seed uint64, opts options) *run {
-	r := &run{ctx: ctx, store: store, alg: alg, rng: rand.New(rand.NewPCG(seed, 0x6d6f64656c)), opts: opts}
+func newRun(ctx context.Context, store backend.Store, alg algorithms.Name, prefix string, seed uint64) *run {
+	r := &run{ctx: ctx, store: store, alg: alg, rng: rand.New(rand.NewPCG(seed, 0x6d6f64656c))}
 	r.keys = [2]backend.Key{{Prefix: prefix, ID: "a"}, {Prefix: prefix, ID: "b"}}
 	// Real time: the memory store's sweeper and Redis expiries run on it,
 	// and the simulated clock only ever runs ahead of it.
@@ -242,7 +233,7 @@ func (r *run) compare(verb string, got, want backend.Result) error {
 	if got.Cached && got.Allowed {
 		return r.failf("%s: a cached answer admitted", verb)
 	}
-	if !exact(r.alg) || (r.opts.loose && !got.Allowed) {
+	if !exact(r.alg) {
 		return nil
 	}
 	if got.Allowed != want.Allowed || got.Remaining != want.Remaining || got.RetryAfter != want.RetryAfter || got.ResetAfter != want.ResetAfter {
@@ -273,7 +264,7 @@ func (r *run) takeAll(p int) error {
 	if got.Allowed && !want && r.alg != algorithms.FixedWindow && r.alg != algorithms.SlidingCounter && r.alg != algorithms.GCRA {
 		return r.failf("TakeAll admitted what the exact log denies")
 	}
-	if exact(r.alg) && !r.opts.loose && got.Allowed != want {
+	if exact(r.alg) && got.Allowed != want {
 		return r.failf("TakeAll: store says allowed=%v, the model %v", got.Allowed, want)
 	}
 	if got.Allowed {

@@ -62,7 +62,6 @@ func newMemory(t *testing.T) backend.Store {
 type stack struct {
 	name  string
 	store backend.Store
-	opts  options
 }
 
 func stacks(t *testing.T) []stack {
@@ -115,8 +114,8 @@ func stacks(t *testing.T) []stack {
 			stack{name: "goredis", store: gs},
 			stack{name: "rueidis", store: rs},
 			stack{name: "fallback(goredis)", store: guard(gs)},
-			stack{name: "denycache(goredis)", store: cache(gs, goredisstore.NewBus(gc)), opts: options{loose: true}},
-			stack{name: "fallback(denycache(rueidis))", store: guard(cache(rs, rueidisstore.NewBus(rc))), opts: options{loose: true}},
+			stack{name: "denycache(goredis)", store: cache(gs, goredisstore.NewBus(gc))},
+			stack{name: "fallback(denycache(rueidis))", store: guard(cache(rs, rueidisstore.NewBus(rc)))},
 		)
 	}
 	return out
@@ -146,7 +145,7 @@ func TestModel(t *testing.T) {
 						// simulated clock runs on its own.
 						store = newMemory(t)
 					}
-					r := newRun(context.Background(), store, alg, prefix, base+uint64(ai), st.opts)
+					r := newRun(context.Background(), store, alg, prefix, base+uint64(ai))
 					errs[ai] = r.Steps(n)
 				}()
 			}
@@ -168,7 +167,7 @@ func TestModelCatchesForgettingLog(t *testing.T) {
 	caught := 0
 	const tries = 10
 	for i := range tries {
-		r := newRun(context.Background(), &forgettingLog{}, algorithms.SlidingLog, "control:", uint64(i), options{})
+		r := newRun(context.Background(), &forgettingLog{}, algorithms.SlidingLog, "control:", uint64(i))
 		if err := r.Steps(600); err != nil {
 			caught++
 			if caught == 1 {
