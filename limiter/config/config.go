@@ -127,6 +127,9 @@ type Policy struct {
 	// Config is the limit; an empty Prefix becomes
 	// limiter.DefaultPrefix + Name + ":".
 	Config limiter.Config
+	// HTTP, when set, configures the middleware Set.HTTP builds for the
+	// policy (the file's http block); nil is httplimit's defaults.
+	HTTP *HTTP
 }
 
 // Backend is the store the policies share.
