@@ -127,6 +127,7 @@ func (d decoder) policy(n *settings.Node, path string) (any, *HTTP, error) {
 				if err != nil {
 					d.Report(err)
 				}
+				d.Lines[path+".http"] = f.KeyLine // errors about the whole block point at its name
 				block = h
 			}
 		}
