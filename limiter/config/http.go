@@ -298,7 +298,8 @@ func (c *Config) checkWord(l *errorList, field, v string, words []string) {
 	for i, w := range words {
 		quoted[i] = strconv.Quote(w)
 	}
-	l.add(c.fieldError(field, fmt.Errorf("%q%s: write %s", clip(v, 40), didYouMean(v, words), strings.Join(quoted, ", "))))
+	list := strings.Join(quoted[:len(quoted)-1], ", ") + " or " + quoted[len(quoted)-1]
+	l.add(c.fieldError(field, fmt.Errorf("%q%s: write %s", clip(v, 40), didYouMean(v, words), list)))
 }
 
 // untagged drops httplimit's prefix from err, which the field replaces.

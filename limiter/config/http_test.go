@@ -241,7 +241,7 @@ func TestHTTPBlockErrors(t *testing.T) {
 		{"key not a string", 7, "      key: 7",
 			`limits.yaml:7: policies.api.http.key: 7 is not a string; quote it`},
 		{"bad headers", 8, "      headers: xratelimit",
-			`limits.yaml:8: policies.api.http.headers: "xratelimit" (did you mean "x_ratelimit"?): write "draft", "x_ratelimit", "both", "none"`},
+			`limits.yaml:8: policies.api.http.headers: "xratelimit" (did you mean "x_ratelimit"?): write "draft", "x_ratelimit", "both" or "none"`},
 		{"bad policy name", 9, "      policy_name: \"caf\u00e9\"",
 			`limits.yaml:9: policies.api.http.policy_name: policy name "café" has a byte 0xc3; use printable ASCII`},
 		{"proxied without proxies", 7, "      key: proxied_ip",
@@ -257,7 +257,7 @@ func TestHTTPBlockErrors(t *testing.T) {
 		{"release timeout not a duration", 9, "      release_timeout: 2",
 			`limits.yaml:9: policies.api.http.release_timeout: "2" is not a duration`},
 		{"bad on_error", 9, "      on_error: reject",
-			`limits.yaml:9: policies.api.http.on_error: "reject": write "serve", "refuse"`},
+			`limits.yaml:9: policies.api.http.on_error: "reject": write "serve" or "refuse"`},
 		{"block not a mapping", 6, "    http: ip",
 			`limits.yaml:6: policies.api.http: "ip" is not a mapping of fields`},
 	} {
