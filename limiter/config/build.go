@@ -87,6 +87,7 @@ type Set struct {
 	group     *limiter.Group
 	names     []string
 	limiters  map[string]*limiter.Limiter
+	http      map[string]*HTTP // the policies' http blocks, as built
 	close     func() error
 	once      sync.Once
 	closeErr  error
@@ -114,7 +115,7 @@ func (c *Config) Build(ctx context.Context, opts ...BuildOption) (*Set, error) {
 		return nil, err
 	}
 	s := &Set{store: st.store, fallback: st.fallback, denyCache: st.denyCache, backend: c.Backend,
-		limiters: map[string]*limiter.Limiter{}, close: st.close}
+		limiters: map[string]*limiter.Limiter{}, http: map[string]*HTTP{}, close: st.close}
 	// One group, so that Reload changes every policy in one step.
 	s.group, err = limiter.NewGroup(st.store, c.limiterConfigs(), o.limiter...)
 	if err != nil {
@@ -125,6 +126,7 @@ func (c *Config) Build(ctx context.Context, opts ...BuildOption) (*Set, error) {
 		name := c.Policies[i].Name
 		s.names = append(s.names, name)
 		s.limiters[name] = lim
+		s.http[name] = c.Policies[i].HTTP
 	}
 	return s, nil
 }

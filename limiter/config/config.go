@@ -56,6 +56,43 @@
 // to limiter.DefaultPrefix + name + ":", so "login" keeps its keys under
 // "limitkit:login:"; two policies may not share a prefix.
 //
+// # HTTP
+//
+// A policy's optional http block configures the net/http middleware
+// Set.HTTP builds for it (package httplimit), so that a service
+// configured by file keys and answers requests as one configured in code:
+//
+//	policies:
+//	  api:
+//	    limit: 100
+//	    window: 1m
+//	    http:
+//	      key: [header:X-API-Key, ip]   # the first found; "ip+route" is both at once
+//	      headers: both                 # draft (default), x_ratelimit, both, none
+//	      policy_name: public-api       # in the headers; default: the policy's name
+//	  uploads:
+//	    algorithm: concurrency
+//	    limit: 2
+//	    window: 30s
+//	    http:
+//	      key: proxied_ip
+//	      trusted_proxies: [10.0.0.0/8]
+//	      proxy_header: X-Forwarded-For # the default
+//	      ipv6_prefix: 64
+//	      release_timeout: 2s
+//	      on_error: refuse              # 503 while the store cannot decide; default serve
+//
+//	mw, err := set.HTTP("api") // extra httplimit options go after the file's
+//	mux.Handle("GET /items", mw.Handler(items))
+//
+// The keys are ip, proxied_ip (with trusted_proxies), route (the ServeMux
+// pattern: mount the middleware inside the mux), header:NAME and
+// query:NAME; HTTP lists what each field does. A concurrency policy holds
+// a lease per request until its handler returns. Set.HTTPPlans serves
+// plans whose policies share one http block. Reload applies a new limit
+// to the middleware already built, and refuses a file whose http block
+// changed: the middleware keeps its key and headers until a restart.
+//
 // # Errors
 //
 // Every problem in a file is reported as an *Error that names the file, the
@@ -127,6 +164,9 @@ type Policy struct {
 	// Config is the limit; an empty Prefix becomes
 	// limiter.DefaultPrefix + Name + ":".
 	Config limiter.Config
+	// HTTP, when set, configures the middleware Set.HTTP builds for the
+	// policy (the file's http block); nil is httplimit's defaults.
+	HTTP *HTTP
 }
 
 // Backend is the store the policies share.

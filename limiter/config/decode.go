@@ -131,7 +131,7 @@ func (d decoder) fallback(n *settings.Node, path string) (*Fallback, error) {
 
 func (d decoder) policies(n *settings.Node, path string) error {
 	return d.Each(n, path, func(f settings.Pair, p string) error {
-		v, err := settings.Limit(d.Decoder, f.Val, p)
+		v, block, err := d.policy(f.Val, p)
 		if err != nil {
 			return err
 		}
@@ -140,7 +140,7 @@ func (d decoder) policies(n *settings.Node, path string) error {
 		if cfg.Prefix == "" && validName(f.Key) == nil {
 			cfg.Prefix = policyPrefix(f.Key, cfg)
 		}
-		d.c.Policies = append(d.c.Policies, Policy{Name: f.Key, Config: cfg})
+		d.c.Policies = append(d.c.Policies, Policy{Name: f.Key, Config: cfg, HTTP: block})
 		return nil
 	})
 }

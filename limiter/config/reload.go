@@ -102,10 +102,12 @@ func readSettled(path string) ([]byte, error) {
 // limiter.Group.SetConfigs): no request sees some policies changed and
 // others not. Counts are kept as limiter.Limiter.SetConfig describes.
 //
-// A reload can change any field of any policy (limit, window, algorithm,
-// mode, guard, prefix, on_failure). It cannot change the backend section
-// (the store is open) or add, remove or rename policies (the limiters are
-// in the program's hands): restart for those.
+// A reload can change any field of any policy's limit (limit, window,
+// algorithm, mode, guard, prefix, on_failure, exempt, deny). It cannot
+// change the backend section (the store is open), add, remove or rename
+// policies (the limiters are in the program's hands), or change a
+// policy's http block (the middleware Set.HTTP built keeps its key and
+// headers; it follows the new limit): restart for those.
 func (s *Set) Reload(next *Config) error {
 	if next == nil {
 		return errors.New("config: reload: the new configuration is nil")
@@ -145,6 +147,9 @@ func (s *Set) Reload(next *Config) error {
 		}
 		return next.fieldError("policies", fmt.Errorf("%w: the new file %s; a reload changes existing policies only, restart to add or remove one",
 			limiter.ErrInvalidConfig, strings.Join(what, " and ")))
+	}
+	if err := s.checkHTTPUnchanged(next); err != nil {
+		return err
 	}
 	if err := s.group.SetConfigs(ordered); err != nil {
 		return next.fieldError("policies", err)

@@ -45,6 +45,7 @@ func (c *Config) validate(l *errorList) {
 			continue
 		}
 		c.validatePolicy(l, path, p.Name, p.Config)
+		c.validateHTTP(l, path, p.HTTP)
 		prefix := policyPrefix(p.Name, p.Config)
 		claims := []string{prefix}
 		if p.Config.Guard != nil {

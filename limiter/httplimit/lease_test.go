@@ -19,10 +19,10 @@ import (
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/backend/storeurl"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/internal/testing/redistest"
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/limiter/config"
 	"github.com/limitkit/limitkit/limiter/internal/transport/transporttest"
 )
 
@@ -35,14 +35,14 @@ func leaseStores(t *testing.T, check func(t *testing.T, store backend.Store, red
 		check(t, s, false)
 	})
 	srv := redistest.Start(t)
-	for _, client := range []string{config.GoRedis, config.Rueidis} {
+	for _, client := range []string{storeurl.GoRedis, storeurl.Rueidis} {
 		t.Run(client, func(t *testing.T) {
 			_, err := srv.Do("FLUSHALL")
 			require.NoError(t, err)
-			s, closeFn, err := config.Backend{URL: "redis://" + srv.Addr() + "/0", Client: client}.Open(t.Context())
+			op, err := storeurl.Open(t.Context(), "redis://"+srv.Addr()+"/0", storeurl.WithClient(client))
 			require.NoError(t, err)
-			defer func() { _ = closeFn() }()
-			check(t, s, true)
+			defer func() { _ = op.Close() }()
+			check(t, op.Store, true)
 		})
 	}
 }

@@ -11,10 +11,10 @@ import (
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/backend/storeurl"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/internal/testing/redistest"
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/limiter/config"
 	"github.com/limitkit/limitkit/limiter/internal/transport/transporttest"
 )
 
@@ -64,14 +64,14 @@ func TestPolicyFollowsSetConfig(t *testing.T) {
 		check(t, s)
 	})
 	redis := redistest.Start(t)
-	for _, client := range []string{config.GoRedis, config.Rueidis} {
+	for _, client := range []string{storeurl.GoRedis, storeurl.Rueidis} {
 		t.Run(client, func(t *testing.T) {
 			_, err := redis.Do("FLUSHALL")
 			require.NoError(t, err)
-			s, closeFn, err := config.Backend{URL: "redis://" + redis.Addr() + "/0", Client: client}.Open(t.Context())
+			op, err := storeurl.Open(t.Context(), "redis://"+redis.Addr()+"/0", storeurl.WithClient(client))
 			require.NoError(t, err)
-			defer func() { _ = closeFn() }()
-			check(t, s)
+			defer func() { _ = op.Close() }()
+			check(t, op.Store)
 		})
 	}
 }
