@@ -240,7 +240,8 @@ func (s *Store) TakeAll(_ context.Context, reqs []backend.Request) (backend.Resu
 	for _, sh := range locks[:n] {
 		sh.mu.Lock()
 	}
-	var results [backend.MaxRequests]backend.Result
+	// On the heap: the Result keeps them (Result.Each).
+	results := make([]backend.Result, len(reqs))
 	all := true
 	for i := range reqs {
 		out := peekLocked(loc[i].sh, loc[i].h1, loc[i].h2, loc[i].a, &reqs[i], now)
@@ -256,7 +257,7 @@ func (s *Store) TakeAll(_ context.Context, reqs []backend.Request) (backend.Resu
 	for _, sh := range locks[:n] {
 		sh.mu.Unlock()
 	}
-	return backend.Combine(results[:len(reqs)]), nil
+	return backend.CombineEach(results), nil
 }
 
 // Release implements backend.LeaseStore.

@@ -2,6 +2,7 @@ package storetest_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -26,6 +27,15 @@ type wrapped struct {
 	req  func(*backend.Request)
 	res  func(*backend.Result)
 	peek func(ctx context.Context, req backend.Request) (backend.Result, error)
+	all  func(*backend.Result) // bends a TakeAll's result
+}
+
+func (w wrapped) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
+	res, err := w.Store.TakeAll(ctx, reqs)
+	if w.all != nil {
+		w.all(&res)
+	}
+	return res, err
 }
 
 func (w wrapped) Take(ctx context.Context, req backend.Request) (backend.Result, error) {
@@ -235,6 +245,29 @@ func TestBrokenStoresFail(t *testing.T) {
 				}}
 			},
 			[]string{"clock_back/sliding_log", "clock_back/fixed_window", "clock_back/sliding_counter"},
+		},
+		"TakeAll without Each": {
+			func(t *testing.T) backend.Store {
+				return wrapped{Store: newMemory(t), all: func(r *backend.Result) { r.Each = nil }}
+			},
+			[]string{"take_all/each"},
+		},
+		"Each in reverse order": {
+			func(t *testing.T) backend.Store {
+				return wrapped{Store: newMemory(t), all: func(r *backend.Result) { slices.Reverse(r.Each) }}
+			},
+			[]string{"take_all/each"},
+		},
+		"Each filled with the combined result": {
+			func(t *testing.T) backend.Store {
+				return wrapped{Store: newMemory(t), all: func(r *backend.Result) {
+					for i := range r.Each {
+						r.Each[i] = *r
+						r.Each[i].Each, r.Each[i].Rule = nil, 0
+					}
+				}}
+			},
+			[]string{"take_all/each"},
 		},
 		"read-decide-write without atomicity": {
 			func(t *testing.T) backend.Store { return &racy{states: map[backend.Key]algorithms.State{}} },

@@ -421,6 +421,7 @@ func (r *Runner) refuse(ctx context.Context, reqs []backend.Request, ats []int64
 	res.Remaining = 0
 	res.RetryAfter = r.opts.Ack.Timeout
 	res.Lease = 0
+	res.Each = nil // the admissions described there were rolled back
 	return res, nil
 }
 
@@ -522,7 +523,7 @@ func (r *Runner) takeTogether(ctx context.Context, reqs []backend.Request, keys 
 			results[i].Lease = ats[i]
 		}
 	}
-	res := backend.Combine(results)
+	res := backend.CombineEach(results)
 	if res.Allowed && acked < int64(r.opts.Ack.Replicas) {
 		res.Unconfirmed = true
 		if r.opts.Ack.OnShort == backend.DenyUnconfirmed {
@@ -547,7 +548,7 @@ func (r *Runner) takeInOrder(ctx context.Context, reqs []backend.Request) (backe
 		all = all && results[i].Allowed
 	}
 	if !all {
-		return backend.Combine(results), nil
+		return backend.CombineEach(results), nil
 	}
 	ats := make([]int64, len(reqs))
 	for i := range reqs {
@@ -576,9 +577,9 @@ func (r *Runner) takeInOrder(ctx context.Context, reqs []backend.Request) (backe
 				return backend.Result{}, err
 			}
 		}
-		return backend.Combine(results), nil
+		return backend.CombineEach(results), nil
 	}
-	return backend.Combine(results), nil
+	return backend.CombineEach(results), nil
 }
 
 // eval sends one script, by digest and, after NOSCRIPT only, by source. A
