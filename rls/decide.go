@@ -220,9 +220,9 @@ func (s *Service) decide(ctx context.Context, groups []*group) (bool, error) {
 	return refused, nil
 }
 
-// takeAll decides the enforced groups in one TakeAll, then reads what the
-// groups it does not describe hold (a peek each). It reports whether the
-// request was refused.
+// takeAll decides the enforced groups in one TakeAll. Each group's status
+// comes from the result's Each; a store that gives none has the groups it
+// does not describe peeked. It reports whether the request was refused.
 func (s *Service) takeAll(ctx context.Context, gs []*group) (bool, error) {
 	reqs := make([]backend.Request, len(gs))
 	for i, g := range gs {
@@ -246,12 +246,28 @@ func (s *Service) takeAll(ctx context.Context, gs []*group) (bool, error) {
 	if res.Degraded && s.opts.errorOnFailure {
 		return false, status.Error(codes.Unavailable, "rls: the rate limit store is unavailable")
 	}
+	if len(res.Each) == len(gs) {
+		// Every limit's own result came with the decision: when admitted,
+		// what it has left; when refused, what it holds unconsumed and
+		// whether it alone would have let the request pass.
+		for i, g := range gs {
+			g.res = res.Each[i]
+			if i == res.Rule {
+				g.res = res
+				g.res.Each = nil
+			}
+			g.denied = !g.res.Allowed
+			g.held = !res.Allowed && !g.denied
+		}
+		return !res.Allowed, nil
+	}
 	decided := gs[res.Rule]
 	decided.res, decided.denied = res, !res.Allowed
-	// The others are read at once (a Redis store batches concurrent
-	// peeks). When admitted, a peek of one unit reads what is left after
-	// the request; when refused, a peek of its cost says whether this
-	// limit alone would have let it pass.
+	// A store (or wrapper) that did not say how each limit stands: the
+	// others are read at once (a Redis store batches concurrent peeks).
+	// When admitted, a peek of one unit reads what is left after the
+	// request; when refused, a peek of its cost says whether this limit
+	// alone would have let it pass.
 	errs := make([]error, len(gs))
 	var wg sync.WaitGroup
 	for i, g := range gs {

@@ -20,7 +20,9 @@
 // sequence compared decision by decision with the algorithms' Go engine;
 // and TakeAll (several rules on several keys, all or nothing) through a
 // guard table, a random sequence against the Go engine, every request's
-// own result (Result.Each) and concurrent callers; and the life of concurrency leases (a store must be a
+// own result (Result.Each) and concurrent callers; units given back by
+// time (backend.UnitRefunder, when the store has it) against the Go
+// engine; and the life of concurrency leases (a store must be a
 // backend.LeaseStore). Each
 // case uses its own key prefix, so one store can serve the whole suite.
 package storetest
@@ -185,6 +187,7 @@ func cases() []testCase {
 		}
 	}
 	all = append(all, multiCases()...)
+	all = append(all, giveBackCases()...)
 	all = append(all, leaseCases()...)
 	all = append(all, testCase{name: "invalid_input", run: invalidInput})
 	return all

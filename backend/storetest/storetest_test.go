@@ -144,6 +144,45 @@ func (b badLeases) Renew(ctx context.Context, req backend.Request, lease int64) 
 	return b.Store.Renew(ctx, req, lease)
 }
 
+// badGiveBack is a memory store whose GiveBack is wrong.
+type badGiveBack struct {
+	*memorystore.Store
+	give func(s *memorystore.Store, ctx context.Context, req backend.Request) (backend.Result, error)
+}
+
+func (b badGiveBack) GiveBack(ctx context.Context, req backend.Request) (backend.Result, error) {
+	return b.give(b.Store, ctx, req)
+}
+
+// TestBrokenGiveBackFails shows the give_back cases catch stores that give
+// back wrong.
+func TestBrokenGiveBackFails(t *testing.T) {
+	broken := map[string]struct {
+		give     func(s *memorystore.Store, ctx context.Context, req backend.Request) (backend.Result, error)
+		wantCase string
+	}{
+		"gives back twice": {func(s *memorystore.Store, ctx context.Context, req backend.Request) (backend.Result, error) {
+			_, _ = s.GiveBack(ctx, req)
+			return s.GiveBack(ctx, req)
+		}, "give_back/same_as_go_engine"},
+		"gives back nothing": {func(s *memorystore.Store, ctx context.Context, req backend.Request) (backend.Result, error) {
+			return s.Peek(ctx, req)
+		}, "give_back/same_as_go_engine"},
+		"refuses nothing": {func(s *memorystore.Store, ctx context.Context, req backend.Request) (backend.Result, error) {
+			return s.Peek(ctx, req)
+		}, "give_back/refused"},
+	}
+	for name, b := range broken {
+		t.Run(name, func(t *testing.T) {
+			failed := map[string]bool{}
+			for _, f := range storetest.Check(t.Context(), badGiveBack{Store: newMemory(t), give: b.give}) {
+				failed[f.Case] = true
+			}
+			require.True(t, failed[b.wantCase], "case %s did not catch it; failed: %v", b.wantCase, failed)
+		})
+	}
+}
+
 // TestBrokenLeaseStoresFail shows the lease cases catch stores that get a
 // lease's life wrong.
 func TestBrokenLeaseStoresFail(t *testing.T) {

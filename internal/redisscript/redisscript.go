@@ -286,6 +286,22 @@ func (r *Runner) Release(ctx context.Context, req backend.Request, lease int64) 
 	return held == 1, err
 }
 
+// GiveBack implements backend.UnitRefunder: the script's refund mode, at
+// the window holding req.Now (backend.GiveBackWindow; with server time
+// too, as the request names the window), then what a Peek reports. It is
+// sent once, as every writing call.
+func (r *Runner) GiveBack(ctx context.Context, req backend.Request) (backend.Result, error) {
+	if err := r.check(&req); err != nil {
+		return backend.Result{}, err
+	}
+	at, err := backend.GiveBackWindow(req.Rule, req.Millis())
+	if err != nil {
+		return backend.Result{}, err
+	}
+	res, _, err := r.single(ctx, &req, ModeRefund, r.now(&req), at)
+	return res, err
+}
+
 // Renew implements backend.LeaseStore.Renew: the script's renew mode,
 // atomic on the server. With replica acknowledgement configured it waits
 // for the replicas as a take does and reports Unconfirmed, but never turns
