@@ -23,6 +23,7 @@ type group struct {
 	rule   *rule
 	req    backend.Request
 	check  bool // decided without consuming (hits 0, or negative hits)
+	refund bool // negative hits: req.Cost units to give back (backend.UnitRefunder)
 	descs  []int
 	stat   string
 	res    backend.Result
@@ -112,7 +113,8 @@ func (s *Service) groups(rules *Rules, req *rlsv3.RateLimitRequest, now time.Tim
 		id = appendID(id[:0], req.GetDomain(), d.GetEntries())
 		key := backend.Key{Prefix: s.opts.prefix + c.rule.prefix, ID: string(id)}
 		check := c.hits == 0 || c.neg
-		state := key.Prefix + "\x00" + string(c.rule.alg.Algorithm) + "\x00" + strconv.FormatBool(check) + "\x00" + key.ID
+		state := key.Prefix + "\x00" + string(c.rule.alg.Algorithm) + "\x00" + strconv.FormatBool(check) +
+			strconv.FormatBool(c.neg) + "\x00" + key.ID
 		if g := byState[state]; g != nil {
 			g.req.Cost = addCost(g.req.Cost, c.hits)
 			g.descs = append(g.descs, c.desc)
@@ -123,14 +125,18 @@ func (s *Service) groups(rules *Rules, req *rlsv3.RateLimitRequest, now time.Tim
 			policy = s.opts.onFailure
 		}
 		g := &group{
-			rule:  c.rule,
-			check: check,
-			descs: []int{c.desc},
+			rule:   c.rule,
+			check:  check,
+			refund: c.neg,
+			descs:  []int{c.desc},
 			req: backend.Request{Key: key, Rule: c.rule.alg, Now: now, Cost: addCost(0, c.hits),
 				OnFailure: policy, Shadow: c.rule.shadow},
 		}
 		if check {
 			g.req.Cost = 1
+			if g.refund {
+				g.req.Cost = addCost(0, c.hits) // 0: nothing to give back
+			}
 		}
 		if s.opts.stats != nil {
 			g.stat = c.rule.statKey
@@ -168,6 +174,10 @@ func (s *Service) decide(ctx context.Context, groups []*group) (bool, error) {
 	refused := false
 	for _, g := range groups {
 		switch {
+		case g.refund:
+			if err := s.giveBack(ctx, g); err != nil {
+				return false, err
+			}
 		case g.check:
 			if err := s.peek(ctx, g); err != nil {
 				return false, err
@@ -298,6 +308,34 @@ func (s *Service) takeAll(ctx context.Context, gs []*group) (bool, error) {
 		}
 	}
 	return !res.Allowed, nil
+}
+
+// giveBack gives g's units back (negative hits) where its algorithm can
+// (backend.GiveBackWindow) and the store can (backend.UnitRefunder, found
+// under any wrappers), and otherwise reads g as a check does. Either way
+// it never refuses the request: its status reports what is left.
+func (s *Service) giveBack(ctx context.Context, g *group) error {
+	g.res = backend.Result{Limit: g.rule.alg.Limit}
+	if g.rule.alg.Limit > 0 {
+		var res backend.Result
+		var err error
+		// Never more than the limit: a refund frees at most that.
+		req := g.req
+		req.Cost = min(req.Cost, g.rule.alg.Limit)
+		u, ok := backend.As[backend.UnitRefunder](s.store)
+		if _, werr := backend.GiveBackWindow(g.rule.alg, req.Millis()); ok && werr == nil && req.Cost > 0 {
+			res, err = u.GiveBack(ctx, req)
+		} else {
+			req.Cost = 1
+			res, err = s.store.Peek(ctx, req)
+		}
+		if err := s.settle(ctx, g, res, err); err != nil {
+			return err
+		}
+	}
+	g.denied = false
+	g.res.Allowed, g.res.RetryAfter = true, 0
+	return nil
 }
 
 // peek reads g without consuming, setting its result and denial.
