@@ -37,7 +37,8 @@ type Store interface {
 	// TakeAll decides several requests all or nothing: they are admitted
 	// only when every one of them is, and then each consumes its cost; a
 	// denial consumes nothing from any of them. The Result describes the
-	// deciding request and says which (Result.Rule). Requests must pass
+	// deciding request and says which (Result.Rule); Result.Each, when
+	// the store fills it, holds every request's own. Requests must pass
 	// ValidateAll. Stores that cannot check every key at once (Redis
 	// Cluster keys in different slots) say in their docs what they
 	// guarantee instead.
