@@ -37,7 +37,8 @@ type Store interface {
 	// TakeAll decides several requests all or nothing: they are admitted
 	// only when every one of them is, and then each consumes its cost; a
 	// denial consumes nothing from any of them. The Result describes the
-	// deciding request and says which (Result.Rule). Requests must pass
+	// deciding request and says which (Result.Rule); Result.Each, when
+	// the store fills it, holds every request's own. Requests must pass
 	// ValidateAll. Stores that cannot check every key at once (Redis
 	// Cluster keys in different slots) say in their docs what they
 	// guarantee instead.
@@ -166,6 +167,17 @@ type Result struct {
 	// otherwise. Negative ids are local leases granted by package
 	// fallback.
 	Lease int64
+	// Each is, for a decision over several requests (Store.TakeAll), every
+	// request's own result, in request order, from the same atomic call:
+	// when admitted, what each took (Remaining after it); when denied,
+	// what each holds unconsumed (Allowed says whether that request alone
+	// would have passed; Remaining and the times are a Peek's of its cost).
+	// Stores that decide in one call fill it (every store of this module);
+	// a wrapper that passes a Result through keeps it. It is nil for a
+	// single request (the Result describes it) and when a store cannot
+	// tell: a caller that needs the others then peeks them. Its elements
+	// have no Each.
+	Each []Result
 }
 
 // LeaseStore is a Store that holds concurrency leases
@@ -289,9 +301,21 @@ func Combine(results []Result) Result {
 	out := results[pick]
 	out.Allowed, out.Degraded, out.Unconfirmed, out.Rule = allowed, degraded, unconfirmed, pick
 	out.Lease = 0
+	out.Each = nil
 	if allowed {
 		out.RetryAfter = 0
 		out.Lease = lease
+	}
+	return out
+}
+
+// CombineEach is Combine with Result.Each set to results, for a store's
+// TakeAll of more than one request (nil Each for one). The Result keeps
+// results: the caller must not reuse the slice.
+func CombineEach(results []Result) Result {
+	out := Combine(results)
+	if len(results) > 1 {
+		out.Each = results
 	}
 	return out
 }

@@ -2,7 +2,10 @@ package backend
 
 import (
 	"context"
+	"fmt"
 	"time"
+
+	"github.com/limitkit/limitkit/algorithms"
 )
 
 // The optional capabilities of a Store. A store implements those it has; a
@@ -86,4 +89,41 @@ func As[T any](s Store) (T, bool) {
 	}
 	var zero T
 	return zero, false
+}
+
+// UnitRefunder is a store that gives back units earlier Takes consumed,
+// named by time alone (Envoy's is_negative_hits): both Redis stores and
+// *memorystore.Store. Wrappers that do not implement it are passed by
+// (see As), so a deny cache above the store does not hear of the units
+// given back: its remembered denials stand until their retry time, which
+// is early for nothing and never admits too much.
+type UnitRefunder interface {
+	// GiveBack returns up to req.Cost units to req.Key under req.Rule, at
+	// req.Now, and reports what a Peek of req reports afterwards. Only
+	// units counted in the window holding req.Now are given back (see
+	// GiveBackWindow), never more than it holds, so a refund never
+	// creates allowance that was not taken. Algorithms that cannot give
+	// units back by time are refused with an error wrapping
+	// algorithms.ErrInvalidRequest.
+	GiveBack(ctx context.Context, req Request) (Result, error)
+}
+
+// GiveBackWindow returns where a GiveBack of rule at now (ms) finds its
+// units: the start of the window holding now, aligned to multiples of the
+// window since the Unix epoch, for the algorithms that count units per
+// window (algorithms.FixedWindow, algorithms.SlidingCounter). Others are
+// refused with an error wrapping algorithms.ErrInvalidRequest: the logs
+// (sliding_log, compact_log, a heavy two_level key) record each unit at
+// its own time and a negative hit names none; gcra can undo only its
+// newest admission, named by its time; two_level switches between a
+// counter and a log; concurrency holds leases (LeaseStore.Release gives
+// them back).
+func GiveBackWindow(rule algorithms.Rule, now int64) (int64, error) {
+	switch rule.Algorithm {
+	case algorithms.FixedWindow, algorithms.SlidingCounter:
+		w := rule.Window.Milliseconds()
+		return now - now%w, nil
+	}
+	return 0, fmt.Errorf("%w: %s cannot give units back by time; only %s and %s can (they count units per window)",
+		algorithms.ErrInvalidRequest, rule.Algorithm, algorithms.FixedWindow, algorithms.SlidingCounter)
 }

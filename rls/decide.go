@@ -23,6 +23,7 @@ type group struct {
 	rule   *rule
 	req    backend.Request
 	check  bool // decided without consuming (hits 0, or negative hits)
+	refund bool // negative hits: req.Cost units to give back (backend.UnitRefunder)
 	descs  []int
 	stat   string
 	res    backend.Result
@@ -112,7 +113,8 @@ func (s *Service) groups(rules *Rules, req *rlsv3.RateLimitRequest, now time.Tim
 		id = appendID(id[:0], req.GetDomain(), d.GetEntries())
 		key := backend.Key{Prefix: s.opts.prefix + c.rule.prefix, ID: string(id)}
 		check := c.hits == 0 || c.neg
-		state := key.Prefix + "\x00" + string(c.rule.alg.Algorithm) + "\x00" + strconv.FormatBool(check) + "\x00" + key.ID
+		state := key.Prefix + "\x00" + string(c.rule.alg.Algorithm) + "\x00" + strconv.FormatBool(check) +
+			strconv.FormatBool(c.neg) + "\x00" + key.ID
 		if g := byState[state]; g != nil {
 			g.req.Cost = addCost(g.req.Cost, c.hits)
 			g.descs = append(g.descs, c.desc)
@@ -123,14 +125,18 @@ func (s *Service) groups(rules *Rules, req *rlsv3.RateLimitRequest, now time.Tim
 			policy = s.opts.onFailure
 		}
 		g := &group{
-			rule:  c.rule,
-			check: check,
-			descs: []int{c.desc},
+			rule:   c.rule,
+			check:  check,
+			refund: c.neg,
+			descs:  []int{c.desc},
 			req: backend.Request{Key: key, Rule: c.rule.alg, Now: now, Cost: addCost(0, c.hits),
 				OnFailure: policy, Shadow: c.rule.shadow},
 		}
 		if check {
 			g.req.Cost = 1
+			if g.refund {
+				g.req.Cost = addCost(0, c.hits) // 0: nothing to give back
+			}
 		}
 		if s.opts.stats != nil {
 			g.stat = c.rule.statKey
@@ -168,6 +174,10 @@ func (s *Service) decide(ctx context.Context, groups []*group) (bool, error) {
 	refused := false
 	for _, g := range groups {
 		switch {
+		case g.refund:
+			if err := s.giveBack(ctx, g); err != nil {
+				return false, err
+			}
 		case g.check:
 			if err := s.peek(ctx, g); err != nil {
 				return false, err
@@ -220,9 +230,9 @@ func (s *Service) decide(ctx context.Context, groups []*group) (bool, error) {
 	return refused, nil
 }
 
-// takeAll decides the enforced groups in one TakeAll, then reads what the
-// groups it does not describe hold (a peek each). It reports whether the
-// request was refused.
+// takeAll decides the enforced groups in one TakeAll. Each group's status
+// comes from the result's Each; a store that gives none has the groups it
+// does not describe peeked. It reports whether the request was refused.
 func (s *Service) takeAll(ctx context.Context, gs []*group) (bool, error) {
 	reqs := make([]backend.Request, len(gs))
 	for i, g := range gs {
@@ -246,12 +256,28 @@ func (s *Service) takeAll(ctx context.Context, gs []*group) (bool, error) {
 	if res.Degraded && s.opts.errorOnFailure {
 		return false, status.Error(codes.Unavailable, "rls: the rate limit store is unavailable")
 	}
+	if len(res.Each) == len(gs) {
+		// Every limit's own result came with the decision: when admitted,
+		// what it has left; when refused, what it holds unconsumed and
+		// whether it alone would have let the request pass.
+		for i, g := range gs {
+			g.res = res.Each[i]
+			if i == res.Rule {
+				g.res = res
+				g.res.Each = nil
+			}
+			g.denied = !g.res.Allowed
+			g.held = !res.Allowed && !g.denied
+		}
+		return !res.Allowed, nil
+	}
 	decided := gs[res.Rule]
 	decided.res, decided.denied = res, !res.Allowed
-	// The others are read at once (a Redis store batches concurrent
-	// peeks). When admitted, a peek of one unit reads what is left after
-	// the request; when refused, a peek of its cost says whether this
-	// limit alone would have let it pass.
+	// A store (or wrapper) that did not say how each limit stands: the
+	// others are read at once (a Redis store batches concurrent peeks).
+	// When admitted, a peek of one unit reads what is left after the
+	// request; when refused, a peek of its cost says whether this limit
+	// alone would have let it pass.
 	errs := make([]error, len(gs))
 	var wg sync.WaitGroup
 	for i, g := range gs {
@@ -282,6 +308,34 @@ func (s *Service) takeAll(ctx context.Context, gs []*group) (bool, error) {
 		}
 	}
 	return !res.Allowed, nil
+}
+
+// giveBack gives g's units back (negative hits) where its algorithm can
+// (backend.GiveBackWindow) and the store can (backend.UnitRefunder, found
+// under any wrappers), and otherwise reads g as a check does. Either way
+// it never refuses the request: its status reports what is left.
+func (s *Service) giveBack(ctx context.Context, g *group) error {
+	g.res = backend.Result{Limit: g.rule.alg.Limit}
+	if g.rule.alg.Limit > 0 {
+		var res backend.Result
+		var err error
+		// Never more than the limit: a refund frees at most that.
+		req := g.req
+		req.Cost = min(req.Cost, g.rule.alg.Limit)
+		u, ok := backend.As[backend.UnitRefunder](s.store)
+		if _, werr := backend.GiveBackWindow(g.rule.alg, req.Millis()); ok && werr == nil && req.Cost > 0 {
+			res, err = u.GiveBack(ctx, req)
+		} else {
+			req.Cost = 1
+			res, err = s.store.Peek(ctx, req)
+		}
+		if err := s.settle(ctx, g, res, err); err != nil {
+			return err
+		}
+	}
+	g.denied = false
+	g.res.Allowed, g.res.RetryAfter = true, 0
+	return nil
 }
 
 // peek reads g without consuming, setting its result and denial.

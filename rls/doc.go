@@ -71,12 +71,32 @@
 // than the limit, is refused without a store call.
 //
 // Costs: a request of one limit is one store call (Take). A request of
-// several limits is one TakeAll, then a peek of each limit the TakeAll's
-// result does not describe, sent at once, to report what it holds; a
-// check (hits 0) is a peek before the TakeAll; a shadow limit is a Take of
-// its own after it. At most backend.MaxRequests enforced limits fit one
-// request (more is codes.InvalidArgument); rate_limit plus rate_limits
-// hold at most 4 per descriptor.
+// several limits is one TakeAll, whose result carries every limit's own
+// result (backend.Result.Each), so nothing more is asked; on a store that
+// gives none, each limit the result does not describe is peeked, all at
+// once. A check (hits 0) is a peek before the TakeAll; a shadow limit is a
+// Take of its own after it. At most backend.MaxRequests enforced limits
+// fit one request (more is codes.InvalidArgument); rate_limit plus
+// rate_limits hold at most 4 per descriptor.
+//
+// is_negative_hits gives the descriptor's hits back, before the TakeAll
+// and whatever it decides, through the store's backend.UnitRefunder
+// (found under any wrappers). What that means per algorithm:
+//
+//   - fixed_window, sliding_counter: up to hits units go back to the
+//     window holding now (never more than it counted, so never beyond the
+//     limit); units counted in an earlier window are not given back (for
+//     a fixed window they no longer count).
+//   - sliding_log, compact_log, two_level, gcra: nothing is given back and
+//     nothing is consumed (the descriptor is read, as a check): a log
+//     records each unit at its own time and a negative hit names none;
+//     gcra can undo only its newest admission, named by its time; two_level
+//     switches between a counter and a log.
+//
+// A negative descriptor never refuses the request; its status reports
+// what is left afterwards. A deny cache above the store does not hear of
+// the units given back: its remembered denials stand until their retry
+// time (early for nothing; never an admission too many).
 //
 // Redis Cluster: a request's keys usually sit in different slots, and the
 // Redis stores' TakeAll then checks every key (read-only), takes them in
@@ -91,10 +111,6 @@
 // bare store that fails admits, except under fail_closed (a local policy
 // needs fallback's local store). WithErrorOnFailure answers
 // codes.Unavailable instead, as the reference server does.
-//
-// Not done: is_negative_hits gives nothing back yet; such a descriptor is
-// checked without consuming (the backend has no refund of a past take by
-// cost alone: its refunds name where the take was recorded).
 //
 // Keys are derived from the domain, the request descriptor's entries and
 // the limit's window and algorithm, never from the config generation, so

@@ -320,17 +320,6 @@ descriptors:
 	}
 }
 
-// Negative hits are not refunded yet (a documented gap): they consume
-// nothing and give nothing back.
-func TestNegativeHitsConsumeNothing(t *testing.T) {
-	h := newHarness(t, memStore(t), basicYAML)
-	h.call(request("basic", 0, desc("key2", "n")))
-	d := withHits(desc("key2", "n"), 1)
-	d.IsNegativeHits = true
-	expect(t, "negative", h.call(request("basic", 0, d)).GetStatuses()[0], ok, 19, -1)
-	expect(t, "after", h.call(request("basic", 0, desc("key2", "n"))).GetStatuses()[0], ok, 18, -1)
-}
-
 // A shadow limit is not consumed by a request the enforced limits refused.
 func TestShadowNotConsumedByARefusedRequest(t *testing.T) {
 	h := newHarness(t, memStore(t), `

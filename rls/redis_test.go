@@ -86,6 +86,7 @@ func TestOnRedis(t *testing.T) {
 					}
 				})
 				t.Run("retry times", func(t *testing.T) { checkRetries(t, fresh) })
+				t.Run("negative hits", func(t *testing.T) { checkNegativeHits(t, fresh()) })
 				t.Run("minute and hour", func(t *testing.T) {
 					h := newHarness(t, fresh(), basicYAML)
 					for range 10 {

@@ -95,6 +95,7 @@ var (
 	_ backend.NodeLocator     = (*Store)(nil)
 	_ backend.ContextHonourer = (*Store)(nil)
 	_ backend.RefundCounter   = (*Store)(nil)
+	_ backend.UnitRefunder    = (*Store)(nil)
 	_ backend.AckWaiter       = (*Store)(nil)
 )
 
@@ -165,6 +166,14 @@ func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 // retried), as every writing call.
 func (s *Store) Release(ctx context.Context, req backend.Request, lease int64) (bool, error) {
 	return s.runner.Release(ctx, req, lease)
+}
+
+// GiveBack implements backend.UnitRefunder: one script gives up to
+// req.Cost units back to the window holding req.Now (fixed_window and
+// sliding_counter; see backend.GiveBackWindow) and reports what a Peek
+// then reports. It is sent once (never retried).
+func (s *Store) GiveBack(ctx context.Context, req backend.Request) (backend.Result, error) {
+	return s.runner.GiveBack(ctx, req)
 }
 
 // Renew implements backend.LeaseStore: one script checks that the lease is

@@ -85,7 +85,10 @@ type Store struct {
 	reclaimed       atomic.Uint64
 }
 
-var _ backend.LeaseStore = (*Store)(nil)
+var (
+	_ backend.LeaseStore   = (*Store)(nil)
+	_ backend.UnitRefunder = (*Store)(nil)
+)
 
 type shard struct {
 	shardState
@@ -240,7 +243,8 @@ func (s *Store) TakeAll(_ context.Context, reqs []backend.Request) (backend.Resu
 	for _, sh := range locks[:n] {
 		sh.mu.Lock()
 	}
-	var results [backend.MaxRequests]backend.Result
+	// On the heap: the Result keeps them (Result.Each).
+	results := make([]backend.Result, len(reqs))
 	all := true
 	for i := range reqs {
 		out := peekLocked(loc[i].sh, loc[i].h1, loc[i].h2, loc[i].a, &reqs[i], now)
@@ -256,7 +260,30 @@ func (s *Store) TakeAll(_ context.Context, reqs []backend.Request) (backend.Resu
 	for _, sh := range locks[:n] {
 		sh.mu.Unlock()
 	}
-	return backend.Combine(results[:len(reqs)]), nil
+	return backend.CombineEach(results), nil
+}
+
+// GiveBack implements backend.UnitRefunder: up to req.Cost units back to
+// the window holding req.Now (backend.GiveBackWindow), then what a Peek of
+// req reports.
+func (s *Store) GiveBack(_ context.Context, req backend.Request) (backend.Result, error) {
+	if err := req.Validate(); err != nil {
+		return backend.Result{}, err
+	}
+	now := req.Millis()
+	at, err := backend.GiveBackWindow(req.Rule, now)
+	if err != nil {
+		return backend.Result{}, err
+	}
+	a := algorithms.Lookup(req.Rule.Algorithm) // known: req is valid
+	sh, h1, h2 := s.locate(&req.Key, a.Salt)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.table.find(h1, h2)
+	if e == nil {
+		return backend.ResultOf(req.Rule, peekLocked(sh, h1, h2, a, &req, now)), nil
+	}
+	return backend.ResultOf(req.Rule, req.Rule.Refund(&e.state, now, at, req.Cost)), nil
 }
 
 // Release implements backend.LeaseStore.

@@ -17,6 +17,7 @@ func multiCases() []testCase {
 	return []testCase{
 		{"take_all/guard", takeAllGuard},
 		{"take_all/same_as_go_engine", takeAllSameAsGoEngine},
+		{"take_all/each", takeAllEach},
 		{"take_all/concurrency", takeAllConcurrency},
 		{"take_all/invalid_input", takeAllInvalid},
 	}

@@ -2,6 +2,7 @@ package storetest_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -26,6 +27,15 @@ type wrapped struct {
 	req  func(*backend.Request)
 	res  func(*backend.Result)
 	peek func(ctx context.Context, req backend.Request) (backend.Result, error)
+	all  func(*backend.Result) // bends a TakeAll's result
+}
+
+func (w wrapped) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
+	res, err := w.Store.TakeAll(ctx, reqs)
+	if w.all != nil {
+		w.all(&res)
+	}
+	return res, err
 }
 
 func (w wrapped) Take(ctx context.Context, req backend.Request) (backend.Result, error) {
@@ -134,6 +144,45 @@ func (b badLeases) Renew(ctx context.Context, req backend.Request, lease int64) 
 	return b.Store.Renew(ctx, req, lease)
 }
 
+// badGiveBack is a memory store whose GiveBack is wrong.
+type badGiveBack struct {
+	*memorystore.Store
+	give func(s *memorystore.Store, ctx context.Context, req backend.Request) (backend.Result, error)
+}
+
+func (b badGiveBack) GiveBack(ctx context.Context, req backend.Request) (backend.Result, error) {
+	return b.give(b.Store, ctx, req)
+}
+
+// TestBrokenGiveBackFails shows the give_back cases catch stores that give
+// back wrong.
+func TestBrokenGiveBackFails(t *testing.T) {
+	broken := map[string]struct {
+		give     func(s *memorystore.Store, ctx context.Context, req backend.Request) (backend.Result, error)
+		wantCase string
+	}{
+		"gives back twice": {func(s *memorystore.Store, ctx context.Context, req backend.Request) (backend.Result, error) {
+			_, _ = s.GiveBack(ctx, req)
+			return s.GiveBack(ctx, req)
+		}, "give_back/same_as_go_engine"},
+		"gives back nothing": {func(s *memorystore.Store, ctx context.Context, req backend.Request) (backend.Result, error) {
+			return s.Peek(ctx, req)
+		}, "give_back/same_as_go_engine"},
+		"refuses nothing": {func(s *memorystore.Store, ctx context.Context, req backend.Request) (backend.Result, error) {
+			return s.Peek(ctx, req)
+		}, "give_back/refused"},
+	}
+	for name, b := range broken {
+		t.Run(name, func(t *testing.T) {
+			failed := map[string]bool{}
+			for _, f := range storetest.Check(t.Context(), badGiveBack{Store: newMemory(t), give: b.give}) {
+				failed[f.Case] = true
+			}
+			require.True(t, failed[b.wantCase], "case %s did not catch it; failed: %v", b.wantCase, failed)
+		})
+	}
+}
+
 // TestBrokenLeaseStoresFail shows the lease cases catch stores that get a
 // lease's life wrong.
 func TestBrokenLeaseStoresFail(t *testing.T) {
@@ -235,6 +284,29 @@ func TestBrokenStoresFail(t *testing.T) {
 				}}
 			},
 			[]string{"clock_back/sliding_log", "clock_back/fixed_window", "clock_back/sliding_counter"},
+		},
+		"TakeAll without Each": {
+			func(t *testing.T) backend.Store {
+				return wrapped{Store: newMemory(t), all: func(r *backend.Result) { r.Each = nil }}
+			},
+			[]string{"take_all/each"},
+		},
+		"Each in reverse order": {
+			func(t *testing.T) backend.Store {
+				return wrapped{Store: newMemory(t), all: func(r *backend.Result) { slices.Reverse(r.Each) }}
+			},
+			[]string{"take_all/each"},
+		},
+		"Each filled with the combined result": {
+			func(t *testing.T) backend.Store {
+				return wrapped{Store: newMemory(t), all: func(r *backend.Result) {
+					for i := range r.Each {
+						r.Each[i] = *r
+						r.Each[i].Each, r.Each[i].Rule = nil, 0
+					}
+				}}
+			},
+			[]string{"take_all/each"},
 		},
 		"read-decide-write without atomicity": {
 			func(t *testing.T) backend.Store { return &racy{states: map[backend.Key]algorithms.State{}} },

@@ -407,7 +407,7 @@ func (r *Runner) decodeMulti(reqs []backend.Request, reply []int64, cmd Command)
 		}
 		results[i] = backend.ResultOf(reqs[i].Rule, out)
 	}
-	return backend.Combine(results), nil
+	return backend.CombineEach(results), nil
 }
 
 // scratch holds the slices one batch call is built in, reused across

@@ -1,5 +1,7 @@
 package redisscript
 
+import "sync"
+
 // SendWithFirstTake makes batches go with the deadline of their first Take
 // and no least wait, as they did before sender and batchMinWait, for a
 // control; it returns the undo.
@@ -24,3 +26,14 @@ var (
 	ClusterBatchScript = clusterBatchScript
 	ClusterBatchCall   = clusterBatchCall
 )
+
+// WithoutMemo makes runners made from now on send the TakeAll scripts
+// without memo.lua, for a control; it returns the undo.
+func WithoutMemo() (undo func()) {
+	memoReads = false
+	scripts = sync.OnceValue(buildScripts)
+	return func() {
+		memoReads = true
+		scripts = sync.OnceValue(buildScripts)
+	}
+}

@@ -16,6 +16,7 @@
 -- cluster node both come in ARGV, see nodebatch.go).
 local server
 local function group(k, a, n, now)
+  memo_reset()
   local outs, all = {}, 1
   for take = 0, 1 do
     if take == 1 and all == 0 then

@@ -28,25 +28,40 @@ var batchLua string
 //go:embed groups.lua
 var groupsLua string
 
+//go:embed memo.lua
+var memoLua string
+
 // scripts are the scripts as sent to Redis, built on first use from the
 // registry (after any algorithms.Register from an init function).
-var scripts = sync.OnceValue(func() *scriptSet {
+var scripts = sync.OnceValue(buildScripts)
+
+// memoReads puts memo.lua under the TakeAll scripts' steps; a test turns
+// it off as a control.
+var memoReads = true
+
+func buildScripts() *scriptSet {
 	set := &scriptSet{single: map[algorithms.Name]string{}}
 	prelude := algorithms.LuaPrelude()
-	steps := "local STEPS = {}\n"
-	multi := prelude
+	table := "local STEPS = {}\n"
+	var steps string
 	for _, a := range algorithms.Algorithms() {
 		set.single[a.Name] = prelude + luaStep("step", a.Lua) + singleLua
 		fn := "step_" + string(a.Name)
-		multi += luaStep(fn, a.Lua)
-		steps += "STEPS['" + string(a.Name) + "'] = " + fn + "\n"
+		steps += luaStep(fn, a.Lua)
+		table += "STEPS['" + string(a.Name) + "'] = " + fn + "\n"
 	}
-	set.multi = multi + steps + multiLua
-	set.batch = batchHead + multi + steps + "local TAKE = true\n" + batchLua
-	set.peekBatch = batchHead + multi + steps + "local TAKE = false\n" + batchLua
-	set.groups = batchHead + multi + steps + groupsLua
+	// The TakeAll scripts read each key twice (check, then take): their
+	// steps see redis.call through memo.lua.
+	all, memoed := prelude+steps+table, prelude+memoLua+steps+table
+	if !memoReads {
+		memoed = prelude + "local function memo_reset() end\n" + steps + table
+	}
+	set.multi = memoed + multiLua
+	set.batch = batchHead + all + "local TAKE = true\n" + batchLua
+	set.peekBatch = batchHead + all + "local TAKE = false\n" + batchLua
+	set.groups = batchHead + memoed + groupsLua
 	return set
-})
+}
 
 type scriptSet struct {
 	single                          map[algorithms.Name]string

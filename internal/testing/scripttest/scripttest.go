@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
@@ -130,7 +131,7 @@ func DifferentialOf(ctx context.Context, r Reporter, store backend.Store, seed u
 				w.Lease = rule.ChargedAt(st, now)
 				granted[id] = append(granted[id], w.Lease)
 			}
-			if got != w {
+			if !reflect.DeepEqual(got, w) {
 				r.Errorf("round %d step %d: %s(%q, %+v, now %d, cost %d):\n got  %+v\n want %+v", round, step, op, id, rule, now, cost, got, w)
 				return
 			}

@@ -1,0 +1,117 @@
+package storetest
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/backend"
+)
+
+// takeAllEach replays random TakeAll calls of 2 or 3 rules (every
+// algorithm; costs above 1; the clock creeping and going back) and checks
+// Result.Each: one result per request, in request order, each what the Go
+// engine decided for that request (its take when all were admitted, its
+// check when not), and each equal to what a Peek reports right after: a
+// Peek of the request's cost after a denial (nothing was consumed), the
+// Remaining of a Peek of one unit after an admission (what is left).
+func takeAllEach(c *checker) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	names := algorithms.Names()
+	var pool []part
+	for i, alg := range names {
+		if algorithms.Lookup(alg).HoldsLeases() {
+			continue // a lease's Remaining counts leases, and one call holds one
+		}
+		pool = append(pool, part{
+			prefix: fmt.Sprintf("each:%s:", alg),
+			id:     fmt.Sprint("id", i%2),
+			rule:   algorithms.Rule{Algorithm: alg, Limit: int64(3 + rng.IntN(4)), Window: time.Duration(1000+rng.IntN(1000)) * time.Millisecond},
+		})
+	}
+	states := map[string]*algorithms.State{}
+	now := 5 * time.Second
+	admitted, denied := 0, 0
+	for step := range 300 {
+		switch p := rng.IntN(100); {
+		case p < 40:
+		case p < 95:
+			now += time.Duration(rng.IntN(250)) * time.Millisecond
+		default:
+			now = max(now-time.Duration(rng.IntN(2000))*time.Millisecond, 0)
+		}
+		perm := rng.Perm(len(pool))[:2+rng.IntN(2)]
+		parts := make([]part, len(perm))
+		minLimit := algorithms.MaxLimit
+		for k, idx := range perm {
+			parts[k] = pool[idx]
+			minLimit = min(minLimit, parts[k].rule.Limit)
+		}
+		cost := int64(1)
+		if rng.IntN(3) == 0 {
+			cost = 1 + rng.Int64N(minLimit)
+		}
+		nowMs := base.Add(now).UnixMilli()
+		want := make([]backend.Result, len(parts))
+		all := true
+		for k, p := range parts {
+			s := states[p.prefix+p.id]
+			if s == nil {
+				s = &algorithms.State{}
+				states[p.prefix+p.id] = s
+			}
+			want[k] = backend.ResultOf(p.rule, p.rule.Peek(s, nowMs, cost))
+			all = all && want[k].Allowed
+		}
+		if all {
+			for k, p := range parts {
+				want[k] = backend.ResultOf(p.rule, p.rule.Take(states[p.prefix+p.id], nowMs, cost))
+			}
+		}
+		got, ok := c.takeAll(parts, now, cost)
+		if !ok {
+			return
+		}
+		what := fmt.Sprintf("step %d: TakeAll(%v, cost %d) at %v", step, parts, cost, now)
+		if len(got.Each) != len(parts) {
+			c.r.Errorf("%s: Result.Each has %d results, want one per request (%d)", what, len(got.Each), len(parts))
+			return
+		}
+		if all {
+			admitted++
+		} else {
+			denied++
+		}
+		for k, p := range parts {
+			e := got.Each[k]
+			if e.Each != nil {
+				c.r.Errorf("%s: Each[%d] has an Each of its own", what, k)
+				return
+			}
+			if !c.expect(fmt.Sprintf("%s: Each[%d] against the Go engine", what, k), e, want[k]) {
+				return
+			}
+			peekCost := cost
+			if all {
+				peekCost = 1
+			}
+			sub := *c
+			sub.prefix = c.prefix + p.prefix
+			peek, ok := sub.peek(p.id, p.rule, now, peekCost)
+			if !ok {
+				return
+			}
+			if all && e.Remaining != peek.Remaining {
+				c.r.Errorf("%s: admitted, Each[%d].Remaining %d, but a Peek right after reports %d", what, k, e.Remaining, peek.Remaining)
+				return
+			}
+			if !all && !c.expect(fmt.Sprintf("%s: denied, Each[%d] against a Peek of its cost", what, k), e, peek) {
+				return
+			}
+		}
+	}
+	if admitted == 0 || denied == 0 {
+		c.r.Errorf("take_all/each: %d admitted and %d denied calls; the sequence must exercise both", admitted, denied)
+	}
+}
