@@ -92,11 +92,11 @@ func As[T any](s Store) (T, bool) {
 }
 
 // UnitRefunder is a store that gives back units earlier Takes consumed,
-// named by time alone (Envoy's is_negative_hits): both Redis stores and
-// *memorystore.Store. Wrappers that do not implement it are passed by
-// (see As), so a deny cache above the store does not hear of the units
-// given back: its remembered denials stand until their retry time, which
-// is early for nothing and never admits too much.
+// named by time alone (Envoy's is_negative_hits): both Redis stores,
+// *memorystore.Store and *denycache.Store (which forwards it and ends the
+// denials remembered for the key in every process). Find it with As: it
+// passes by fallback, so while Redis is down a refund fails rather than
+// reaching the local limiter.
 type UnitRefunder interface {
 	// GiveBack returns up to req.Cost units to req.Key under req.Rule, at
 	// req.Now, and reports what a Peek of req reports afterwards. Only

@@ -94,9 +94,9 @@
 //     switches between a counter and a log.
 //
 // A negative descriptor never refuses the request; its status reports
-// what is left afterwards. A deny cache above the store does not hear of
-// the units given back: its remembered denials stand until their retry
-// time (early for nothing; never an admission too many).
+// what is left afterwards. Through a deny cache the units given back end
+// the denials remembered for the key in every process (denycache.Store
+// forwards GiveBack and announces it as a refund).
 //
 // Redis Cluster: a request's keys usually sit in different slots, and the
 // Redis stores' TakeAll then checks every key (read-only), takes them in

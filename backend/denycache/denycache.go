@@ -295,6 +295,22 @@ func (s *Store) announceRefund(ctx context.Context, key backend.Key, alg algorit
 	}
 }
 
+// GiveBack gives units back through the inner store (backend.UnitRefunder),
+// then drops key's entry here and tells the other processes, as a refund:
+// a denial remembered anywhere no longer holds. A store underneath that
+// cannot give units back is an error.
+func (s *Store) GiveBack(ctx context.Context, req backend.Request) (backend.Result, error) {
+	r, ok := backend.As[backend.UnitRefunder](s.inner)
+	if !ok {
+		return backend.Result{}, fmt.Errorf("denycache: the inner store %T cannot give units back (it implements no backend.UnitRefunder)", s.inner)
+	}
+	res, err := r.GiveBack(ctx, req)
+	if err == nil {
+		s.announceRefund(ctx, req.Key, req.Rule.Algorithm)
+	}
+	return res, err
+}
+
 // Release forwards to the inner store; it needs no invalidation, since
 // concurrency denials are never cached.
 func (s *Store) Release(ctx context.Context, req backend.Request, lease int64) (bool, error) {

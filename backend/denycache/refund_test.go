@@ -98,3 +98,59 @@ func TestUnconfirmedRefundReachesOtherProcesses(t *testing.T) {
 		})
 	}
 }
+
+// TestGiveBackEndsCachedDenials: Envoy's negative hits give units back
+// (backend.UnitRefunder). Given back through A's deny cache, B's cached
+// denial ends and B is admitted again; the control gives them back through
+// A's store underneath, which no cache hears of: B keeps answering its
+// cached denial, though Redis would admit.
+func TestGiveBackEndsCachedDenials(t *testing.T) {
+	srv := redistest.Start(t)
+	rule := algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 2, Window: time.Hour}
+	for _, through := range []string{"cache", "store (control)"} {
+		t.Run(through, func(t *testing.T) {
+			a, b := goredisProcess(t, srv.Addr()), rueidisProcess(t, srv.Addr())
+			key := backend.Key{Prefix: "giveback:" + through + ":", ID: "k"}
+			req := func() backend.Request { return backend.Request{Key: key, Rule: rule, Now: time.Now(), Cost: 1} }
+			for range 2 {
+				d, err := a.cache.Take(t.Context(), req())
+				require.NoError(t, err)
+				require.True(t, d.Allowed)
+			}
+			for range 2 {
+				_, err := b.cache.Take(t.Context(), req())
+				require.NoError(t, err)
+			}
+			d, err := b.cache.Take(t.Context(), req())
+			require.NoError(t, err)
+			require.True(t, d.Cached && !d.Allowed, "B caches the denial: %+v", d)
+
+			giver := backend.UnitRefunder(a.cache)
+			if through != "cache" {
+				var ok bool
+				giver, ok = a.store.(backend.UnitRefunder)
+				require.True(t, ok)
+			}
+			_, err = giver.GiveBack(t.Context(), req())
+			require.NoError(t, err)
+			peek, err := b.store.Peek(t.Context(), req())
+			require.NoError(t, err)
+			require.True(t, peek.Allowed, "Redis admits after the unit came back")
+
+			admitted := false
+			for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline) && !admitted; time.Sleep(10 * time.Millisecond) {
+				d, err = b.cache.Peek(t.Context(), req())
+				require.NoError(t, err)
+				d, err = b.cache.Take(t.Context(), req())
+				require.NoError(t, err)
+				admitted = d.Allowed
+			}
+			if through == "cache" {
+				require.True(t, admitted, "B kept its cached denial after A gave a unit back: %+v", d)
+			} else {
+				require.False(t, admitted, "the control: B's cache heard of a refund no cache announced")
+				require.True(t, d.Cached)
+			}
+		})
+	}
+}
