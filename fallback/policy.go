@@ -103,8 +103,32 @@ func (s *Store) decideAll(ctx context.Context, b *breaker, reqs []backend.Reques
 	if err != nil {
 		return backend.Result{}, fmt.Errorf("fallback: local store: %w", err)
 	}
+	each := s.eachOf(results, index, res)
 	res.Rule = index[res.Rule]
 	res.Degraded = true
 	res.Lease = s.localLease(res.Lease) // a local lease: released to the local store
+	res.Each = each
 	return res, nil
+}
+
+// eachOf is a degraded TakeAll's Result.Each in request order: the
+// policies' answers, with the local store's (from its TakeAll's res) in
+// their places (index). It is nil when the local store did not describe
+// every request it decided.
+func (s *Store) eachOf(results []backend.Result, index []int, res backend.Result) []backend.Result {
+	local := res.Each
+	if len(index) == 1 && local == nil {
+		res.Rule = 0
+		local = []backend.Result{res} // a TakeAll of one describes it in res
+	}
+	if len(results) < 2 || len(local) != len(index) {
+		return nil
+	}
+	for j, i := range index {
+		r := local[j]
+		r.Degraded = true
+		r.Lease = s.localLease(r.Lease)
+		results[i] = r
+	}
+	return results
 }
