@@ -199,7 +199,7 @@ func (g *Guard) rule() algorithms.Rule {
 }
 
 // ruleJSON is the part of Config and Guard written the same way in JSON.
-// It serves MarshalJSON; reading goes through decodeConfig (decode.go).
+// It serves MarshalJSON; reading goes through decodeConfig below.
 type ruleJSON struct {
 	Algorithm algorithms.Name       `json:"algorithm,omitempty"`
 	Limit     int64                 `json:"limit"`
