@@ -317,8 +317,17 @@ func (c *compiled) peek(ctx context.Context, store backend.Store, keys []string,
 // peekParts reports what take would decide for one unit at now, without
 // consuming.
 func peekParts(ctx context.Context, store backend.Store, parts []part, keys []string, now time.Time) (Decision, error) {
+	if len(parts) == 1 {
+		// Most limits have one rule: spare zeroing MaxRequests results.
+		var one [1]Decision
+		return peekInto(ctx, store, parts, keys, now, one[:])
+	}
 	var buf [backend.MaxRequests]Decision
-	results := buf[:len(parts)]
+	return peekInto(ctx, store, parts, keys, now, buf[:len(parts)])
+}
+
+// peekInto is peekParts with a result per part in results.
+func peekInto(ctx context.Context, store backend.Store, parts []part, keys []string, now time.Time, results []Decision) (Decision, error) {
 	for i := range parts {
 		var err error
 		p := &parts[i]
