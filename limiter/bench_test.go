@@ -81,3 +81,90 @@ func BenchmarkAllowLists(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCalls measures the other entrances on the memory store, over
+// 10,000 keys with sliding_log at 100 a second (BenchmarkAllow's): AllowN,
+// Peek, a limiter with a guard or a shadow limit, Admit, a Composite of
+// two limits and Plans.
+func BenchmarkCalls(b *testing.B) {
+	ids := make([]string, 10_000)
+	for i := range ids {
+		ids[i] = "user:" + strconv.Itoa(i)
+	}
+	base := limiter.Config{Limit: 100, Window: time.Second, Prefix: "user:"}
+	newLim := func(b *testing.B, store *memorystore.Store, cfg limiter.Config) *limiter.Limiter {
+		lim, err := limiter.New(store, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return lim
+	}
+	guarded := base
+	guarded.Guard = &limiter.Guard{Limit: 1000, Window: time.Minute}
+	shadowed := base
+	shadowed.Guard = &limiter.Guard{Limit: 1000, Window: time.Minute, Mode: limiter.Shadow}
+	type call func(ctx context.Context, key string) (limiter.Decision, error)
+	for _, c := range []struct {
+		name string
+		make func(b *testing.B, store *memorystore.Store) call
+	}{
+		{"AllowN", func(b *testing.B, store *memorystore.Store) call {
+			lim := newLim(b, store, base)
+			return func(ctx context.Context, key string) (limiter.Decision, error) { return lim.AllowN(ctx, key, 2) }
+		}},
+		{"Peek", func(b *testing.B, store *memorystore.Store) call { return newLim(b, store, base).Peek }},
+		{"guard", func(b *testing.B, store *memorystore.Store) call { return newLim(b, store, guarded).Allow }},
+		{"shadow guard", func(b *testing.B, store *memorystore.Store) call { return newLim(b, store, shadowed).Allow }},
+		{"Admit", func(b *testing.B, store *memorystore.Store) call {
+			lim := newLim(b, store, base)
+			return func(ctx context.Context, key string) (limiter.Decision, error) {
+				keys := [1]string{key}
+				_, d, err := lim.Admit(ctx, limiter.Request{Keys: keys[:]})
+				return d, err
+			}
+		}},
+		{"Composite.Allow", func(b *testing.B, store *memorystore.Store) call {
+			comp, err := limiter.NewComposite(store, []limiter.Config{base,
+				{Algorithm: algorithms.SlidingCounter, Limit: 1_000_000, Window: time.Second, Prefix: "global:"}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return func(ctx context.Context, key string) (limiter.Decision, error) { return comp.Allow(ctx, key, "all") }
+		}},
+		{"Plans.Allow", func(b *testing.B, store *memorystore.Store) call {
+			free := base
+			pro := base
+			pro.Limit, pro.Prefix = 1000, "pro:"
+			plans, err := limiter.NewPlans(map[string]*limiter.Limiter{"free": newLim(b, store, free), "pro": newLim(b, store, pro)},
+				func(_ context.Context, key string) (string, error) {
+					if len(key)%2 == 0 {
+						return "pro", nil
+					}
+					return "free", nil
+				})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return func(ctx context.Context, key string) (limiter.Decision, error) {
+				d, _, err := plans.Allow(ctx, key)
+				return d, err
+			}
+		}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			store, _ := memorystore.New()
+			do := c.make(b, store)
+			ctx := context.Background()
+			b.ReportAllocs()
+			k := 0
+			for b.Loop() {
+				if _, err := do(ctx, ids[k]); err != nil {
+					b.Fatal(err)
+				}
+				if k++; k == len(ids) {
+					k = 0
+				}
+			}
+		})
+	}
+}

@@ -46,7 +46,7 @@ type Composite struct {
 // options.
 func NewComposite(store backend.Store, configs []Config, opts ...Option) (*Composite, error) {
 	if store == nil {
-		return nil, fmt.Errorf("%w: store is nil; pass a backend.Store such as memorystore.New()", ErrInvalidConfig)
+		return nil, errNilStore
 	}
 	cc, err := compileComposite(configs)
 	if err != nil {
@@ -64,7 +64,8 @@ func NewComposite(store backend.Store, configs []Config, opts ...Option) (*Compo
 	return c, nil
 }
 
-// compileComposite validates a composite's configs and prepares them.
+// compileComposite checks a composite's configs and prepares them: limit
+// i's rules read the key at index i of a call.
 func compileComposite(configs []Config) (*compiled, error) {
 	if len(configs) == 0 || len(configs) > backend.MaxRequests {
 		return nil, fmt.Errorf("%w: %d limits in a composite; give 1 to %d", ErrInvalidConfig, len(configs), backend.MaxRequests)
@@ -72,8 +73,8 @@ func compileComposite(configs []Config) (*compiled, error) {
 	cc := &compiled{}
 	var parts []part
 	for i, cfg := range configs {
-		cfg = cfg.withDefaults()
-		if err := cfg.Validate(); err != nil {
+		cfg, _, err := cfg.checked()
+		if err != nil {
 			return nil, fmt.Errorf("limit %d: %w", i, err)
 		}
 		if cfg.Guard != nil {
@@ -96,7 +97,7 @@ func compileComposite(configs []Config) (*compiled, error) {
 			}
 		}
 		cc.configs = append(cc.configs, cfg)
-		parts = append(parts, cfg.parts(i)...)
+		parts = append(parts, partsOf(cfg, i)...)
 	}
 	cc.setParts(parts)
 	return cc, nil
@@ -137,36 +138,99 @@ func (c *Composite) Allow(ctx context.Context, keys ...string) (Decision, error)
 // be between 1 and the smallest limit.
 func (c *Composite) AllowN(ctx context.Context, n int64, keys ...string) (Decision, error) {
 	cc := c.cur.Load()
-	if err := checkKeys(cc, keys); err != nil {
+	if err := checkKeyCount(cc, keys); err != nil {
 		return Decision{}, err
 	}
 	if cc.lease >= 0 {
 		return Decision{}, errUseAcquire
 	}
-	return decide(ctx, c.store, c.clock, cc, keys, n)
+	if err := cc.checkRequest(keys, n); err != nil {
+		return Decision{}, err
+	}
+	return cc.decide(ctx, c.store, keys, n, c.clock.Now())
 }
 
 // Peek reports what Allow would decide for keys, without counting anything.
 func (c *Composite) Peek(ctx context.Context, keys ...string) (Decision, error) {
 	cc := c.cur.Load()
-	if err := checkKeys(cc, keys); err != nil {
+	if err := checkKeyCount(cc, keys); err != nil {
 		return Decision{}, err
 	}
-	return peekAll(ctx, c.store, c.clock, cc, keys)
+	if err := cc.checkRequest(keys, 1); err != nil {
+		return Decision{}, err
+	}
+	return cc.peek(ctx, c.store, keys, c.clock.Now())
 }
 
 // Reset forgets what every limit counted for its key in keys.
 func (c *Composite) Reset(ctx context.Context, keys ...string) error {
 	cc := c.cur.Load()
-	if err := checkKeys(cc, keys); err != nil {
+	if err := checkKeyCount(cc, keys); err != nil {
 		return err
 	}
-	return reset(ctx, c.store, cc.all, keys)
+	if err := cc.checkRequest(keys, 1); err != nil {
+		return err
+	}
+	return cc.reset(ctx, c.store, keys)
 }
 
-func checkKeys(cc *compiled, keys []string) error {
+// checkKeyCount reports keys that are not one per limit: the part of a
+// Composite's entrance check that a Limiter's calls need not make.
+func checkKeyCount(cc *compiled, keys []string) error {
 	if len(keys) != len(cc.configs) {
 		return fmt.Errorf("%w: %d keys for %d limits; give one key per limit", ErrInvalidRequest, len(keys), len(cc.configs))
 	}
 	return nil
 }
+
+// Acquire takes a lease of one unit from the composite's concurrency limit
+// together with one unit of each of its rate limits, all or nothing:
+// keys[i] is the key of limit i, as for Allow. A denial by any limit
+// consumes nothing from the others (a denied lease refunds the rate
+// units). The Lease is on the concurrency limit's key. A composite without
+// a concurrency limit returns an error wrapping ErrInvalidRequest.
+func (c *Composite) Acquire(ctx context.Context, keys ...string) (*Lease, Decision, error) {
+	return c.AcquireN(ctx, 1, keys...)
+}
+
+// AcquireN is Acquire of n units of every limit.
+func (c *Composite) AcquireN(ctx context.Context, n int64, keys ...string) (*Lease, Decision, error) {
+	cc := c.cur.Load()
+	if err := checkKeyCount(cc, keys); err != nil {
+		return nil, Decision{}, err
+	}
+	if cc.lease < 0 {
+		return nil, Decision{}, fmt.Errorf("%w: the composite has no concurrency limit; use Allow", ErrInvalidRequest)
+	}
+	return acquire(ctx, c, c.store, c.clock, cc, keys, n, c.clock.Now())
+}
+
+// Release gives back the lease whose Lease.ID is leaseID, granted on key
+// (the concurrency limit's key), as Limiter.Release does.
+func (c *Composite) Release(ctx context.Context, key, leaseID string) error {
+	return releaseByID(ctx, c.store, c.clock.Now(), c.cur.Load(), key, leaseID)
+}
+
+// Admit decides req as one unit of every limit, as Limiter.Admit: with a
+// concurrency limit among them it takes a lease (as Acquire), otherwise a
+// unit of each (as Allow), chosen from the configurations that decide.
+// A Composite has no lists: req.Client is not read.
+func (c *Composite) Admit(ctx context.Context, req Request) (*Lease, Decision, error) {
+	cc := c.cur.Load()
+	if err := checkKeyCount(cc, req.Keys); err != nil {
+		return nil, Decision{}, err
+	}
+	if cc.lease >= 0 {
+		return acquire(ctx, c, c.store, c.clock, cc, req.Keys, 1, c.clock.Now())
+	}
+	if err := cc.checkRequest(req.Keys, 1); err != nil {
+		return nil, Decision{}, err
+	}
+	d, err := cc.decide(ctx, c.store, req.Keys, 1, c.clock.Now())
+	return nil, d, err
+}
+
+// Generation counts the configurations the composite has had, as
+// Limiter.Generation: 1 after NewComposite, one more after each
+// SetConfigs.
+func (c *Composite) Generation() uint64 { return c.cur.Load().gen }

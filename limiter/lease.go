@@ -240,56 +240,17 @@ func giveBack(ctx context.Context, store backend.Store, req backend.Request, id 
 // giveBackTimeout bounds giveBack's call.
 const giveBackTimeout = time.Second
 
-// Acquire takes a lease of one unit on key from a concurrency limit (see
-// AcquireN).
-func (l *Limiter) Acquire(ctx context.Context, key string) (*Lease, Decision, error) {
-	return l.AcquireN(ctx, key, 1)
-}
-
-// AcquireN takes a lease of n units on key from a concurrency limit: it is
-// admitted when the units held on key plus n are at most the limit. When
-// admitted it returns the Lease, which the caller must release; when
-// denied, a nil Lease and the Decision (Allowed false, RetryAfter until
-// enough held leases expire if none is released). On a limit that is not a
-// concurrency limit it returns an error wrapping ErrInvalidRequest.
-//
-// A key on Config.Exempt gets a Lease that holds nothing (Decision.Exempt);
-// one on Config.Deny is denied. A limit in Shadow mode grants a Lease
-// always: a real one when the limit admits, one that holds nothing when it
-// would have denied (Decision.ShadowDenied). With a Guard (a rate limit),
-// the lease and the guard's unit are taken together, all or nothing.
-func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Lease, Decision, error) {
-	c := l.current()
-	if c.lease < 0 {
-		return nil, Decision{}, noConcurrency(c)
-	}
-	now := l.clock.Now()
-	if c.lists != nil {
-		if d, ok := c.listed(key); ok {
-			if !d.Allowed {
-				return nil, d, nil
-			}
-			if err := c.all[c.lease].rule.ValidateCost(n); err != nil {
-				return nil, Decision{}, err
-			}
-			return newLease(l, l.store, l.clock, key, n, c.all[c.lease], 0, now), d, nil
-		}
-	}
-	return acquire(ctx, l, l.store, l.clock, c, []string{key}, n, now)
-}
-
 // acquire decides a lease request under c and wraps an admission in a
-// Lease.
+// Lease. It is the entrance check of every Acquire and of Admit under a
+// concurrency limit.
 func acquire(ctx context.Context, src leaseSource, store backend.Store, clk clock.Clock, c *compiled, keys []string, n int64, now time.Time) (*Lease, Decision, error) {
 	if _, err := leaseStore(store); err != nil {
 		return nil, Decision{}, err
 	}
-	for i := range c.enforce {
-		if err := c.enforce[i].check(keys, n); err != nil {
-			return nil, Decision{}, err
-		}
+	if err := c.checkRequest(keys, n); err != nil {
+		return nil, Decision{}, err
 	}
-	d, err := decideAt(ctx, store, c, keys, n, now)
+	d, err := c.decide(ctx, store, keys, n, now)
 	if err != nil || !d.Allowed {
 		return nil, d, err
 	}
@@ -297,18 +258,11 @@ func acquire(ctx context.Context, src leaseSource, store backend.Store, clk cloc
 	return newLease(src, store, clk, keys[p.key], n, p, d.Lease, now), d, nil
 }
 
-// Release gives back the lease whose Lease.ID is leaseID, granted on key by
-// this limiter or another sharing its store and prefix (another process).
-// It returns nil, ErrLeaseNotHeld (expired, or already released), an error
-// wrapping ErrLeaseKey when the id was granted on another key, or one
-// wrapping ErrInvalidRequest for an id that is not a Lease.ID.
-func (l *Limiter) Release(ctx context.Context, key, leaseID string) error {
-	return releaseByID(ctx, l.store, l.clock.Now(), l.current(), key, leaseID)
-}
-
+// releaseByID releases by id under c. It is the entrance check of a release
+// by id: the key, and the id, which says the cost.
 func releaseByID(ctx context.Context, store backend.Store, now time.Time, c *compiled, key, leaseID string) error {
 	if key == "" {
-		return fmt.Errorf("%w: key is empty", ErrInvalidRequest)
+		return errEmptyKey
 	}
 	id, cost, digest, err := parseLeaseID(leaseID)
 	if err != nil {
@@ -386,51 +340,4 @@ func parseLeaseID(s string) (id, cost int64, digest uint32, err error) {
 		return bad()
 	}
 	return id, cost, uint32(d), nil
-}
-
-// Acquire takes a lease of one unit from the composite's concurrency limit
-// together with one unit of each of its rate limits, all or nothing:
-// keys[i] is the key of limit i, as for Allow. A denial by any limit
-// consumes nothing from the others (a denied lease refunds the rate
-// units). The Lease is on the concurrency limit's key. A composite without
-// a concurrency limit returns an error wrapping ErrInvalidRequest.
-func (c *Composite) Acquire(ctx context.Context, keys ...string) (*Lease, Decision, error) {
-	return c.AcquireN(ctx, 1, keys...)
-}
-
-// AcquireN is Acquire of n units of every limit.
-func (c *Composite) AcquireN(ctx context.Context, n int64, keys ...string) (*Lease, Decision, error) {
-	cc := c.cur.Load()
-	if err := checkKeys(cc, keys); err != nil {
-		return nil, Decision{}, err
-	}
-	if cc.lease < 0 {
-		return nil, Decision{}, fmt.Errorf("%w: the composite has no concurrency limit; use Allow", ErrInvalidRequest)
-	}
-	return acquire(ctx, c, c.store, c.clock, cc, keys, n, c.clock.Now())
-}
-
-// Release gives back the lease whose Lease.ID is leaseID, granted on key
-// (the concurrency limit's key), as Limiter.Release does.
-func (c *Composite) Release(ctx context.Context, key, leaseID string) error {
-	return releaseByID(ctx, c.store, c.clock.Now(), c.cur.Load(), key, leaseID)
-}
-
-// Acquire takes a lease of one unit for key under the plan the resolver
-// chooses (see Limiter.Acquire), and returns the plan's name with it.
-// Release the lease with Lease.Release; to release by id, use the plan's
-// limiter (Plans.Plan(name).Release).
-func (p *Plans) Acquire(ctx context.Context, key string) (*Lease, Decision, string, error) {
-	return p.AcquireN(ctx, key, 1)
-}
-
-// AcquireN takes a lease of n units for key under the plan the resolver
-// chooses (see Limiter.AcquireN).
-func (p *Plans) AcquireN(ctx context.Context, key string, n int64) (*Lease, Decision, string, error) {
-	name, l, err := p.Resolve(ctx, key)
-	if err != nil {
-		return nil, Decision{}, name, err
-	}
-	lease, d, err := l.AcquireN(ctx, key, n)
-	return lease, d, name, err
 }

@@ -55,8 +55,8 @@ package limiter
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -75,227 +75,8 @@ var (
 	ErrInvalidRequest = algorithms.ErrInvalidRequest
 )
 
-// DefaultPrefix is the key prefix of a Config that sets none.
-const DefaultPrefix = "limitkit:"
-
-// Config describes one limit. In JSON, windows are duration strings:
-//
-//	{"algorithm": "sliding_log", "limit": 100, "window": "1m", "prefix": "pay:",
-//	 "on_failure": "fail_closed",
-//	 "guard": {"limit": 1000, "window": "24h", "on_failure": "fail_closed"}}
-type Config struct {
-	// Algorithm is "sliding_log" (default), "compact_log", "two_level",
-	// "sliding_counter", "gcra", "fixed_window" or "concurrency" (see the
-	// package doc). A concurrency limit is used through Acquire, not
-	// Allow.
-	Algorithm algorithms.Name
-	// Limit is the number of units admitted per Window (for
-	// "concurrency": held at once). Required, 1 to 2^53 (10,000 for
-	// sliding_log and concurrency).
-	Limit int64
-	// Window is the period of the limit (for "concurrency": the lease
-	// timeout, after which a lease not released or renewed frees its
-	// slots). Required, a whole number of milliseconds up to 366 days.
-	Window time.Duration
-	// Prefix namespaces this limit's keys in the store; give each limit
-	// sharing a store its own. Default DefaultPrefix. It must not contain
-	// '{' or '}'.
-	Prefix string
-	// OnFailure is how requests are decided while a fallback store's
-	// primary (Redis) is unavailable: "local", "local:N", "fail_open" or
-	// "fail_closed" (see package fallback). Default: the fallback store's
-	// own policy. Stores other than fallback ignore it.
-	OnFailure backend.FailurePolicy
-	// Mode is Enforce (default) or Shadow: a shadow limit decides and
-	// counts every request as if enforced but never denies one; the
-	// Decision says when it would have (ShadowDenied). The guard has its
-	// own Mode.
-	Mode Mode
-	// Guard, when set, is a second, independent limit on the same keys,
-	// such as 1,000 a day on top of 100 a minute. A request is admitted
-	// only when both admit; a denial by either consumes nothing from the
-	// other. Default: none.
-	Guard *Guard
-	// Exempt lists keys that are never limited: Allow admits them with
-	// Decision.Exempt set and no store call. Each entry is an exact key
-	// or an address ("192.0.2.7") or CIDR prefix ("10.0.0.0/8",
-	// "2001:db8::/32"), read strictly: no white space around it, no IPv6
-	// zone, no host bits set. Address entries match client addresses
-	// only: the key itself for Allow (IPv4-mapped keys match IPv4 entries,
-	// a network key "2001:db8:1:2::/64" an entry that holds all of it), and
-	// for Admit only Request.Client, never a key a client wrote. Default:
-	// none.
-	Exempt []string
-	// Deny lists keys that are always denied, without a store call:
-	// Decision.DenyListed is set and RetryAfter is 0, and Wait returns
-	// ErrDenyListed at once. A deny entry wins over an exemption. In
-	// Shadow mode a deny-listed key is admitted with ShadowDenied set.
-	// Entries are written as Exempt's. Default: none.
-	Deny []string
-}
-
-// Guard is a limiter's secondary limit, kept apart from the main one (its
-// keys are the limiter's prefix + "guard:" with the same ids). On financial
-// endpoints it bounds what a Redis failover that lost the main limit's
-// latest writes can let through.
-//
-// By default the guard lives in the limiter's store, and on Redis in the
-// same hash slot as its main key, decided by one script: losing that
-// node's data loses both. Store puts the guard on a store of its own (a
-// second Redis) that survives the loss of the main store's data.
-type Guard struct {
-	// Algorithm is "fixed_window" (default), "sliding_counter" or
-	// "sliding_log".
-	Algorithm algorithms.Name
-	// Limit is the number of units admitted per Window. Required.
-	Limit int64
-	// Window is the period of the limit. Required.
-	Window time.Duration
-	// OnFailure is the guard's own failure policy (see
-	// Config.OnFailure); a payment guard can fail closed while the main
-	// limit goes local. Default: the fallback store's own policy.
-	OnFailure backend.FailurePolicy
-	// Mode is the guard's own Enforce (default) or Shadow mode.
-	Mode Mode
-	// Store, when set, keeps the guard's counts there instead of in the
-	// limiter's store, such as a second Redis. A request then costs three
-	// calls instead of one: the guard is peeked, the main limit taken, and
-	// then the guard taken. A denial by either still consumes nothing
-	// from the other, except when the guard denies between its peek and
-	// its take (another caller took its last units): the main limit keeps
-	// that unit until its window ends; never more than either limit is
-	// admitted. Not written in JSON. Default nil: the limiter's store.
-	Store backend.Store
-}
-
-// GuardRule is the Decision.Rule of a denial by a limiter's guard (0 is the
-// main limit).
-const GuardRule = 1
-
-// guardPrefix follows the limiter's prefix in its guard's keys.
-const guardPrefix = "guard:"
-
-// ruleJSON is the part of Config and Guard written the same way in JSON.
-// It serves MarshalJSON; reading goes through decodeConfig (decode.go).
-type ruleJSON struct {
-	Algorithm algorithms.Name       `json:"algorithm,omitempty"`
-	Limit     int64                 `json:"limit"`
-	Window    string                `json:"window"`
-	OnFailure backend.FailurePolicy `json:"on_failure,omitzero"`
-	Mode      Mode                  `json:"mode,omitempty"`
-}
-
-// configJSON is Config as written in JSON.
-type configJSON struct {
-	ruleJSON
-	Prefix string     `json:"prefix,omitempty"`
-	Guard  *guardJSON `json:"guard,omitempty"`
-	Exempt []string   `json:"exempt,omitempty"`
-	Deny   []string   `json:"deny,omitempty"`
-}
-
-type guardJSON struct{ ruleJSON }
-
-func toRuleJSON(alg algorithms.Name, limit int64, window time.Duration, onFailure backend.FailurePolicy, mode Mode) ruleJSON {
-	return ruleJSON{Algorithm: alg, Limit: limit, Window: window.String(), OnFailure: onFailure, Mode: mode}
-}
-
-// MarshalJSON writes a Config with windows as duration strings.
-func (c Config) MarshalJSON() ([]byte, error) {
-	j := configJSON{ruleJSON: toRuleJSON(c.Algorithm, c.Limit, c.Window, c.OnFailure, c.Mode), Prefix: c.Prefix,
-		Exempt: c.Exempt, Deny: c.Deny}
-	if g := c.Guard; g != nil {
-		j.Guard = &guardJSON{toRuleJSON(g.Algorithm, g.Limit, g.Window, g.OnFailure, g.Mode)}
-	}
-	return json.Marshal(j)
-}
-
-// withDefaults returns c with its empty fields set to their defaults.
-func (c Config) withDefaults() Config {
-	if c.Algorithm == "" {
-		c.Algorithm = algorithms.SlidingLog
-	}
-	if c.Prefix == "" {
-		c.Prefix = DefaultPrefix
-	}
-	if c.Guard != nil {
-		g := *c.Guard
-		if g.Algorithm == "" {
-			g.Algorithm = algorithms.FixedWindow
-		}
-		c.Guard = &g
-	}
-	return c
-}
-
-// Validate reports whether New would accept c, and if not, what to change.
-func (c Config) Validate() error {
-	c = c.withDefaults()
-	if err := c.rule().Validate(); err != nil {
-		return err
-	}
-	if err := c.Mode.validate("mode"); err != nil {
-		return err
-	}
-	if err := (backend.Key{Prefix: c.Prefix, ID: "-"}).Validate(); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	if g := c.Guard; g != nil {
-		if err := (algorithms.Rule{Algorithm: g.Algorithm, Limit: g.Limit, Window: g.Window}).Validate(); err != nil {
-			return fmt.Errorf("guard: %w", err)
-		}
-		if (algorithms.Rule{Algorithm: g.Algorithm}).HoldsLeases() {
-			return fmt.Errorf("%w: guard algorithm %q: a guard is a rate limit; make the concurrency limit the main one (guarded by a rate limit), or use a Composite",
-				ErrInvalidConfig, g.Algorithm)
-		}
-		if err := g.Mode.validate("guard.mode"); err != nil {
-			return err
-		}
-	}
-	if _, err := parseLists(c.Exempt, c.Deny); err != nil {
-		return err
-	}
-	return nil
-}
-
-func (c Config) rule() algorithms.Rule {
-	return algorithms.Rule{Algorithm: c.Algorithm, Limit: c.Limit, Window: c.Window}
-}
-
-// parts returns the rules a limiter with c applies to each key: the main
-// one, then the guard's. c has its defaults.
-func (c Config) parts(key int) []part {
-	ps := []part{{key: key, prefix: c.Prefix, rule: c.rule(), onFailure: c.OnFailure, shadow: c.Mode == Shadow}}
-	if g := c.Guard; g != nil {
-		ps = append(ps, part{key: key, prefix: c.Prefix + guardPrefix,
-			rule: algorithms.Rule{Algorithm: g.Algorithm, Limit: g.Limit, Window: g.Window}, onFailure: g.OnFailure,
-			shadow: g.Mode == Shadow, store: g.Store})
-	}
-	return ps
-}
-
-// part is one rule a limiter applies, to the key at index key of a call.
-type part struct {
-	key       int
-	prefix    string
-	rule      algorithms.Rule
-	onFailure backend.FailurePolicy
-	// shadow marks a rule in shadow mode; index is the rule's position
-	// among all of the limiter's rules (Decision.Rule).
-	shadow bool
-	index  int
-	// store is the part's own store (a guard's Guard.Store); nil for the
-	// store of the call.
-	store backend.Store
-}
-
-// storeOf returns the store p's state lives in.
-func (p *part) storeOf(store backend.Store) backend.Store {
-	if p.store != nil {
-		return p.store
-	}
-	return store
-}
+// errNilStore refuses a constructor given no store.
+var errNilStore = fmt.Errorf("%w: store is nil; pass a backend.Store such as memorystore.New()", ErrInvalidConfig)
 
 // Option configures a Limiter.
 type Option func(*Limiter)
@@ -332,13 +113,13 @@ type Limiter struct {
 // ErrInvalidConfig that says what to change.
 func New(store backend.Store, cfg Config, opts ...Option) (*Limiter, error) {
 	if store == nil {
-		return nil, fmt.Errorf("%w: store is nil; pass a backend.Store such as memorystore.New()", ErrInvalidConfig)
+		return nil, errNilStore
 	}
-	cfg = cfg.withDefaults()
-	if err := cfg.Validate(); err != nil {
+	c, err := compile(cfg)
+	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{store: store, clock: clock.System, src: newSource([]*compiled{compile(cfg)})}
+	l := &Limiter{store: store, clock: clock.System, src: newSource([]*compiled{c})}
 	for _, opt := range opts {
 		opt(l)
 	}
@@ -357,12 +138,61 @@ func (l *Limiter) Config() Config {
 	return c
 }
 
+func (l *Limiter) current() *compiled { return (*l.src.cur.Load())[l.idx] }
+
+// Generation counts the configurations the limiter has had: 1 after New,
+// one more after each change by SetConfig or Group.SetConfigs. Reading it
+// is one atomic load, for callers that cache what they derive from Config
+// (package httplimit's header values).
+func (l *Limiter) Generation() uint64 { return l.current().gen }
+
+// SetConfig changes the limiter's configuration while it serves requests:
+// cfg is validated first (an invalid one is refused with the error New
+// would give, and nothing changes), then swapped in atomically: each
+// request is decided wholly by the old configuration or wholly by the new
+// one. The store, and what it counted, is kept; what a change does to the
+// counts, by algorithm:
+//
+//   - limit: the logs and counters keep the units they counted and
+//     measure them against the new limit (lowered below the count, the key
+//     is denied until enough slides out; raised, the difference is
+//     available at once: 3 of 4 become 3 of 8). GCRA keeps the time until
+//     its bucket is full, in whole milliseconds rounded up, that is the
+//     share of the bucket in use: 3 of 4 become 6 of 8.
+//   - window: the logs (sliding_log, compact_log, a heavy two_level key)
+//     keep their timestamps and read them under the new window; a longer
+//     window finds only the timestamps the old one still kept (those
+//     within two old windows). fixed_window and sliding_counter keep the
+//     current window's start and count: the window in progress ends at
+//     start + the new window, and the next ones are aligned to the new
+//     length. GCRA caps its debt at a full bucket of the new window.
+//   - algorithm or prefix: the state lives under another key (each
+//     algorithm has its own key suffix), so counts start from zero; the
+//     old keys expire on their own.
+//   - guard: changed like the main limit; added, it starts from zero.
+//   - mode: counts are the same in both modes, so a change keeps them.
+//
+// For a limiter built by a Group, SetConfig changes this one limiter (see
+// Group.SetConfigs to change several at once).
+func (l *Limiter) SetConfig(cfg Config) error {
+	c, err := compile(cfg)
+	if err != nil {
+		return err
+	}
+	s := l.src
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cs := slices.Clone(*s.cur.Load())
+	c.gen = cs[l.idx].gen + 1
+	cs[l.idx] = c
+	s.cur.Store(&cs)
+	return nil
+}
+
 // Allow decides one request for key and, if admitted, counts it. On a
 // concurrency limit it returns an error wrapping ErrInvalidRequest: use
 // Acquire.
 func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
-	// Without a guard, call the store from here: each call level copies
-	// the Decision (56 bytes) once more. A cost of 1 is always valid.
 	c := l.current()
 	if c.lease >= 0 {
 		return Decision{}, errUseAcquire
@@ -372,12 +202,17 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 			return d, nil
 		}
 	}
-	if c.simple && key != "" {
-		keys := [1]string{key}
-		return l.store.Take(ctx, c.all[0].request(keys[:], 1, l.clock.Now()))
+	// The entrance check (see checkRequest): a cost of 1 fits every rule.
+	if key == "" {
+		return Decision{}, errEmptyKey
 	}
 	keys := [1]string{key}
-	return decide(ctx, l.store, l.clock, c, keys[:], 1)
+	if c.simple {
+		// One rule: call the store from here, as each call level
+		// copies the Decision once more.
+		return l.store.Take(ctx, c.all[0].request(keys[:], 1, l.clock.Now()))
+	}
+	return c.decide(ctx, l.store, keys[:], 1, l.clock.Now())
 }
 
 // AllowN decides a request of n units for key: all n are admitted and
@@ -393,7 +228,13 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 		}
 	}
 	keys := [1]string{key}
-	return decide(ctx, l.store, l.clock, c, keys[:], n)
+	if err := c.checkRequest(keys[:], n); err != nil {
+		return Decision{}, err
+	}
+	if c.simple {
+		return l.store.Take(ctx, c.all[0].request(keys[:], n, l.clock.Now()))
+	}
+	return c.decide(ctx, l.store, keys[:], n, l.clock.Now())
 }
 
 // Peek reports what Allow would decide for key now, without counting
@@ -406,14 +247,21 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
 		}
 	}
 	keys := [1]string{key}
-	return peekAll(ctx, l.store, l.clock, c, keys[:])
+	if err := c.checkRequest(keys[:], 1); err != nil {
+		return Decision{}, err
+	}
+	return c.peek(ctx, l.store, keys[:], l.clock.Now())
 }
 
 // Reset forgets what was counted for key, giving it its full allowance.
 // With a guard, the guard's count is forgotten too.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
+	c := l.current()
 	keys := [1]string{key}
-	return reset(ctx, l.store, l.current().all, keys[:])
+	if err := c.checkRequest(keys[:], 1); err != nil {
+		return err
+	}
+	return c.reset(ctx, l.store, keys[:])
 }
 
 // Wait blocks until one request for key is admitted, and returns that
@@ -453,123 +301,99 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 	}
 }
 
-// allow decides a request of n units for keys against every part at now,
-// through Take for one part and TakeAll for several. The Decision's Rule is
-// the deciding part's index. Parts must have been checked.
-func allow(ctx context.Context, store backend.Store, parts []part, keys []string, n int64, now time.Time) (Decision, error) {
-	if len(parts) == 1 {
-		// The request is built in the call, not returned by request:
-		// copying it (120 bytes) is a good part of a memory store's cost.
-		p := &parts[0]
-		d, err := p.storeOf(store).Take(ctx, p.request(keys, n, now))
-		d.Rule = p.index
-		return d, err
-	}
-	var buf [backend.MaxRequests]backend.Request
-	reqs := buf[:len(parts)]
-	split := false
-	for i := range parts {
-		reqs[i] = parts[i].request(keys, n, now)
-		split = split || parts[i].store != nil
-	}
-	var d Decision
-	var err error
-	if split {
-		d, err = allowSplit(ctx, store, parts, reqs)
-	} else {
-		d, err = store.TakeAll(ctx, reqs)
-	}
-	if err == nil && d.Rule >= 0 && d.Rule < len(parts) {
-		d.Rule = parts[d.Rule].index
-	}
-	return d, err
+// Acquire takes a lease of one unit on key from a concurrency limit (see
+// AcquireN).
+func (l *Limiter) Acquire(ctx context.Context, key string) (*Lease, Decision, error) {
+	return l.AcquireN(ctx, key, 1)
 }
 
-// allowSplit decides a main rule (reqs[0], on store) and a guard on a
-// store of its own (reqs[1]), all or nothing without a script spanning
-// both: peek the guard, take the main rule, take the guard. A main denial
-// touches the guard not at all; the guard's counts outlive the main
-// store's.
-func allowSplit(ctx context.Context, store backend.Store, parts []part, reqs []backend.Request) (Decision, error) {
-	guard := parts[1].storeOf(store)
-	var results [2]Decision
-	var err error
-	if results[1], err = guard.Peek(ctx, reqs[1]); err != nil {
-		return Decision{}, err
+// AcquireN takes a lease of n units on key from a concurrency limit: it is
+// admitted when the units held on key plus n are at most the limit. When
+// admitted it returns the Lease, which the caller must release; when
+// denied, a nil Lease and the Decision (Allowed false, RetryAfter until
+// enough held leases expire if none is released). On a limit that is not a
+// concurrency limit it returns an error wrapping ErrInvalidRequest.
+//
+// A key on Config.Exempt gets a Lease that holds nothing (Decision.Exempt);
+// one on Config.Deny is denied. A limit in Shadow mode grants a Lease
+// always: a real one when the limit admits, one that holds nothing when it
+// would have denied (Decision.ShadowDenied). With a Guard (a rate limit),
+// the lease and the guard's unit are taken together, all or nothing.
+func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Lease, Decision, error) {
+	c := l.current()
+	if c.lease < 0 {
+		return nil, Decision{}, noConcurrency(c)
 	}
-	if !results[1].Allowed {
-		// Report whichever rule makes the caller wait longest.
-		if results[0], err = store.Peek(ctx, reqs[0]); err != nil {
-			return Decision{}, err
-		}
-		return backend.Combine(results[:]), nil
-	}
-	if results[0], err = store.Take(ctx, reqs[0]); err != nil {
-		return Decision{}, err
-	}
-	if !results[0].Allowed {
-		return backend.Combine(results[:]), nil
-	}
-	results[1], err = guard.Take(ctx, reqs[1])
-	if lease := results[0].Lease; lease != 0 {
-		if err != nil || !results[1].Allowed {
-			// A lease is given back at once, unlike a rate unit.
-			giveBack(ctx, store, reqs[0], lease)
+	now := l.clock.Now()
+	if c.lists != nil {
+		if d, ok := c.listed(key); ok {
+			if !d.Allowed {
+				return nil, d, nil
+			}
+			if err := c.all[c.lease].rule.ValidateCost(n); err != nil {
+				return nil, Decision{}, err
+			}
+			return newLease(l, l.store, l.clock, key, n, c.all[c.lease], 0, now), d, nil
 		}
 	}
-	if err != nil {
-		return Decision{}, err
-	}
-	return backend.Combine(results[:]), nil // the lease, when admitted
+	keys := [1]string{key}
+	return acquire(ctx, l, l.store, l.clock, c, keys[:], n, now)
 }
 
-// peek reports what allow would decide for one unit at now, without
-// consuming. Parts must have been checked.
-func peek(ctx context.Context, store backend.Store, parts []part, keys []string, now time.Time) (Decision, error) {
-	var buf [backend.MaxRequests]Decision
-	results := buf[:len(parts)]
-	for i := range parts {
-		var err error
-		p := &parts[i]
-		if results[i], err = p.storeOf(store).Peek(ctx, p.request(keys, 1, now)); err != nil {
-			return Decision{}, err
-		}
-	}
-	d := backend.Combine(results)
-	d.Rule = parts[d.Rule].index
-	return d, nil
+// Release gives back the lease whose Lease.ID is leaseID, granted on key by
+// this limiter or another sharing its store and prefix (another process).
+// It returns nil, ErrLeaseNotHeld (expired, or already released), an error
+// wrapping ErrLeaseKey when the id was granted on another key, or one
+// wrapping ErrInvalidRequest for an id that is not a Lease.ID.
+func (l *Limiter) Release(ctx context.Context, key, leaseID string) error {
+	return releaseByID(ctx, l.store, l.clock.Now(), l.current(), key, leaseID)
 }
 
-// reset forgets what every part counted for keys.
-func reset(ctx context.Context, store backend.Store, parts []part, keys []string) error {
-	for i := range parts {
-		p := &parts[i]
-		if keys[p.key] == "" {
-			return fmt.Errorf("%w: key is empty", ErrInvalidRequest)
-		}
-		if err := p.storeOf(store).Reset(ctx, backend.Key{Prefix: p.prefix, ID: keys[p.key]}, p.rule); err != nil {
-			return err
-		}
-	}
-	return nil
+// Request is one request of one unit as a transport (limiter/httplimit,
+// limiter/grpclimit) hands it to Admit.
+type Request struct {
+	// Keys are the request's keys: one for a Limiter or Plans, one per
+	// limit for a Composite.
+	Keys []string
+	// Client is the client's address when the first key was derived from
+	// it (the transport's key func says so); only then do the address
+	// entries of Config.Exempt and Config.Deny apply, and to Client, not
+	// to the key. The zero Addr: only the exact key entries apply, so a
+	// key a client writes itself (a header holding "10.9.9.9") never
+	// matches an address entry.
+	Client netip.Addr
 }
 
-// check reports whether p can make a request of n units for keys.
-func (p *part) check(keys []string, n int64) error {
-	if keys[p.key] == "" {
-		return fmt.Errorf("%w: key is empty", ErrInvalidRequest)
+// Admit decides req as one unit: under a concurrency limit it takes a
+// lease (as Acquire), under any other it takes a unit (as Allow). Both the
+// choice and the decision are made from one configuration, so a SetConfig
+// to or from "concurrency" never fails a request in flight. The Lease is
+// nil unless one was granted; release it as Acquire's.
+func (l *Limiter) Admit(ctx context.Context, req Request) (*Lease, Decision, error) {
+	if len(req.Keys) != 1 {
+		return nil, Decision{}, fmt.Errorf("%w: %d keys for one limit; give one", ErrInvalidRequest, len(req.Keys))
 	}
-	return p.rule.ValidateCost(n)
-}
-
-// request builds p's request of n units at now; check it first.
-func (p *part) request(keys []string, n int64, now time.Time) backend.Request {
-	return backend.Request{
-		Key:       backend.Key{Prefix: p.prefix, ID: keys[p.key]},
-		Rule:      p.rule,
-		Now:       now,
-		Cost:      n,
-		OnFailure: p.onFailure,
-		Shadow:    p.shadow,
+	c := l.current()
+	key := req.Keys[0]
+	if c.lists != nil {
+		if d, ok := c.listedClient(key, req.Client); ok {
+			if c.lease < 0 || !d.Allowed {
+				return nil, d, nil
+			}
+			return newLease(l, l.store, l.clock, key, 1, c.all[c.lease], 0, l.clock.Now()), d, nil
+		}
 	}
+	if c.lease >= 0 {
+		return acquire(ctx, l, l.store, l.clock, c, req.Keys, 1, l.clock.Now())
+	}
+	// The entrance check (see checkRequest): a cost of 1 fits every rule.
+	if key == "" {
+		return nil, Decision{}, errEmptyKey
+	}
+	if c.simple {
+		d, err := l.store.Take(ctx, c.all[0].request(req.Keys, 1, l.clock.Now()))
+		return nil, d, err
+	}
+	d, err := c.decide(ctx, l.store, req.Keys, 1, l.clock.Now())
+	return nil, d, err
 }

@@ -14,24 +14,8 @@ import (
 // list (Config.Deny): it would never be admitted, so they do not wait.
 var ErrDenyListed = errors.New("limiter: key is on the deny list")
 
-// lists is a limit's exemptions and deny list, parsed. A limit without
-// either has none (compiled.lists is nil), so the hot path pays one pointer
-// check.
-type lists struct {
-	exemptKeys, denyKeys map[string]struct{}
-	exemptNets, denyNets []netip.Prefix
-}
-
-// verdict is what the lists say of a key.
-type verdict uint8
-
-const (
-	unlisted   verdict = iota // decide it
-	exempted                  // never limited
-	denyListed                // always denied
-)
-
-// parseLists parses a Config's Exempt and Deny; nil when both are empty.
+// parseLists parses a Config's Exempt and Deny, once, when the Config is
+// checked; nil when both are empty. The engine consults them (engine.go).
 func parseLists(exempt, deny []string) (*lists, error) {
 	if len(exempt)+len(deny) == 0 {
 		return nil, nil
@@ -86,78 +70,6 @@ func parseEntry(e string) (netip.Prefix, bool, error) {
 	}
 	p, err := ipmask.Parse(e)
 	return p, true, err
-}
-
-// check says what the lists say of key. A deny entry wins over an
-// exemption. The address entries apply to the key itself, when it is an
-// address or a network (Allow's callers choose their keys).
-func (l *lists) check(key string) verdict {
-	if len(l.denyNets)+len(l.exemptNets) == 0 {
-		return l.checkClient(key, netip.Prefix{})
-	}
-	p, _ := ipmask.KeyPrefix(key)
-	return l.checkClient(key, p)
-}
-
-// checkClient says what the lists say of key from the client at p: the
-// key entries apply to key, the address entries to p only (none when p is
-// not valid).
-func (l *lists) checkClient(key string, p netip.Prefix) verdict {
-	if _, ok := l.denyKeys[key]; ok {
-		return denyListed
-	}
-	_, exempt := l.exemptKeys[key]
-	if p.IsValid() && len(l.denyNets)+len(l.exemptNets) > 0 {
-		if ipmask.Contains(l.denyNets, p) {
-			return denyListed
-		}
-		exempt = exempt || ipmask.Contains(l.exemptNets, p)
-	}
-	if exempt {
-		return exempted
-	}
-	return unlisted
-}
-
-// listed returns the decision for a listed key under c without a store
-// call: exempt, an admission; deny-listed, a denial with no retry time (or,
-// for a limit in Shadow mode, an admission that says it would have been
-// denied). ok is false for a key on no list, or a limit without lists.
-func (c *compiled) listed(key string) (d Decision, ok bool) {
-	if c.lists == nil || key == "" {
-		return Decision{}, false
-	}
-	return c.verdictDecision(c.lists.check(key))
-}
-
-// listedClient is listed for a transport's request: the address entries
-// apply to client only (see Request.Client), never to the key.
-func (c *compiled) listedClient(key string, client netip.Addr) (d Decision, ok bool) {
-	if c.lists == nil || key == "" {
-		return Decision{}, false
-	}
-	var p netip.Prefix
-	if client.IsValid() {
-		a := ipmask.Normalize(client)
-		p = netip.PrefixFrom(a, a.BitLen())
-	}
-	return c.verdictDecision(c.lists.checkClient(key, p))
-}
-
-// verdictDecision is the decision for a listed key; ok is false for an
-// unlisted one.
-func (c *compiled) verdictDecision(v verdict) (d Decision, ok bool) {
-	limit := c.config.Limit
-	switch v {
-	case exempted:
-		return Decision{Allowed: true, Exempt: true, Limit: limit, Remaining: limit}, true
-	case denyListed:
-		if c.config.Mode == Shadow {
-			return Decision{Allowed: true, DenyListed: true, ShadowDenied: true, Limit: limit, Remaining: limit}, true
-		}
-		return Decision{DenyListed: true, Limit: limit}, true
-	}
-	return Decision{}, false
 }
 
 // denyListedError is WaitN's error for a deny-listed key.

@@ -108,3 +108,36 @@ func (p *Plans) AllowN(ctx context.Context, key string, n int64) (Decision, stri
 	d, err := l.AllowN(ctx, key, n)
 	return d, name, err
 }
+
+// Acquire takes a lease of one unit for key under the plan the resolver
+// chooses (see Limiter.Acquire), and returns the plan's name with it.
+// Release the lease with Lease.Release; to release by id, use the plan's
+// limiter (Plans.Plan(name).Release).
+func (p *Plans) Acquire(ctx context.Context, key string) (*Lease, Decision, string, error) {
+	return p.AcquireN(ctx, key, 1)
+}
+
+// AcquireN takes a lease of n units for key under the plan the resolver
+// chooses (see Limiter.AcquireN).
+func (p *Plans) AcquireN(ctx context.Context, key string, n int64) (*Lease, Decision, string, error) {
+	name, l, err := p.Resolve(ctx, key)
+	if err != nil {
+		return nil, Decision{}, name, err
+	}
+	lease, d, err := l.AcquireN(ctx, key, n)
+	return lease, d, name, err
+}
+
+// Admit decides req under the plan the resolver chooses for its key (see
+// Limiter.Admit), and returns the plan's name with it.
+func (p *Plans) Admit(ctx context.Context, req Request) (*Lease, Decision, string, error) {
+	if len(req.Keys) != 1 {
+		return nil, Decision{}, "", fmt.Errorf("%w: %d keys for a plan's limit; give one", ErrInvalidRequest, len(req.Keys))
+	}
+	name, l, err := p.Resolve(ctx, req.Keys[0])
+	if err != nil {
+		return nil, Decision{}, name, err
+	}
+	lease, d, err := l.Admit(ctx, req)
+	return lease, d, name, err
+}
