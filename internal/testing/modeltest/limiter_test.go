@@ -29,37 +29,7 @@ func rateAlgorithms() []algorithms.Name {
 // prefix, each on its own clock (late and skewed requests), against the
 // same model and invariants as TestModel, on every store and stack.
 func TestLimiterModel(t *testing.T) {
-	n := steps(t, 400)
-	base := seed(t)
-	t.Logf("seed %d (LIMITKIT_MODEL_SEED=%d replays it), %d steps per algorithm and stack", base, base, n)
-	for si, st := range stacks(t) {
-		t.Run(st.name, func(t *testing.T) {
-			var wg sync.WaitGroup
-			algs := rateAlgorithms()
-			errs := make([]error, len(algs))
-			for ai, alg := range algs {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					store := st.store
-					if st.name == "memory" {
-						store = newMemory(t)
-					}
-					prefix := fmt.Sprintf("limmodel:%d:%d:%s:", base, si, alg)
-					r := newRun(context.Background(), store, alg, prefix, base+uint64(ai))
-					if errs[ai] = r.withLimiters(); errs[ai] == nil {
-						errs[ai] = r.Steps(n)
-					}
-				}()
-			}
-			wg.Wait()
-			for _, err := range errs {
-				if err != nil {
-					t.Error(err)
-				}
-			}
-		})
-	}
+	runEveryStack(t, "limmodel", rateAlgorithms(), 400, (*run).withLimiters)
 }
 
 // TestConcurrentSetConfig (issue 22, defect 1): 32 callers on one key while

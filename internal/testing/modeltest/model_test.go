@@ -126,18 +126,25 @@ func stacks(t *testing.T) []stack {
 // window changes, late requests, clock jumps, resets, TakeAll over two keys
 // and, for concurrency, leases acquired, released and renewed.
 func TestModel(t *testing.T) {
-	n := steps(t, 600)
+	runEveryStack(t, "model", algorithms.Names(), 600, nil)
+}
+
+// runEveryStack runs one run per algorithm of algs on every stack, the runs
+// of a stack at once, each prepared by setup (when set), and reports every
+// divergence with the seed that replays it.
+func runEveryStack(t *testing.T, tag string, algs []algorithms.Name, defaultSteps int, setup func(*run) error) {
+	n := steps(t, defaultSteps)
 	base := seed(t)
 	t.Logf("seed %d (LIMITKIT_MODEL_SEED=%d replays it), %d steps per algorithm and stack", base, base, n)
 	for si, st := range stacks(t) {
 		t.Run(st.name, func(t *testing.T) {
 			var wg sync.WaitGroup
-			errs := make([]error, len(algorithms.Names()))
-			for ai, alg := range algorithms.Names() {
+			errs := make([]error, len(algs))
+			for ai, alg := range algs {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					prefix := fmt.Sprintf("model:%d:%d:%s:", base, si, alg)
+					prefix := fmt.Sprintf("%s:%d:%d:%s:", tag, base, si, alg)
 					store := st.store
 					if st.name == "memory" {
 						// A store of its own: the memory store sweeps keys by
@@ -146,6 +153,11 @@ func TestModel(t *testing.T) {
 						store = newMemory(t)
 					}
 					r := newRun(context.Background(), store, alg, prefix, base+uint64(ai))
+					if setup != nil {
+						if errs[ai] = setup(r); errs[ai] != nil {
+							return
+						}
+					}
 					errs[ai] = r.Steps(n)
 				}()
 			}
