@@ -37,8 +37,9 @@ type Store interface {
 	// TakeAll decides several requests all or nothing: they are admitted
 	// only when every one of them is, and then each consumes its cost; a
 	// denial consumes nothing from any of them. The Result describes the
-	// deciding request and says which (Result.Rule); Result.Each, when
-	// the store fills it, holds every request's own. Requests must pass
+	// deciding request and says which (Result.Rule); an EachResults in
+	// ctx (WithEachResults), when the store fills it, gets every request's
+	// own. Requests must pass
 	// ValidateAll. Stores that cannot check every key at once (Redis
 	// Cluster keys in different slots) say in their docs what they
 	// guarantee instead.
@@ -167,17 +168,6 @@ type Result struct {
 	// otherwise. Negative ids are local leases granted by package
 	// fallback.
 	Lease int64
-	// Each is, for a decision over several requests (Store.TakeAll), every
-	// request's own result, in request order, from the same atomic call:
-	// when admitted, what each took (Remaining after it); when denied,
-	// what each holds unconsumed (Allowed says whether that request alone
-	// would have passed; Remaining and the times are a Peek's of its cost).
-	// Stores that decide in one call fill it (every store of this module);
-	// a wrapper that passes a Result through keeps it. It is nil for a
-	// single request (the Result describes it) and when a store cannot
-	// tell: a caller that needs the others then peeks them. Its elements
-	// have no Each.
-	Each []Result
 }
 
 // LeaseStore is a Store that holds concurrency leases
@@ -301,7 +291,6 @@ func Combine(results []Result) Result {
 	out := results[pick]
 	out.Allowed, out.Degraded, out.Unconfirmed, out.Rule = allowed, degraded, unconfirmed, pick
 	out.Lease = 0
-	out.Each = nil
 	if allowed {
 		out.RetryAfter = 0
 		out.Lease = lease
@@ -309,13 +298,54 @@ func Combine(results []Result) Result {
 	return out
 }
 
-// CombineEach is Combine with Result.Each set to results, for a store's
-// TakeAll of more than one request (nil Each for one). The Result keeps
-// results: the caller must not reuse the slice.
-func CombineEach(results []Result) Result {
-	out := Combine(results)
-	if len(results) > 1 {
-		out.Each = results
+// EachResults receives every request's own result from a Store.TakeAll
+// called with a context from WithEachResults, in request order, from the
+// same atomic call: when admitted, what each took (Remaining after it);
+// when denied, what each holds unconsumed (Allowed says whether that
+// request alone would have passed; Remaining and the times are a Peek's of
+// its cost). Every store of this module fills it, and wrappers pass the
+// context on. Filled is false when the store could not tell (or rolled the
+// admissions back): a caller that needs the others then peeks them.
+//
+// It travels in the context rather than in Result so that a Result stays
+// a small value with no pointers, cheap to copy for the single decisions
+// that are most of them.
+type EachResults struct {
+	// Results has one result per request when Filled; none has an Each of
+	// its own.
+	Results []Result
+	// Filled reports whether Results describes the last TakeAll.
+	Filled bool
+}
+
+type eachKey struct{}
+
+// WithEachResults returns ctx carrying sink, for a TakeAll whose caller
+// wants every request's result.
+func WithEachResults(ctx context.Context, sink *EachResults) context.Context {
+	return context.WithValue(ctx, eachKey{}, sink)
+}
+
+// EachResultsFrom returns the sink ctx carries, or nil.
+func EachResultsFrom(ctx context.Context) *EachResults {
+	s, _ := ctx.Value(eachKey{}).(*EachResults)
+	return s
+}
+
+// CombineEach is Combine, for a store's TakeAll of more than one request,
+// that also hands results to the caller's EachResults when ctx carries one.
+func CombineEach(ctx context.Context, results []Result) Result {
+	if s := EachResultsFrom(ctx); s != nil {
+		s.Results, s.Filled = append(s.Results[:0], results...), len(results) > 1
 	}
-	return out
+	return Combine(results)
+}
+
+// ForgetEach marks ctx's EachResults, if any, as not describing the call
+// (a store that rolled the admissions back, a wrapper that answers
+// otherwise).
+func ForgetEach(ctx context.Context) {
+	if s := EachResultsFrom(ctx); s != nil {
+		s.Filled = false
+	}
 }

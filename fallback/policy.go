@@ -96,27 +96,36 @@ func (s *Store) decideAll(ctx context.Context, b *breaker, reqs []backend.Reques
 			index = append(index, i)
 		}
 	}
+	// Whatever the primary may have handed the caller no longer holds.
+	sink := backend.EachResultsFrom(ctx)
+	backend.ForgetEach(ctx)
 	if combined := backend.Combine(results); !combined.Allowed || len(local) == 0 {
 		return combined, nil
 	}
-	res, err := s.local.TakeAll(ctx, local)
+	var localEach backend.EachResults
+	res, err := s.local.TakeAll(backend.WithEachResults(ctx, &localEach), local)
 	if err != nil {
 		return backend.Result{}, fmt.Errorf("fallback: local store: %w", err)
 	}
-	each := s.eachOf(results, index, res)
+	if sink != nil {
+		sink.Results = s.eachOf(results, index, res, &localEach)
+		sink.Filled = sink.Results != nil
+	}
 	res.Rule = index[res.Rule]
 	res.Degraded = true
 	res.Lease = s.localLease(res.Lease) // a local lease: released to the local store
-	res.Each = each
 	return res, nil
 }
 
-// eachOf is a degraded TakeAll's Result.Each in request order: the
-// policies' answers, with the local store's (from its TakeAll's res) in
-// their places (index). It is nil when the local store did not describe
-// every request it decided.
-func (s *Store) eachOf(results []backend.Result, index []int, res backend.Result) []backend.Result {
-	local := res.Each
+// eachOf is a degraded TakeAll's EachResults in request order: the
+// policies' answers, with the local store's (from its TakeAll's res and
+// sink) in their places (index). It is nil when the local store did not
+// describe every request it decided.
+func (s *Store) eachOf(results []backend.Result, index []int, res backend.Result, sink *backend.EachResults) []backend.Result {
+	var local []backend.Result
+	if sink.Filled {
+		local = sink.Results
+	}
 	if len(index) == 1 && local == nil {
 		res.Rule = 0
 		local = []backend.Result{res} // a TakeAll of one describes it in res

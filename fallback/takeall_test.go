@@ -106,24 +106,26 @@ func TestLimiterPoliciesReachTheFallback(t *testing.T) {
 }
 
 // TestDegradedTakeAllDescribesEachRequest: while the primary is down, a
-// TakeAll's Result.Each still holds one entry per request, in request
+// TakeAll's EachResults still holds one entry per request, in request
 // order: the local store's for the rules decided locally, the policy's for
 // the others (the Envoy service reads every descriptor's status from it).
 func TestDegradedTakeAllDescribesEachRequest(t *testing.T) {
 	p := newFlaky(t)
 	p.mode.Store(failing)
 	s := newStore(t, p, fallback.WithOpenTimeout(time.Hour))
-	ctx := t.Context()
+	var sink backend.EachResults
+	ctx := backend.WithEachResults(t.Context(), &sink)
 
 	// Both local: the local store's own Each.
 	res, err := s.TakeAll(ctx, pair(backend.LocalPolicy(1)))
 	require.NoError(t, err)
 	require.True(t, res.Allowed && res.Degraded)
-	require.Len(t, res.Each, 2)
+	require.True(t, sink.Filled)
+	require.Len(t, sink.Results, 2)
 	main := pair(backend.FailOpen)[0].Rule.Limit
-	require.Equal(t, main-1, res.Each[0].Remaining, "the main rule after one")
-	require.Equal(t, int64(2), res.Each[1].Remaining, "the guard (3 an hour) after one")
-	for _, e := range res.Each {
+	require.Equal(t, main-1, sink.Results[0].Remaining, "the main rule after one")
+	require.Equal(t, int64(2), sink.Results[1].Remaining, "the guard (3 an hour) after one")
+	for _, e := range sink.Results {
 		require.True(t, e.Allowed && e.Degraded)
 	}
 
@@ -132,7 +134,8 @@ func TestDegradedTakeAllDescribesEachRequest(t *testing.T) {
 	res, err = s.TakeAll(ctx, pair(backend.FailOpen))
 	require.NoError(t, err)
 	require.True(t, res.Allowed && res.Degraded)
-	require.Len(t, res.Each, 2)
-	require.Equal(t, main-2, res.Each[0].Remaining, "the main rule, locally, after two")
-	require.Equal(t, backend.Result{Allowed: true, Limit: 3, Degraded: true}, res.Each[1], "the guard, failing open")
+	require.True(t, sink.Filled)
+	require.Len(t, sink.Results, 2)
+	require.Equal(t, main-2, sink.Results[0].Remaining, "the main rule, locally, after two")
+	require.Equal(t, backend.Result{Allowed: true, Limit: 3, Degraded: true}, sink.Results[1], "the guard, failing open")
 }

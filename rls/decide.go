@@ -238,7 +238,8 @@ func (s *Service) takeAll(ctx context.Context, gs []*group) (bool, error) {
 	for i, g := range gs {
 		reqs[i] = g.req
 	}
-	res, err := s.store.TakeAll(ctx, reqs)
+	var sink backend.EachResults
+	res, err := s.store.TakeAll(backend.WithEachResults(ctx, &sink), reqs)
 	if err != nil {
 		if err := s.storeError(ctx, err); err != nil {
 			return false, err
@@ -256,15 +257,14 @@ func (s *Service) takeAll(ctx context.Context, gs []*group) (bool, error) {
 	if res.Degraded && s.opts.errorOnFailure {
 		return false, status.Error(codes.Unavailable, "rls: the rate limit store is unavailable")
 	}
-	if len(res.Each) == len(gs) {
+	if each := sink.Results; sink.Filled && len(each) == len(gs) {
 		// Every limit's own result came with the decision: when admitted,
 		// what it has left; when refused, what it holds unconsumed and
 		// whether it alone would have let the request pass.
 		for i, g := range gs {
-			g.res = res.Each[i]
+			g.res = each[i]
 			if i == res.Rule {
 				g.res = res
-				g.res.Each = nil
 			}
 			g.denied = !g.res.Allowed
 			g.held = !res.Allowed && !g.denied

@@ -12,7 +12,7 @@ import (
 )
 
 // peekCounter counts the Peeks that reach a store; noEach also drops
-// Result.Each from TakeAll, as a store that cannot tell does.
+// EachResults from TakeAll, as a store that cannot tell does.
 type peekCounter struct {
 	backend.Store
 	noEach bool
@@ -27,7 +27,7 @@ func (p peekCounter) Peek(ctx context.Context, req backend.Request) (backend.Res
 func (p peekCounter) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
 	res, err := p.Store.TakeAll(ctx, reqs)
 	if p.noEach {
-		res.Each = nil
+		backend.ForgetEach(ctx)
 	}
 	return res, err
 }
@@ -45,7 +45,7 @@ descriptors:
       - {unit: hour, requests_per_unit: 9, algorithm: sliding_counter}
 `
 
-// With Result.Each the service reads every limit's status from the
+// With EachResults the service reads every limit's status from the
 // TakeAll alone, no Peek, and answers exactly what the peeks answer: the
 // same statuses, admitted and refused, on a store that gives Each and on
 // one that does not (the control: that one is peeked).

@@ -217,7 +217,7 @@ func peekLocked(sh *shard, h1, h2 uint64, a *algorithms.Algorithm, req *backend.
 // TakeAll implements backend.Store. It locks the shards of every key (in
 // shard order, so concurrent calls cannot deadlock), checks every request,
 // and takes them all only when all are admitted: exact and atomic.
-func (s *Store) TakeAll(_ context.Context, reqs []backend.Request) (backend.Result, error) {
+func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
 	if err := backend.ValidateAll(reqs); err != nil {
 		return backend.Result{}, err
 	}
@@ -243,7 +243,6 @@ func (s *Store) TakeAll(_ context.Context, reqs []backend.Request) (backend.Resu
 	for _, sh := range locks[:n] {
 		sh.mu.Lock()
 	}
-	// On the heap: the Result keeps them (Result.Each).
 	results := make([]backend.Result, len(reqs))
 	all := true
 	for i := range reqs {
@@ -260,7 +259,7 @@ func (s *Store) TakeAll(_ context.Context, reqs []backend.Request) (backend.Resu
 	for _, sh := range locks[:n] {
 		sh.mu.Unlock()
 	}
-	return backend.CombineEach(results), nil
+	return backend.CombineEach(ctx, results), nil
 }
 
 // GiveBack implements backend.UnitRefunder: up to req.Cost units back to

@@ -20,7 +20,7 @@
 // sequence compared decision by decision with the algorithms' Go engine;
 // and TakeAll (several rules on several keys, all or nothing) through a
 // guard table, a random sequence against the Go engine, every request's
-// own result (Result.Each) and concurrent callers; units given back by
+// own result (backend.EachResults) and concurrent callers; units given back by
 // time (backend.UnitRefunder, when the store has it) against the Go
 // engine; and the life of concurrency leases (a store must be a
 // backend.LeaseStore). Each
@@ -153,11 +153,9 @@ func (c *checker) reset(id string, rule algorithms.Rule) bool {
 }
 
 // expect reports a mismatch between got and want. Cached says where an
-// answer came from, not what it is, so it is not compared; nor is Each,
-// which the case take_all/each checks.
+// answer came from, not what it is, so it is not compared.
 func (c *checker) expect(what string, got, want backend.Result) bool {
 	got.Cached, want.Cached = false, false
-	got.Each, want.Each = nil, nil
 	if !reflect.DeepEqual(got, want) {
 		c.r.Errorf("%s:\n got  %+v\n want %+v", what, got, want)
 		return false

@@ -27,13 +27,13 @@ type wrapped struct {
 	req  func(*backend.Request)
 	res  func(*backend.Result)
 	peek func(ctx context.Context, req backend.Request) (backend.Result, error)
-	all  func(*backend.Result) // bends a TakeAll's result
+	all  func(*backend.EachResults) // bends what a TakeAll hands back
 }
 
 func (w wrapped) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
 	res, err := w.Store.TakeAll(ctx, reqs)
-	if w.all != nil {
-		w.all(&res)
+	if s := backend.EachResultsFrom(ctx); w.all != nil && s != nil {
+		w.all(s)
 	}
 	return res, err
 }
@@ -287,22 +287,23 @@ func TestBrokenStoresFail(t *testing.T) {
 		},
 		"TakeAll without Each": {
 			func(t *testing.T) backend.Store {
-				return wrapped{Store: newMemory(t), all: func(r *backend.Result) { r.Each = nil }}
+				return wrapped{Store: newMemory(t), all: func(s *backend.EachResults) { s.Filled = false }}
 			},
 			[]string{"take_all/each"},
 		},
 		"Each in reverse order": {
 			func(t *testing.T) backend.Store {
-				return wrapped{Store: newMemory(t), all: func(r *backend.Result) { slices.Reverse(r.Each) }}
+				return wrapped{Store: newMemory(t), all: func(s *backend.EachResults) { slices.Reverse(s.Results) }}
 			},
 			[]string{"take_all/each"},
 		},
 		"Each filled with the combined result": {
 			func(t *testing.T) backend.Store {
-				return wrapped{Store: newMemory(t), all: func(r *backend.Result) {
-					for i := range r.Each {
-						r.Each[i] = *r
-						r.Each[i].Each, r.Each[i].Rule = nil, 0
+				return wrapped{Store: newMemory(t), all: func(s *backend.EachResults) {
+					combined := backend.Combine(s.Results)
+					combined.Rule = 0
+					for i := range s.Results {
+						s.Results[i] = combined
 					}
 				}}
 			},

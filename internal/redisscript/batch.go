@@ -380,7 +380,7 @@ func (c *pendingTake) what() string {
 // decode converts c's part of a batch's reply.
 func (b *batcher) decode(c *pendingTake, vals []int64, cmd Command) (backend.Result, error) {
 	if len(c.reqs) > 0 {
-		return b.r.decodeMulti(c.reqs, vals, cmd)
+		return b.r.decodeMulti(c.ctx, c.reqs, vals, cmd)
 	}
 	out, err := Decode(c.req.Rule, vals)
 	if err != nil {
@@ -392,7 +392,7 @@ func (b *batcher) decode(c *pendingTake, vals []int64, cmd Command) (backend.Res
 // decodeMulti checks and combines the multi script's reply for reqs (as
 // takeTogether does, without replica acknowledgement: batches go without
 // it).
-func (r *Runner) decodeMulti(reqs []backend.Request, reply []int64, cmd Command) (backend.Result, error) {
+func (r *Runner) decodeMulti(ctx context.Context, reqs []backend.Request, reply []int64, cmd Command) (backend.Result, error) {
 	if want := 1 + ReplyLen*len(reqs); len(reply) != want || reply[0] < 0 || reply[0] > 1 {
 		return backend.Result{}, fmt.Errorf("%s: %s multi: %w: %d integers, want %d", r.name, cmd, ErrBadReply, len(reply), want)
 	}
@@ -407,7 +407,7 @@ func (r *Runner) decodeMulti(reqs []backend.Request, reply []int64, cmd Command)
 		}
 		results[i] = backend.ResultOf(reqs[i].Rule, out)
 	}
-	return backend.CombineEach(results), nil
+	return backend.CombineEach(ctx, results), nil
 }
 
 // scratch holds the slices one batch call is built in, reused across

@@ -56,10 +56,12 @@ func takeAllGets(t *testing.T, srv *redistest.Server) (admitted, denied []int) {
 		for _, want := range []bool{true, false} {
 			_, err := srv.Do("CONFIG", "RESETSTAT")
 			require.NoError(t, err)
-			res, err := s.TakeAll(t.Context(), reqs)
+			var sink backend.EachResults
+			res, err := s.TakeAll(backend.WithEachResults(t.Context(), &sink), reqs)
 			require.NoError(t, err)
 			require.Equal(t, want, res.Allowed, "batch %d", batch)
-			require.Len(t, res.Each, len(reqs))
+			require.True(t, sink.Filled)
+			require.Len(t, sink.Results, len(reqs))
 			calls := commandCalls(t, srv)
 			if want {
 				admitted = append(admitted, calls["get"])

@@ -100,7 +100,7 @@ func (r *Runner) takeTogether(ctx context.Context, reqs []backend.Request, keys 
 			results[i].Lease = ats[i]
 		}
 	}
-	res := backend.CombineEach(results)
+	res := backend.CombineEach(ctx, results)
 	if res.Allowed && acked < int64(r.opts.Ack.Replicas) {
 		res.Unconfirmed = true
 		if r.opts.Ack.OnShort == backend.DenyUnconfirmed {
@@ -125,7 +125,7 @@ func (r *Runner) takeInOrder(ctx context.Context, reqs []backend.Request) (backe
 		all = all && results[i].Allowed
 	}
 	if !all {
-		return backend.CombineEach(results), nil
+		return backend.CombineEach(ctx, results), nil
 	}
 	ats := make([]int64, len(reqs))
 	for i := range reqs {
@@ -154,7 +154,7 @@ func (r *Runner) takeInOrder(ctx context.Context, reqs []backend.Request) (backe
 				return backend.Result{}, err
 			}
 		}
-		return backend.CombineEach(results), nil
+		return backend.CombineEach(ctx, results), nil
 	}
-	return backend.CombineEach(results), nil
+	return backend.CombineEach(ctx, results), nil
 }
