@@ -93,10 +93,10 @@ func As[T any](s Store) (T, bool) {
 
 // UnitRefunder is a store that gives back units earlier Takes consumed,
 // named by time alone (Envoy's is_negative_hits): both Redis stores,
-// *memorystore.Store and *denycache.Store (which forwards it and ends the
-// denials remembered for the key in every process). Find it with As: it
-// passes by fallback, so while Redis is down a refund fails rather than
-// reaching the local limiter.
+// *memorystore.Store, *denycache.Store (which forwards it and ends the
+// denials remembered for the key in every process) and *fallback.Store
+// (the primary while it answers, else the local store under a local
+// policy). Find it with As.
 type UnitRefunder interface {
 	// GiveBack returns up to req.Cost units to req.Key under req.Rule, at
 	// req.Now, and reports what a Peek of req reports afterwards. Only
