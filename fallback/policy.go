@@ -47,26 +47,26 @@ func (s *Store) byPolicy(b *breaker, req *backend.Request) (res backend.Result, 
 	return backend.Result{}, true
 }
 
+// localCall is what the local store does with a request whose policy is
+// local: backend.Store.Take, backend.Store.Peek or giveBackLocally (method
+// expressions, so the store comes first and no closure is made per call).
+type localCall func(local backend.Store, ctx context.Context, req backend.Request) (backend.Result, error)
+
 // decide answers req by policy, with Degraded set. It checks req first:
 // the primary, which checks what it decides, did not answer, a policy
 // admits or denies on its own, and a bad limit scaled to a share would turn
 // a refusal into a denial.
-func (s *Store) decide(ctx context.Context, b *breaker, req backend.Request, take bool) (backend.Result, error) {
+func (s *Store) decide(ctx context.Context, b *breaker, req backend.Request, local localCall) (backend.Result, error) {
 	if err := req.Validate(); err != nil {
 		return backend.Result{}, err
 	}
 	s.degraded.Add(1)
 	b.degraded.Add(1)
-	res, local := s.byPolicy(b, &req)
-	if !local {
+	res, isLocal := s.byPolicy(b, &req)
+	if !isLocal {
 		return res, nil
 	}
-	var err error
-	if take {
-		res, err = s.local.Take(ctx, req)
-	} else {
-		res, err = s.local.Peek(ctx, req)
-	}
+	res, err := local(s.local, ctx, req)
 	if err != nil {
 		return backend.Result{}, fmt.Errorf("fallback: local store: %w", err)
 	}

@@ -127,22 +127,19 @@ func (s *Store) Unwrap() backend.Store { return s.primary }
 
 // Take implements backend.Store.
 func (s *Store) Take(ctx context.Context, req backend.Request) (backend.Result, error) {
-	return s.step(ctx, req, true)
+	return s.step(ctx, req, s.primary.Take, backend.Store.Take)
 }
 
 // Peek implements backend.Store.
 func (s *Store) Peek(ctx context.Context, req backend.Request) (backend.Result, error) {
-	return s.step(ctx, req, false)
+	return s.step(ctx, req, s.primary.Peek, backend.Store.Peek)
 }
 
-// step decides req on the primary, else by policy. The primary checks req
-// (its refusal is the caller's error, not a failure); decide checks it
-// where the primary did not answer.
-func (s *Store) step(ctx context.Context, req backend.Request, take bool) (backend.Result, error) {
-	call := s.primary.Peek
-	if take {
-		call = s.primary.Take
-	}
+// step decides req with call on the primary, else by policy, with local
+// on the local store when the policy is local. The primary checks req (its
+// refusal is the caller's error, not a failure); decide checks it where the
+// primary did not answer.
+func (s *Store) step(ctx context.Context, req backend.Request, call func(context.Context, backend.Request) (backend.Result, error), local localCall) (backend.Result, error) {
 	b := s.breakerFor(ctx, req.Key)
 	res, err := s.execute(ctx, b, func(ctx context.Context) (backend.Result, error) { return call(ctx, req) })
 	if err == nil {
@@ -151,7 +148,7 @@ func (s *Store) step(ctx context.Context, req backend.Request, take bool) (backe
 	if ce, ok := errors.AsType[callerError](err); ok {
 		return backend.Result{}, ce.err
 	}
-	return s.decide(ctx, b, req, take)
+	return s.decide(ctx, b, req, local)
 }
 
 // Reset implements backend.Store. It resets the key on the local store too,
