@@ -34,24 +34,9 @@ func takeAllEach(c *checker) {
 	now := 5 * time.Second
 	admitted, denied := 0, 0
 	for step := range 300 {
-		switch p := rng.IntN(100); {
-		case p < 40:
-		case p < 95:
-			now += time.Duration(rng.IntN(250)) * time.Millisecond
-		default:
-			now = max(now-time.Duration(rng.IntN(2000))*time.Millisecond, 0)
-		}
-		perm := rng.Perm(len(pool))[:2+rng.IntN(2)]
-		parts := make([]part, len(perm))
-		minLimit := algorithms.MaxLimit
-		for k, idx := range perm {
-			parts[k] = pool[idx]
-			minLimit = min(minLimit, parts[k].rule.Limit)
-		}
-		cost := int64(1)
-		if rng.IntN(3) == 0 {
-			cost = 1 + rng.Int64N(minLimit)
-		}
+		var parts []part
+		var cost int64
+		now, parts, cost = replay{stay: 40, creep: 95, maxCreep: 250, maxBack: 2000, minParts: 2, moreParts: 2, anyCostOneIn: 3}.next(rng, pool, now)
 		nowMs := base.Add(now).UnixMilli()
 		want := make([]backend.Result, len(parts))
 		all := true

@@ -120,24 +120,9 @@ func takeAllSameAsGoEngine(c *checker) {
 	}
 	now := 5 * time.Second
 	for i := range 400 {
-		switch p := rng.IntN(100); {
-		case p < 30:
-		case p < 92:
-			now += time.Duration(rng.IntN(300)) * time.Millisecond
-		default:
-			now = max(now-time.Duration(rng.IntN(3000))*time.Millisecond, 0)
-		}
-		perm := rng.Perm(len(pool))[:1+rng.IntN(3)]
-		parts := make([]part, len(perm))
-		minLimit := algorithms.MaxLimit
-		for k, idx := range perm {
-			parts[k] = pool[idx]
-			minLimit = min(minLimit, parts[k].rule.Limit)
-		}
-		cost := int64(1)
-		if rng.IntN(4) == 0 {
-			cost = 1 + rng.Int64N(minLimit)
-		}
+		var parts []part
+		var cost int64
+		now, parts, cost = replay{stay: 30, creep: 92, maxCreep: 300, maxBack: 3000, minParts: 1, moreParts: 3, anyCostOneIn: 4}.next(rng, pool, now)
 		nowMs := base.Add(now).UnixMilli()
 		results := make([]backend.Result, len(parts))
 		all := true
@@ -241,4 +226,36 @@ func takeAllInvalid(c *checker) {
 	if got, ok := c.peek("other", rule, at, 1); ok && got.Remaining != rule.Limit {
 		c.r.Errorf("after rejected TakeAll calls: remaining %d, want %d", got.Remaining, rule.Limit)
 	}
+}
+
+// replay is how a random TakeAll replay steps: the clock stands still (p <
+// stay of 100), creeps up to maxCreep ms (p < creep) or goes back up to
+// maxBack ms; minParts plus up to moreParts-1 distinct parts of the pool;
+// cost 1, or one time in anyCostOneIn any cost the smallest limit allows.
+type replay struct {
+	stay, creep, maxCreep, maxBack int
+	minParts, moreParts            int
+	anyCostOneIn                   int
+}
+
+func (r replay) next(rng *rand.Rand, pool []part, now time.Duration) (time.Duration, []part, int64) {
+	switch p := rng.IntN(100); {
+	case p < r.stay:
+	case p < r.creep:
+		now += time.Duration(rng.IntN(r.maxCreep)) * time.Millisecond
+	default:
+		now = max(now-time.Duration(rng.IntN(r.maxBack))*time.Millisecond, 0)
+	}
+	perm := rng.Perm(len(pool))[:r.minParts+rng.IntN(r.moreParts)]
+	parts := make([]part, len(perm))
+	minLimit := algorithms.MaxLimit
+	for k, idx := range perm {
+		parts[k] = pool[idx]
+		minLimit = min(minLimit, parts[k].rule.Limit)
+	}
+	cost := int64(1)
+	if rng.IntN(r.anyCostOneIn) == 0 {
+		cost = 1 + rng.Int64N(minLimit)
+	}
+	return now, parts, cost
 }
