@@ -365,6 +365,33 @@ func (r Rule) Renew(s *State, now, at, cost int64) Outcome {
 	return a.Renew(s, now, at, w, r.Limit, cost)
 }
 
+// GiveBack gives back up to cost units still counted at now, the newest
+// first, and returns what a Peek of cost at now reports afterwards. Unlike
+// Refund it names no admission, only a time (Envoy's negative hits): the
+// counters give back to the window holding now, the logs remove their
+// newest live timestamps, two_level the newest units of its counter or
+// log, GCRA pays back debt. Units that slid out are not given back, nor
+// more than are counted, so it never creates allowance that was not
+// taken. Check CheckGiveBack first: an algorithm without a GiveBack step
+// only reports.
+func (r Rule) GiveBack(s *State, now, cost int64) Outcome {
+	a := r.algorithm()
+	w := r.Window.Milliseconds()
+	if a.GiveBack != nil {
+		a.GiveBack(s, now, w, r.Limit, cost)
+	}
+	return a.Peek(s, now, w, r.Limit, cost)
+}
+
+// CheckGiveBack reports whether r's algorithm can give units back by time
+// (Rule.GiveBack); the error wraps ErrInvalidRequest.
+func (r Rule) CheckGiveBack() error {
+	if a := Lookup(r.Algorithm); a == nil || a.GiveBack == nil {
+		return fmt.Errorf("%w: %s cannot give units back by time; the rate algorithms can (a lease is given back by its id: Release)", ErrInvalidRequest, r.Algorithm)
+	}
+	return nil
+}
+
 // Refund gives back cost units that a Take admitted and recorded at at (see
 // ChargedAt), for stores that must undo an admission (a later rule of a
 // composite denied, or too few replicas acknowledged it), and returns what a

@@ -13,6 +13,7 @@ var compactLog = Algorithm{
 	Take:       slidingLogTake,
 	Peek:       slidingLogPeek,
 	Refund:     logRefund,
+	GiveBack:   logGiveBack,
 	ChargedAt:  logChargedAt,
 	LimitBound: logLimitBound,
 	LimitNote:  logLimitNote,

@@ -174,12 +174,19 @@ if take and not refund and struct and cost <= limit then
   end
 end
 
-local log_first, log_open, log_take, log_peek, log_remove = loglib()
+local log_first, log_open, log_take, log_peek, log_remove, _, _, _, log_give_back = loglib()
 local L = log_open(key, '', first)
 
--- Refund: remove cost entries stamped at, the take's time.
+-- Refund: remove cost entries stamped at, the take's time; with a negative
+-- at, the newest cost entries still inside the window.
 if refund then
-  if log_remove(L, at, cost) then
+  local removed
+  if at < 0 then
+    removed = log_give_back(L, now, w, cost)
+  else
+    removed = log_remove(L, at, cost)
+  end
+  if removed then
     L = log_open(key, '', log_first(key, 0))
   end
   take = false

@@ -13,6 +13,7 @@ var fixedWindow = Algorithm{
 	Take:       fixedWindowTake,
 	Peek:       fixedWindowPeek,
 	Refund:     fixedWindowRefund,
+	GiveBack:   fixedWindowGiveBack,
 	ChargedAt:  countersChargedAt,
 	LimitBound: func(int64) int64 { return MaxLimit },
 	// The window's whole count goes at its end, and nothing before.
@@ -47,6 +48,12 @@ func fixedWindowRefund(s *State, at, _, _, cost int64) {
 	if c := s.counters(); c.start == at {
 		c.current -= min(cost, c.current)
 	}
+}
+
+// fixedWindowGiveBack gives units back to the window holding now, while
+// it is the recorded one.
+func fixedWindowGiveBack(s *State, now, w, limit, cost int64) {
+	fixedWindowRefund(s, now-now%w, w, limit, cost)
 }
 
 // The fixed window counts units per window aligned to the Unix epoch:

@@ -18,6 +18,11 @@ end
 
 -- Refund: give cost back to the window the take counted it in (at, the
 -- fifth value of its reply), if that is still the recorded one.
+-- Give back by time (a negative at): to the window holding now, as a
+-- refund of a take made now would.
+if refund and at < 0 then
+  at = now - now % w
+end
 if refund then
   if v and start == at and current > 0 then
     current = current - math.min(cost, current)

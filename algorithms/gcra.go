@@ -14,6 +14,7 @@ var gcra = Algorithm{
 	Take:       gcraTake,
 	Peek:       gcraPeek,
 	Refund:     gcraRefund,
+	GiveBack:   gcraGiveBack,
 	ChargedAt:  func(s *State, _ int64) int64 { return s.gcra().last },
 	LimitBound: gcraLimitBound,
 	MoreAfter:  gcraMoreAfter,
@@ -145,6 +146,16 @@ func gcraOutcome(allowed bool, e, debt, now, w, limit, cost int64) Outcome {
 func gcraRefund(s *State, at, w, limit, cost int64) {
 	if g := s.gcra(); g.last == at && g.counted == limit && g.debt > 0 {
 		g.debt = max(g.debt-cost*w, 0)
+	}
+}
+
+// gcraGiveBack pays back up to cost units of the debt the bucket holds at
+// now (in the rule's limit), never below empty.
+func gcraGiveBack(s *State, now, w, limit, cost int64) {
+	g := s.gcra()
+	e, debt := gcraDebt(g, now, w, limit)
+	if debt > 0 {
+		g.last, g.debt, g.counted = e, max(debt-cost*w, 0), limit
 	}
 }
 

@@ -30,8 +30,9 @@ if v then
 end
 
 -- Refund: undo an admission made at at while it is still the newest and
--- the limit is unchanged (see gcraRefund).
-if refund then
+-- the limit is unchanged (see gcraRefund). A negative at gives back by
+-- time, below.
+if refund and at >= 0 then
   if v and last == at and counted == limit and debt > 0 then
     debt = math.max(debt - cost * w, 0)
     redis.call('SET', key, string.format('%d:%d:%d', last, debt, counted), 'KEEPTTL')
@@ -52,6 +53,16 @@ if e - last >= w then
   debt = 0
 else
   debt = math.max(debt - (e - last) * limit, 0)
+end
+
+-- Give back by time: pay back up to cost units of the debt held at e
+-- (gcraGiveBack), then report as a peek.
+if refund and at < 0 then
+  if debt > 0 then
+    debt = math.max(debt - cost * w, 0)
+    redis.call('SET', key, string.format('%d:%d:%d', e, debt, limit), 'KEEPTTL')
+  end
+  take = false
 end
 
 local allowed, retry = 0, 0

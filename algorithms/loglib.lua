@@ -31,7 +31,7 @@ local BLOCK = 32
 local FIRST_END = '238' -- log_first's last byte with no prefix: HDR + BLOCK * SLOT - 1
 
 -- loglib returns the library's functions: log_first, log_open, log_take,
--- log_peek, log_remove, enc, dec, count. Building them costs about a fifth
+-- log_peek, log_remove, enc, dec, count, log_give_back. Building them costs about a fifth
 -- of a step (a closure and its upvalues each), so a step that can decide from
 -- log_first's bytes alone does not build them (compact_log.lua).
 local function loglib()
@@ -351,5 +351,26 @@ local function loglib()
     return true
   end
 
-  return log_first, log_open, log_take, log_peek, log_remove, enc, dec, count
+  -- log_give_back removes up to k of the newest timestamps later than
+  -- now - w from the stored log L (keeping its expiry; logGiveBack) and
+  -- returns whether it removed any.
+  local function log_give_back(L, now, w, k)
+    local n = L.n
+    k = math.min(k, n - count(L, now - w, L.hint))
+    if k <= 0 then
+      return false
+    end
+    if n > k then
+      L.newest = slot(L, n - k - 1)
+    end
+    if L.ring then
+      rewrite(L, raw(L, 0, n - k), n - k, L.cap, nil)
+      return true
+    end
+    L.n = n - k
+    redis.call('SETRANGE', L.key, #L.prefix, enc_header(L))
+    return true
+  end
+
+  return log_first, log_open, log_take, log_peek, log_remove, enc, dec, count, log_give_back
 end

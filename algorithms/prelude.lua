@@ -9,7 +9,10 @@
 -- admitted, named by at (the fifth value of that take's reply), then report
 -- as a peek. For an algorithm that holds leases (concurrency.lua) refund
 -- releases the lease at (the reply's fifth value is then 1 when it was
--- held, else 0), and take and refund together renew it. It returns {allowed (0/1), remaining, retry_after_ms,
+-- held, else 0), and take and refund together renew it. A refund with a negative at
+-- names no take: it gives back up to cost of the units still counted at
+-- now, newest first (Rule.GiveBack), where the algorithm can (not
+-- concurrency). It returns {allowed (0/1), remaining, retry_after_ms,
 -- reset_after_ms, at}: at is where an admission was recorded (the logs'
 -- timestamp, the counters' window start, GCRA's admission time; see
 -- Rule.ChargedAt). Every value stays an integer

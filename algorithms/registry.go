@@ -36,6 +36,12 @@ type Algorithm struct {
 	// and Renew with take and refund both true.
 	Release func(s *State, now, at, w, limit, cost int64) bool
 	Renew   func(s *State, now, at, w, limit, cost int64) Outcome
+	// GiveBack, when set, gives back up to cost of the units still counted
+	// at now, newest first, named by time alone (Envoy's negative hits);
+	// see Rule.GiveBack. The Lua twin runs it as its refund mode with a
+	// negative at. Nil for an algorithm that cannot (Concurrency: its
+	// leases are released by id).
+	GiveBack func(s *State, now, w, limit, cost int64)
 	// MoreAfter, when set, tells from an admission's outcome how many ms
 	// until the key has more allowance than Remaining (the RateLimit
 	// header draft's effective window), and whether the outcome tells it

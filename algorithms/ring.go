@@ -144,6 +144,17 @@ func (r *ring) insert(t, cost, limit int64) {
 	l.h.n = need
 }
 
+// dropNewest forgets the n newest entries (0 <= n <= size).
+func (r ring) dropNewest(n int64) {
+	if n <= 0 {
+		return
+	}
+	r.h.n -= n
+	if r.h.n == 0 {
+		r.h.pos = 0
+	}
+}
+
 // remove deletes up to n timestamps equal to t, keeping the order.
 func (r ring) remove(t, n int64) {
 	size := r.size()

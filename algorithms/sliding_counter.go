@@ -14,6 +14,7 @@ var slidingCounter = Algorithm{
 	Take:       slidingCounterTake,
 	Peek:       slidingCounterPeek,
 	Refund:     slidingCounterRefund,
+	GiveBack:   slidingCounterGiveBack,
 	ChargedAt:  countersChargedAt,
 	LimitBound: func(int64) int64 { return MaxLimit },
 	Lua:        slidingCounterLua,
@@ -51,6 +52,12 @@ func slidingCounterRefund(s *State, at, w, _, cost int64) {
 	case c.start == at+w:
 		c.previous -= min(cost, c.previous)
 	}
+}
+
+// slidingCounterGiveBack gives units back to the window holding now: the
+// current one, or the previous one when the clock went back into it.
+func slidingCounterGiveBack(s *State, now, w, limit, cost int64) {
+	slidingCounterRefund(s, now-now%w, w, limit, cost)
 }
 
 // The sliding window counter keeps two fixed windows: current (units admitted

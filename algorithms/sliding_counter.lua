@@ -61,6 +61,11 @@ end
 -- Refund: give cost back to the window the take counted it in (at, the
 -- fifth value of its reply): the current one, or the previous one if the
 -- window has rolled once since.
+-- Give back by time (a negative at): to the window holding now, as a
+-- refund of a take made now would.
+if refund and at < 0 then
+  at = now - now % w
+end
 if refund then
   if v and start == at and current > 0 then
     current = current - math.min(cost, current)

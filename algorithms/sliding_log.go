@@ -14,6 +14,7 @@ var slidingLog = Algorithm{
 	Take:       slidingLogTake,
 	Peek:       slidingLogPeek,
 	Refund:     logRefund,
+	GiveBack:   logGiveBack,
 	ChargedAt:  logChargedAt,
 	LimitBound: logLimitBound,
 	LimitNote:  logLimitNote,
@@ -51,6 +52,13 @@ var slidingLogExamples = Examples{Limit: 3, Window: 10 * time.Second, Steps: []E
 func logChargedAt(_ *State, now int64) int64 { return now }
 
 func logRefund(s *State, at, _, _, cost int64) { s.log.remove(at, cost) }
+
+// logGiveBack removes up to cost of the newest timestamps still inside
+// the window at now; those that slid out stay.
+func logGiveBack(s *State, now, w, _, cost int64) {
+	l := &s.log
+	l.dropNewest(min(cost, l.size()-l.countUpTo(now-w)))
+}
 
 func logLimitBound(int64) int64 { return MaxSlidingLogLimit }
 

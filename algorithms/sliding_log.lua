@@ -43,12 +43,27 @@ local fmt = string.format
 local cutoff = now - w
 
 -- Refund: remove cost entries stamped at, the take's time (which of them
--- does not matter).
+-- does not matter). A negative at gives back by time (logGiveBack): the
+-- newest cost units still inside the window, by rank ("" is rank 0, below
+-- every unit).
 if refund then
-  local ms = fmt('%d', at)
-  local m = redis.call('ZRANGEBYSCORE', key, ms, ms, 'LIMIT', 0, cost)
-  for i = 1, #m, ZADD_CHUNK do
-    redis.call('ZREM', key, unpack(m, i, math.min(i + ZADD_CHUNK - 1, #m)))
+  if at < 0 then
+    local live = redis.call('ZCARD', key)
+    if live > 0 then
+      live = live - 1
+    end
+    if live > 0 and cutoff >= 0 then
+      live = redis.call('ZCOUNT', key, fmt('(%d', cutoff), '+inf')
+    end
+    if live > 0 then
+      redis.call('ZREMRANGEBYRANK', key, fmt('%d', -math.min(cost, live)), '-1')
+    end
+  else
+    local ms = fmt('%d', at)
+    local m = redis.call('ZRANGEBYSCORE', key, ms, ms, 'LIMIT', 0, cost)
+    for i = 1, #m, ZADD_CHUNK do
+      redis.call('ZREM', key, unpack(m, i, math.min(i + ZADD_CHUNK - 1, #m)))
+    end
   end
   take = false
 end

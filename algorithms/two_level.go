@@ -14,6 +14,7 @@ var twoLevel = Algorithm{
 	Take:       twoLevelTake,
 	Peek:       twoLevelPeek,
 	Refund:     twoLevelRefund,
+	GiveBack:   twoLevelGiveBack,
 	ChargedAt:  twoLevelChargedAt,
 	LimitBound: logLimitBound,
 	LimitNote:  logLimitNote,
@@ -439,5 +440,30 @@ func twoLevelRefund(s *State, at, w, _, cost int64) {
 	case l.start == win+w:
 		l.prev -= min(cost, l.prev)
 	}
+	l.pack(s)
+}
+
+// twoLevelGiveBack gives back up to cost of the newest units counted at
+// now: a heavy key's newest live timestamps (at its floor or later, as it
+// decides), a light key's units from its current window, then the previous
+// one, then older, each while it still counts at now. A heavy key whose log
+// empties is light at its floor, as after a refund.
+func twoLevelGiveBack(s *State, now, w, _, cost int64) {
+	if s.log.size() > 0 {
+		e := max(now, s.twoLevel().start)
+		logGiveBack(s, e, w, 0, cost)
+		return
+	}
+	l := unpackLight(s)
+	giveBack := func(units *int64, newest int64) {
+		if *units > 0 && newest > now-w {
+			k := min(cost, *units)
+			*units -= k
+			cost -= k
+		}
+	}
+	giveBack(&l.cur, l.newestCur)
+	giveBack(&l.prev, l.newestPrev)
+	giveBack(&l.older, l.olderStamp(w))
 	l.pack(s)
 }

@@ -14,7 +14,7 @@
 -- The body of step(key, now, w, limit, cost, take, refund, at); see
 -- prelude.lua.
 
-local log_first, log_open, log_take, log_peek, log_remove, enc, dec, log_count = loglib()
+local log_first, log_open, log_take, log_peek, log_remove, enc, dec, log_count, log_give_back = loglib()
 local LIGHT_LEN = 7 * SLOT
 local LIGHT_CHARGE = 4503599627370496 -- 2^52: tags a light key's charge
 local LIGHT_PREV = 2251799813685248 -- 2^51: marks a charge to the window before
@@ -71,9 +71,38 @@ end
 -- Refund: from the log when at is a time, from a light key's window
 -- counter when it is a tagged window start (LIGHT_PREV: the window
 -- before). A key that switched between light and heavy since keeps the
--- units.
+-- units. A negative at gives back by time (twoLevelGiveBack): a heavy
+-- key's newest live entries from its floor on; a light key's units from
+-- the current window, then the previous one, then older, while each still
+-- counts at now.
 if refund then
-  if at < LIGHT_CHARGE then
+  if at < 0 then
+    if L then
+      if log_give_back(L, math.max(now, start), w, cost) then
+        L = log_open(key, L.prefix, log_first(key, 1 + SLOT))
+        if L.n == 0 then
+          L = nil
+        end
+      end
+    else
+      local k, stamp = cost, older_stamp()
+      if cur > 0 and ncur > now - w then
+        local d = math.min(k, cur)
+        cur, k = cur - d, k - d
+      end
+      if prev > 0 and nprev > now - w then
+        local d = math.min(k, prev)
+        prev, k = prev - d, k - d
+      end
+      if older > 0 and stamp > now - w then
+        local d = math.min(k, older)
+        older, k = older - d, k - d
+      end
+      if k < cost then
+        redis.call('SET', key, light_state(), 'KEEPTTL')
+      end
+    end
+  elseif at < LIGHT_CHARGE then
     if L and log_remove(L, at, cost) then
       L = log_open(key, L.prefix, log_first(key, 1 + SLOT))
       if L.n == 0 then

@@ -2,10 +2,7 @@ package backend
 
 import (
 	"context"
-	"fmt"
 	"time"
-
-	"github.com/limitkit/limitkit/algorithms"
 )
 
 // The optional capabilities of a Store. A store implements those it has; a
@@ -98,32 +95,15 @@ func As[T any](s Store) (T, bool) {
 // (the primary while it answers, else the local store under a local
 // policy). Find it with As.
 type UnitRefunder interface {
-	// GiveBack returns up to req.Cost units to req.Key under req.Rule, at
-	// req.Now, and reports what a Peek of req reports afterwards. Only
-	// units counted in the window holding req.Now are given back (see
-	// GiveBackWindow), never more than it holds, so a refund never
-	// creates allowance that was not taken. Algorithms that cannot give
-	// units back by time are refused with an error wrapping
-	// algorithms.ErrInvalidRequest.
+	// GiveBack gives back up to req.Cost of the units req.Key still has
+	// counted under req.Rule at req.Now, the newest first, and reports
+	// what a Peek of req reports afterwards (algorithms.Rule.GiveBack: the
+	// counters give back to the window holding now, the logs and
+	// two_level drop their newest units still in the window, gcra pays
+	// back debt). Never more than is counted, so a refund never creates
+	// allowance that was not taken. An algorithm that cannot give units
+	// back by time (concurrency: release its leases) is refused with an
+	// error wrapping algorithms.ErrInvalidRequest
+	// (algorithms.Rule.CheckGiveBack).
 	GiveBack(ctx context.Context, req Request) (Result, error)
-}
-
-// GiveBackWindow returns where a GiveBack of rule at now (ms) finds its
-// units: the start of the window holding now, aligned to multiples of the
-// window since the Unix epoch, for the algorithms that count units per
-// window (algorithms.FixedWindow, algorithms.SlidingCounter). Others are
-// refused with an error wrapping algorithms.ErrInvalidRequest: the logs
-// (sliding_log, compact_log, a heavy two_level key) record each unit at
-// its own time and a negative hit names none; gcra can undo only its
-// newest admission, named by its time; two_level switches between a
-// counter and a log; concurrency holds leases (LeaseStore.Release gives
-// them back).
-func GiveBackWindow(rule algorithms.Rule, now int64) (int64, error) {
-	switch rule.Algorithm {
-	case algorithms.FixedWindow, algorithms.SlidingCounter:
-		w := rule.Window.Milliseconds()
-		return now - now%w, nil
-	}
-	return 0, fmt.Errorf("%w: %s cannot give units back by time; only %s and %s can (they count units per window)",
-		algorithms.ErrInvalidRequest, rule.Algorithm, algorithms.FixedWindow, algorithms.SlidingCounter)
 }

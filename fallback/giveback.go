@@ -13,7 +13,7 @@ import (
 // it takes at, so that local limiting sees them; other policies count
 // nothing locally and give nothing back (the result is a Peek by policy).
 // A primary that cannot give units back is an error, and so is an
-// algorithm that cannot (backend.GiveBackWindow), up or down.
+// algorithm that cannot (algorithms.Rule.CheckGiveBack), up or down.
 func (s *Store) GiveBack(ctx context.Context, req backend.Request) (backend.Result, error) {
 	primary, ok := backend.As[backend.UnitRefunder](s.primary)
 	if !ok {
@@ -22,7 +22,7 @@ func (s *Store) GiveBack(ctx context.Context, req backend.Request) (backend.Resu
 	if err := req.Validate(); err != nil {
 		return backend.Result{}, err
 	}
-	if _, err := backend.GiveBackWindow(req.Rule, req.Millis()); err != nil {
+	if err := req.Rule.CheckGiveBack(); err != nil {
 		return backend.Result{}, err
 	}
 	return s.step(ctx, req, primary.GiveBack, giveBackLocally)

@@ -311,7 +311,7 @@ func (s *Service) takeAll(ctx context.Context, gs []*group) (bool, error) {
 }
 
 // giveBack gives g's units back (negative hits) where its algorithm can
-// (backend.GiveBackWindow) and the store can (backend.UnitRefunder, found
+// (algorithms.Rule.CheckGiveBack: every rate algorithm) and the store can (backend.UnitRefunder, found
 // under any wrappers), and otherwise reads g as a check does. Either way
 // it never refuses the request: its status reports what is left.
 func (s *Service) giveBack(ctx context.Context, g *group) error {
@@ -323,7 +323,7 @@ func (s *Service) giveBack(ctx context.Context, g *group) error {
 		req := g.req
 		req.Cost = min(req.Cost, g.rule.alg.Limit)
 		u, ok := backend.As[backend.UnitRefunder](s.store)
-		if _, werr := backend.GiveBackWindow(g.rule.alg, req.Millis()); ok && werr == nil && req.Cost > 0 {
+		if ok && req.Cost > 0 && g.rule.alg.CheckGiveBack() == nil {
 			res, err = u.GiveBack(ctx, req)
 		} else {
 			req.Cost = 1

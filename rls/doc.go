@@ -84,14 +84,18 @@
 // (found under any wrappers). What that means per algorithm:
 //
 //   - fixed_window, sliding_counter: up to hits units go back to the
-//     window holding now (never more than it counted, so never beyond the
-//     limit); units counted in an earlier window are not given back (for
-//     a fixed window they no longer count).
-//   - sliding_log, compact_log, two_level, gcra: nothing is given back and
-//     nothing is consumed (the descriptor is read, as a check): a log
-//     records each unit at its own time and a negative hit names none;
-//     gcra can undo only its newest admission, named by its time; two_level
-//     switches between a counter and a log.
+//     window holding now; units counted in an earlier window are not
+//     given back (for a fixed window they no longer count).
+//   - sliding_log, compact_log: the newest hits timestamps still inside
+//     the window are removed (the request being given back is the latest
+//     to have been admitted, as a rule, and the newest units are the ones
+//     that would have counted longest).
+//   - two_level: its newest units, from its log or, on a light key, from
+//     its current window's counter, then the previous one's.
+//   - gcra: up to hits units of the bucket's debt are paid back.
+//
+// Never more than the key counts, so never beyond the limit; units that
+// slid out are not given back (backend.UnitRefunder, algorithms.Rule.GiveBack).
 //
 // A negative descriptor never refuses the request; its status reports
 // what is left afterwards. Through a deny cache the units given back end

@@ -18,6 +18,10 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 10, algorithm: sliding_counter}
   - key: log
     rate_limit: {unit: minute, requests_per_unit: 10, algorithm: sliding_log}
+  - key: compact
+    rate_limit: {unit: minute, requests_per_unit: 10, algorithm: compact_log}
+  - key: two
+    rate_limit: {unit: minute, requests_per_unit: 10, algorithm: two_level}
   - key: bucket
     rate_limit: {unit: minute, requests_per_unit: 10, algorithm: gcra}
 `
@@ -29,31 +33,25 @@ func negative(d *ratelimitv3.RateLimitDescriptor, hits uint64) *ratelimitv3.Rate
 	return d
 }
 
-// checkNegativeHits: on the counters a negative hit gives its units back
-// to the current window (never beyond the limit, never to a window gone
-// by); on the logs and gcra it gives nothing back and consumes nothing.
-// It never refuses, even at a full limit.
+// checkNegativeHits: on every algorithm a negative hit gives its units
+// back (never beyond the limit; on the counters never to a window gone
+// by), and it never refuses, even at a full limit.
 func checkNegativeHits(t *testing.T, store backend.Store) {
 	h := newHarness(t, store, negativeYAML)
 	h.clk.Advance(10 * time.Second) // inside the minute
-	for _, key := range []string{"fixed", "counter"} {
+	for _, key := range []string{"fixed", "counter", "log", "compact", "two", "bucket"} {
 		h.call(request("n", 6, desc(key, "v")))
 		expect(t, key+": 3 back", h.call(request("n", 0, negative(desc(key, "v"), 3))).GetStatuses()[0], ok, 7, -1)
 		expect(t, key+": after", h.call(request("n", 0, desc(key, "v"))).GetStatuses()[0], ok, 6, -1)
 		expect(t, key+": 50 back", h.call(request("n", 0, negative(desc(key, "v"), 50))).GetStatuses()[0], ok, 10, -1)
 		expect(t, key+": full again", h.call(request("n", 10, desc(key, "v"))).GetStatuses()[0], ok, 0, -1)
 		resp := h.call(request("n", 0, negative(desc(key, "v"), 0)))
-		expect(t, key+": 0 back at a full limit", resp.GetStatuses()[0], ok, 0, -1)
-	}
-	for _, key := range []string{"log", "bucket"} {
-		h.call(request("n", 10, desc(key, "v")))
-		resp := h.call(request("n", 0, negative(desc(key, "v"), 4)))
 		if resp.GetOverallCode() != ok {
 			t.Errorf("%s: a negative hit at a full limit refused: %v", key, resp)
 		}
-		expect(t, key+": nothing back", resp.GetStatuses()[0], ok, 0, -1)
+		expect(t, key+": 0 back at a full limit", resp.GetStatuses()[0], ok, 0, -1)
 		if resp := h.call(request("n", 0, desc(key, "v"))); resp.GetOverallCode() != over {
-			t.Errorf("%s: admitted after a negative hit it cannot honour (it consumed or gave back): %v", key, resp)
+			t.Errorf("%s: admitted after giving 0 back at a full limit: %v", key, resp)
 		}
 	}
 	// The next minute: the fixed window's units of the last one are not

@@ -168,10 +168,10 @@ func (s *Store) Release(ctx context.Context, req backend.Request, lease int64) (
 	return s.runner.Release(ctx, req, lease)
 }
 
-// GiveBack implements backend.UnitRefunder: one script gives up to
-// req.Cost units back to the window holding req.Now (fixed_window and
-// sliding_counter; see backend.GiveBackWindow) and reports what a Peek
-// then reports. It is sent once (never retried).
+// GiveBack implements backend.UnitRefunder: one script gives back up to
+// req.Cost of the newest units counted at req.Now (see
+// algorithms.Rule.GiveBack) and reports what a Peek then reports. It is
+// sent once (never retried).
 func (s *Store) GiveBack(ctx context.Context, req backend.Request) (backend.Result, error) {
 	return s.runner.GiveBack(ctx, req)
 }

@@ -262,18 +262,17 @@ func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 	return backend.CombineEach(ctx, results), nil
 }
 
-// GiveBack implements backend.UnitRefunder: up to req.Cost units back to
-// the window holding req.Now (backend.GiveBackWindow), then what a Peek of
+// GiveBack implements backend.UnitRefunder: up to req.Cost of the newest
+// units counted at req.Now (algorithms.Rule.GiveBack), then what a Peek of
 // req reports.
 func (s *Store) GiveBack(_ context.Context, req backend.Request) (backend.Result, error) {
 	if err := req.Validate(); err != nil {
 		return backend.Result{}, err
 	}
-	now := req.Millis()
-	at, err := backend.GiveBackWindow(req.Rule, now)
-	if err != nil {
+	if err := req.Rule.CheckGiveBack(); err != nil {
 		return backend.Result{}, err
 	}
+	now := req.Millis()
 	a := algorithms.Lookup(req.Rule.Algorithm) // known: req is valid
 	sh, h1, h2 := s.locate(&req.Key, a.Salt)
 	sh.mu.Lock()
@@ -282,7 +281,7 @@ func (s *Store) GiveBack(_ context.Context, req backend.Request) (backend.Result
 	if e == nil {
 		return backend.ResultOf(req.Rule, peekLocked(sh, h1, h2, a, &req, now)), nil
 	}
-	return backend.ResultOf(req.Rule, req.Rule.Refund(&e.state, now, at, req.Cost)), nil
+	return backend.ResultOf(req.Rule, req.Rule.GiveBack(&e.state, now, req.Cost)), nil
 }
 
 // Release implements backend.LeaseStore.

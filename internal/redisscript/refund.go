@@ -22,21 +22,25 @@ func (r *Runner) Release(ctx context.Context, req backend.Request, lease int64) 
 	return held == 1, err
 }
 
-// GiveBack implements backend.UnitRefunder: the script's refund mode, at
-// the window holding req.Now (backend.GiveBackWindow; with server time
-// too, as the request names the window), then what a Peek reports. It is
-// sent once, as every writing call.
+// GiveBack implements backend.UnitRefunder: the script's refund mode with
+// a negative at, which gives back by time (algorithms.Rule.GiveBack) at
+// the script's now (the server's under server time, as its takes are
+// stamped), then reports what a Peek does. It is sent once, as every
+// writing call.
 func (r *Runner) GiveBack(ctx context.Context, req backend.Request) (backend.Result, error) {
 	if err := r.check(&req); err != nil {
 		return backend.Result{}, err
 	}
-	at, err := backend.GiveBackWindow(req.Rule, req.Millis())
-	if err != nil {
+	if err := req.Rule.CheckGiveBack(); err != nil {
 		return backend.Result{}, err
 	}
-	res, _, err := r.single(ctx, &req, ModeRefund, r.now(&req), at)
+	res, _, err := r.single(ctx, &req, ModeRefund, r.now(&req), giveBackByTime)
 	return res, err
 }
+
+// giveBackByTime is the at of a refund that names no take: the scripts
+// give back by time (see prelude.lua).
+const giveBackByTime = -1
 
 // Renew implements backend.LeaseStore.Renew: the script's renew mode,
 // atomic on the server. With replica acknowledgement configured it waits
