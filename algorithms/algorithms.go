@@ -369,11 +369,12 @@ func (r Rule) Renew(s *State, now, at, cost int64) Outcome {
 // first, and returns what a Peek of cost at now reports afterwards. Unlike
 // Refund it names no admission, only a time (Envoy's negative hits): the
 // counters give back to the window holding now, the logs remove their
-// newest live timestamps, two_level the newest units of its counter or
-// log, GCRA pays back debt. Units that slid out are not given back, nor
-// more than are counted, so it never creates allowance that was not
-// taken. Check CheckGiveBack first: an algorithm without a GiveBack step
-// only reports.
+// newest live timestamps, two_level its log's or, on a light key, its
+// window counters' newest units (a window counts while its newest time is
+// inside the window, as Remaining counts it), GCRA pays back debt. Units
+// that no longer count at now are not given back, nor more than are
+// counted, so it never creates allowance that was not taken. Check
+// CheckGiveBack first: an algorithm without a GiveBack step only reports.
 func (r Rule) GiveBack(s *State, now, cost int64) Outcome {
 	a := r.algorithm()
 	w := r.Window.Milliseconds()

@@ -65,9 +65,10 @@ func TestGiveBackFollowsThePrimaryThenThePolicy(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, res.Degraded && !res.Allowed)
 
-	// An algorithm that cannot give units back is refused, up or down.
+	// An algorithm that cannot give units back (leases) is refused, up or
+	// down.
 	bad := req
-	bad.Rule.Algorithm = algorithms.SlidingLog
+	bad.Rule.Algorithm = algorithms.Concurrency
 	_, err = s.GiveBack(ctx, bad)
 	require.ErrorIs(t, err, algorithms.ErrInvalidRequest)
 }

@@ -311,8 +311,9 @@ func (s *Service) takeAll(ctx context.Context, gs []*group) (bool, error) {
 }
 
 // giveBack gives g's units back (negative hits) where its algorithm can
-// (algorithms.Rule.CheckGiveBack: every rate algorithm) and the store can (backend.UnitRefunder, found
-// under any wrappers), and otherwise reads g as a check does. Either way
+// (algorithms.Rule.CheckGiveBack: every rate algorithm) and the store can
+// (backend.UnitRefunder, found under any wrappers), and otherwise reads g
+// as a check does. Either way
 // it never refuses the request: its status reports what is left.
 func (s *Service) giveBack(ctx context.Context, g *group) error {
 	g.res = backend.Result{Limit: g.rule.alg.Limit}

@@ -95,7 +95,8 @@
 //   - gcra: up to hits units of the bucket's debt are paid back.
 //
 // Never more than the key counts, so never beyond the limit; units that
-// slid out are not given back (backend.UnitRefunder, algorithms.Rule.GiveBack).
+// slid out are not given back (backend.UnitRefunder,
+// algorithms.Rule.GiveBack).
 //
 // A negative descriptor never refuses the request; its status reports
 // what is left afterwards. Through a deny cache the units given back end

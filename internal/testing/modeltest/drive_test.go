@@ -192,6 +192,10 @@ func (r *run) rateStep() error {
 		return nil
 	case x < 45 && r.lims[p] == nil:
 		return r.takeAll(p)
+	case x < 50 && r.lims[p] == nil && exact(r.alg):
+		if u, ok := backend.As[backend.UnitRefunder](r.store); ok {
+			return r.giveBack(p, u)
+		}
 	}
 	now := r.newest
 	if r.logs2() && r.rng.IntN(4) == 0 {
@@ -272,6 +276,23 @@ func (r *run) takeAll(p int) error {
 		r.logs[1].Record(now, 1)
 	}
 	return nil
+}
+
+// giveBack gives units back on key a by time (negative hits), possibly
+// late, and compares the outcome with the exact log's after it drops its
+// newest live units.
+func (r *run) giveBack(p int, u backend.UnitRefunder) error {
+	rule := r.rules[p]
+	now := r.newest - int64(r.rng.IntN(lateness))
+	cost := 1 + int64(r.rng.IntN(int(min(rule.Limit, 3))))
+	got, err := u.GiveBack(r.ctx, backend.Request{Key: r.keys[0], Rule: rule, Now: time.UnixMilli(now), Cost: cost})
+	r.note("process %d: GiveBack cost %d at %+dms (%d per %v): remaining=%d", p, cost, now-r.newest, rule.Limit, rule.Window, got.Remaining)
+	if err != nil {
+		return r.failf("GiveBack: %v", err)
+	}
+	w := rule.Window.Milliseconds()
+	r.logs[0].GiveBack(now, w, cost)
+	return r.compare("GiveBack", got, r.logs[0].Decide(now, w, rule.Limit, cost, false))
 }
 
 // invariant checks the window bounds over everything admitted on key a.

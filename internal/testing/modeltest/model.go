@@ -30,6 +30,13 @@
 //     more than the largest limit in one aligned window; sliding_counter and
 //     gcra never more than twice the largest limit in any window.
 //
+// GiveBack (by time, Envoy's negative hits) is driven on the exact logs,
+// whose model drops its newest units that count at now. The other
+// algorithms' give backs are compared with the Go engine by the store
+// conformance suite (backend/storetest give_back/*): two_level's light
+// counters know a window's newest time, not each unit's, so the exact
+// log cannot say how many of its units a give back finds counted.
+//
 // The invariant checked for every log and two_level run, whatever the
 // interleaving: for every interval (t-w, t] with w the shortest window in
 // force, the admitted units are at most the largest limit in force.
@@ -64,6 +71,13 @@ func (l *Log) Record(now, cost int64) {
 	for range cost {
 		l.units = slices.Insert(l.units, i, now)
 	}
+}
+
+// GiveBack forgets up to cost of the newest units that count at now under
+// window w (negative hits); those that slid out stay.
+func (l *Log) GiveBack(now, w, cost int64) {
+	k := min(cost, l.Count(now, w))
+	l.units = l.units[:int64(len(l.units))-k]
 }
 
 // Reset forgets every unit.
