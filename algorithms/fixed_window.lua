@@ -58,5 +58,5 @@ if not take then
 end
 current = current + cost
 redis.call('SET', key, string.format('%d:%d', start, current),
-  'PX', string.format('%d', key_ttl(finish, w)))
+  'PX', key_ttl_px(finish, w))
 return {1, limit - current, 0, finish, start}

@@ -80,6 +80,6 @@ if debt > 0 then
 end
 if allowed == 1 and take then
   redis.call('SET', key, string.format('%d:%d:%d', e, debt, limit),
-    'PX', string.format('%d', key_ttl(reset, w)))
+    'PX', key_ttl_px(reset, w))
 end
 return {allowed, math.floor((cap - debt) / w), retry, reset, e}

@@ -134,6 +134,6 @@ end
 -- and a later request from before it (the clock going back) must see it.
 if take and changed then
   redis.call('SET', key, string.format('%d:%d:%d', start, current, previous),
-    'PX', string.format('%d', key_ttl(reset, w)))
+    'PX', key_ttl_px(reset, w))
 end
 return {allowed, room, retry, reset, start}

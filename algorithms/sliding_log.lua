@@ -262,5 +262,5 @@ if allowed == 1 then
   live = live + cost
 end
 -- Keep the key while a late request could still need its units.
-redis.call('PEXPIRE', key, fmt('%d', key_ttl(reset, w)))
+redis.call('PEXPIRE', key, key_ttl_px(reset, w))
 return {allowed, math.max(limit - live, 0), retry, reset, now}

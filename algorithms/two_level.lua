@@ -65,7 +65,7 @@ end
 
 -- write stores a light key, kept while a late request could still need it.
 local function write(reset)
-  redis.call('SET', key, light_state(), 'PX', string.format('%d', key_ttl(reset, w)))
+  redis.call('SET', key, light_state(), 'PX', key_ttl_px(reset, w))
 end
 
 -- Refund: from the log when at is a time, from a light key's window

@@ -15,21 +15,38 @@
 -- on, the values A[AO + 1] to A[#A] (KEYS and ARGV on one server; on a
 -- cluster node both come in ARGV, see nodebatch.go).
 local server
+-- num returns the number in string x. The calls of one batch repeat the
+-- same few values (their rules' windows, limits and costs, often their
+-- now), and Lua strings are interned: a table lookup answers all but the
+-- first, where tonumber costs Redis' Lua a strtod, and a group's values
+-- are parsed once for both passes.
+local nums = {}
+local function num(x)
+  local v = tonumber(x)
+  nums[x] = v
+  return v
+end
+-- A group's steps and values, by request (reused across groups).
+local steps, ws, limits, costs = {}, {}, {}, {}
 local function group(k, a, n, now)
   memo_reset()
+  for i = 1, n do
+    local b = a + (i - 1) * 4
+    local step = STEPS[A[b + 1]]
+    if not step then
+      error({err = 'limitkit: no script step for algorithm ' .. A[b + 1]})
+    end
+    steps[i] = step
+    local x, y, z = A[b + 2], A[b + 3], A[b + 4]
+    ws[i], limits[i], costs[i] = nums[x] or num(x), nums[y] or num(y), nums[z] or num(z)
+  end
   local outs, all = {}, 1
   for take = 0, 1 do
     if take == 1 and all == 0 then
       break
     end
     for i = 1, n do
-      local b = a + (i - 1) * 4
-      local step = STEPS[A[b + 1]]
-      if not step then
-        error({err = 'limitkit: no script step for algorithm ' .. A[b + 1]})
-      end
-      local o = step(K[KO + k + i], now, tonumber(A[b + 2]), tonumber(A[b + 3]), tonumber(A[b + 4]),
-        take == 1, false, 0)
+      local o = steps[i](K[KO + k + i], now, ws[i], limits[i], costs[i], take == 1, false, 0)
       if o.err then
         error(o)
       end
@@ -43,8 +60,8 @@ local function group(k, a, n, now)
 end
 local reply, a, k = {}, AO, 0
 while a < #A do
-  local n = tonumber(A[a + 1])
-  local now = tonumber(A[a + 2])
+  local x, y = A[a + 1], A[a + 2]
+  local n, now = nums[x] or num(x), nums[y] or num(y)
   if now < 0 then
     server = server or server_now()
     now = server
