@@ -31,9 +31,10 @@ local BLOCK = 32
 local FIRST_END = '238' -- log_first's last byte with no prefix: HDR + BLOCK * SLOT - 1
 
 -- loglib returns the library's functions: log_first, log_open, log_take,
--- log_peek, log_remove, enc, dec, count, log_give_back. Building them costs about a fifth
--- of a step (a closure and its upvalues each), so a step that can decide from
--- log_first's bytes alone does not build them (compact_log.lua).
+-- log_peek, log_remove, enc, dec, count, log_give_back. Building them
+-- costs about a fifth of a step (a closure and its upvalues each), so a
+-- step that can decide from log_first's bytes alone does not build them
+-- (compact_log.lua).
 local function loglib()
 
   -- enc returns t (0 <= t < 2^56) as one slot; dec returns slot i
