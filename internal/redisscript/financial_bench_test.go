@@ -137,4 +137,3 @@ func BenchmarkFinancial(b *testing.B) {
 			c.client, c.variant, median(c.rates), 100*median(c.shares), 100*slices.Min(c.shares), 100*slices.Max(c.shares), c.unconfirmed)
 	}
 }
-
