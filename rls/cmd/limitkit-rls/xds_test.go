@@ -127,9 +127,9 @@ func egEnv(pki *testpki.PKI, redisAddr, xdsAddr string) map[string]string {
 		"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": xdsAddr, "CONFIG_GRPC_XDS_NODE_ID": egNodeID,
 		"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": pki.ServerCert, "GRPC_SERVER_TLS_KEY": pki.ServerKey, "GRPC_SERVER_TLS_CA_CERT": pki.CA,
 		"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": pki.ServerCert, "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": pki.ServerKey,
-		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": pki.CA,
+		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT":  pki.CA,
 		"FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
-		"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": "127.0.0.1:0", "PROMETHEUS_MAPPER_YAML": "/etc/statsd-exporter/conf.yaml",
+		"USE_PROMETHEUS":                     "true", "PROMETHEUS_ADDR": "127.0.0.1:0", "PROMETHEUS_MAPPER_YAML": "/etc/statsd-exporter/conf.yaml",
 		// Moved from 0.0.0.0 to free loopback ports for the test.
 		"GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "HOST": "127.0.0.1", "PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
 	}
@@ -318,7 +318,9 @@ func TestEnvoyGatewayXDS(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if cp3.sawRequest(func(r *discoveryv3.DiscoveryRequest) bool { return r.GetResponseNonce() == "" && r.GetVersionInfo() != "" }) {
+	if cp3.sawRequest(func(r *discoveryv3.DiscoveryRequest) bool {
+		return r.GetResponseNonce() == "" && r.GetVersionInfo() != ""
+	}) {
 		t.Fatal("a new stream's first request carried a version")
 	}
 	expectCodes(t, in, 0, rule0, ok, ok, over)
