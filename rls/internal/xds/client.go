@@ -92,7 +92,7 @@ func (b Backoff) next(n int) time.Duration {
 // already refused on this stream: go-control-plane's cache (Envoy
 // Gateway's) sends a refused snapshot again at once, and would otherwise
 // keep both ends busy. The wait doubles up to Backoff.Max.
-const firstRepeatedNack = time.Second
+var firstRepeatedNack = time.Second // a variable for the test that shows the loop without it
 
 // maxErrorDetail bounds the reason sent with a NACK.
 const maxErrorDetail = 4096
