@@ -328,4 +328,3 @@ func TestRunOptions(t *testing.T) {
 		}
 	}
 }
-
