@@ -283,6 +283,9 @@ func TestEnvoyGatewayXDS(t *testing.T) {
 	if cp.acked("3") {
 		t.Fatal("version 3 acknowledged")
 	}
+	if v := in.metric(t, "ratelimit_service_config_load_error"); v != "1" {
+		t.Fatalf("config_load_error %q after one refused version", v)
+	}
 	expectCodes(t, in, 0, rule0, over)
 	expectCodes(t, in, 0, []string{"rule-1-match-0", "carol"}, ok, ok, over)
 	if st := in.healthStatus(t); st != healthpb.HealthCheckResponse_SERVING {
@@ -325,6 +328,15 @@ func TestEnvoyGatewayXDS(t *testing.T) {
 	}
 	expectCodes(t, in, 0, rule0, ok, ok, over)
 
+	// Each version was compiled once: the refused one is not compiled again
+	// when the server sends it again.
+	if v := in.metric(t, "ratelimit_service_config_load_error"); v != "1" {
+		t.Fatalf("config_load_error %q, want 1", v)
+	}
+	if v := in.metric(t, "ratelimit_service_config_load_success"); v != "4" {
+		t.Fatalf("config_load_success %q, want 4 (versions 1, 2 and two restarts)", v)
+	}
+
 	// A plain-text client is refused by the TLS listener.
 	plain, err := grpc.NewClient(in.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -348,5 +360,76 @@ func TestEnvoyGatewayXDS(t *testing.T) {
 	if _, err := rlsv3.NewRateLimitServiceClient(nc).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: egDomain,
 		Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor(egRoute, egRoute)}}); err == nil {
 		t.Fatal("a client without a certificate was answered")
+	}
+}
+
+// TestXDSWaitsForFirstConfig: without FORCE_START_WITHOUT_INITIAL_CONFIG the
+// service listens only once the first configuration is in force, as the
+// reference does, and is SERVING from its first answer.
+func TestXDSWaitsForFirstConfig(t *testing.T) {
+	pki := testpki.New(t)
+	cp := startControlPlane(t, "127.0.0.1:0", pki)
+	env := egEnv(pki, "", cp.addr)
+	delete(env, "FORCE_START_WITHOUT_INITIAL_CONFIG")
+	delete(env, "REDIS_URL")
+	delete(env, "REDIS_SOCKET_TYPE") // the memory store: this test is about start-up
+
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan addrs, 1)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, lookupOf(env), logs, func(a addrs) { ready <- a }) }()
+	eventually(t, "waiting for the first configuration", func() bool { return strings.Contains(logs.String(), "waiting for the first rate limit configuration") })
+	select {
+	case <-ready:
+		t.Fatal("listening before any configuration")
+	default:
+	}
+	cp.set("1", egConfig(3))
+	var a addrs
+	select {
+	case a = <-ready:
+	case err := <-done:
+		t.Fatalf("run: %v\n%s", err, logs)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("not listening within 30s of the first snapshot\n%s", logs)
+	}
+	in := &instance{t: t, addrs: a}
+	conn, err := grpc.NewClient(a.GRPC, grpc.WithTransportCredentials(credentials.NewTLS(pki.Client)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	in.rl, in.health = rlsv3.NewRateLimitServiceClient(conn), healthpb.NewHealthClient(conn)
+	if st := in.healthStatus(t); st != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health at the first answer: %v", st)
+	}
+	expectCodes(t, in, 0, []string{"rule-0-match-0", "rule-0-match-0"}, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK,
+		rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run after SIGTERM: %v", err)
+	}
+}
+
+// TestXDSStopsWhileWaiting: a shutdown while waiting for the first
+// configuration ends run with an error naming the server.
+func TestXDSStopsWhileWaiting(t *testing.T) {
+	env := map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "127.0.0.1:1",
+		"GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "HOST": "127.0.0.1", "PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0"}
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, lookupOf(env), logs, nil) }()
+	eventually(t, "waiting for the first configuration", func() bool { return strings.Contains(logs.String(), "waiting for the first") })
+	cancel()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not return within 30s of shutdown")
 	}
 }

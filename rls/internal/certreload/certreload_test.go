@@ -317,3 +317,70 @@ func TestClientConfig(t *testing.T) {
 		t.Fatalf("a wrong name: %v", err)
 	}
 }
+
+// TestClientCertificateRotation: the client presents the pair in force at
+// each handshake.
+func TestClientCertificateRotation(t *testing.T) {
+	a, b := testpki.New(t), testpki.New(t)
+	dir := t.TempDir()
+	cert, key := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	copyFile(t, a.ClientCert, cert)
+	copyFile(t, a.ClientKey, key)
+	r, err := New(Files{Cert: cert, Key: key, Name: "client"}, time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.LoadX509KeyPair(a.ServerCert, a.ServerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make(chan []byte, 4)
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair}, ClientAuth: tls.RequireAnyClientCert})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			tc := c.(*tls.Conn)
+			if tc.Handshake() == nil {
+				seen <- tc.ConnectionState().PeerCertificates[0].Raw
+			}
+			_, _ = c.Write([]byte("x"))
+			c.Close()
+		}
+	}()
+	presented := func() []byte {
+		conf := r.ClientConfig("")
+		conf.InsecureSkipVerify = true // this test is about the client's certificate
+		c, err := tls.Dial("tcp", l.Addr().String(), conf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_, _ = c.Read(make([]byte, 1))
+		return <-seen
+	}
+	clientLeaf := func(p *testpki.PKI) []byte {
+		pair, err := tls.LoadX509KeyPair(p.ClientCert, p.ClientKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pair.Certificate[0]
+	}
+	if !bytes.Equal(presented(), clientLeaf(a)) {
+		t.Fatal("not the first client certificate")
+	}
+	copyFile(t, b.ClientCert, cert)
+	copyFile(t, b.ClientKey, key)
+	if changed, err := r.Check(); !changed || err != nil {
+		t.Fatalf("rotation: %v %v", changed, err)
+	}
+	if !bytes.Equal(presented(), clientLeaf(b)) {
+		t.Fatal("the rotated client certificate not presented")
+	}
+}
