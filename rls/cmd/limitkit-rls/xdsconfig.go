@@ -87,7 +87,7 @@ func (srv *server) applyXDS(ctx context.Context, configs []*rlsconfv3.RateLimitC
 	}
 	names := make([]string, len(configs))
 	for i, c := range configs {
-		names[i] = "xds:" + c.GetName()
+		names[i] = xds.Name(c)
 	}
 	srv.svc.SetRules(rules)
 	srv.files.Store(&names)

@@ -14,6 +14,7 @@ package certreload
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -49,13 +50,13 @@ type Reloader struct {
 	cur atomic.Pointer[material]
 	// mu is held by the one goroutine checking the files.
 	mu        sync.Mutex
-	lastCheck atomic.Int64 // unix nanoseconds
-	failed    []byte       // the contents whose load failed, logged once
+	lastCheck atomic.Int64       // unix nanoseconds
+	failed    *[sha256.Size]byte // the contents whose load failed, logged once
 }
 
 // material is one loaded set of files.
 type material struct {
-	raw  []byte // the files' contents, to see a change
+	sum  [sha256.Size]byte // of the files' contents, to see a change
 	cert *tls.Certificate
 	pool *x509.CertPool
 }
@@ -113,7 +114,7 @@ func (r *Reloader) load(raw []byte) (*material, error) {
 	if len(parts) < 3 {
 		return nil, fmt.Errorf("%s: a file holds a NUL byte; write PEM", r.files.Name)
 	}
-	m := &material{raw: raw}
+	m := &material{sum: sha256.Sum256(raw)}
 	if r.files.Cert != "" {
 		pair, err := tls.X509KeyPair(parts[0], parts[1])
 		if err != nil {
@@ -156,7 +157,8 @@ func (r *Reloader) Check() (bool, error) {
 func (r *Reloader) check(now time.Time) (bool, error) {
 	r.lastCheck.Store(now.UnixNano())
 	raw, err := r.read()
-	if err == nil && bytes.Equal(raw, r.cur.Load().raw) {
+	sum := sha256.Sum256(raw) // a file that cannot be read sums as no contents
+	if err == nil && sum == r.cur.Load().sum {
 		return false, nil
 	}
 	var m *material
@@ -164,12 +166,8 @@ func (r *Reloader) check(now time.Time) (bool, error) {
 		m, err = r.load(raw)
 	}
 	if err != nil {
-		// Log a failure once per contents (a missing file counts as one).
-		if raw == nil {
-			raw = []byte{}
-		}
-		if r.failed == nil || !bytes.Equal(raw, r.failed) {
-			r.failed = raw
+		if r.failed == nil || *r.failed != sum { // once per contents
+			r.failed = &sum
 			r.log.Error("TLS files changed but do not load; the previous certificate stays in use", "files", r.files.Name, "err", err)
 		}
 		return false, err

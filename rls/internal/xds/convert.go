@@ -53,18 +53,25 @@ func Files(configs []*rlsconfv3.RateLimitConfig) ([]rls.File, error) {
 		if c == nil {
 			return nil, fmt.Errorf("resource %d is empty", i)
 		}
-		name := c.GetName()
-		if name == "" {
-			name = c.GetDomain()
-		}
+		name := Name(c)
 		doc := yamlConfig{Domain: c.GetDomain(), Descriptors: descriptors(c.GetDescriptors(), 1)}
 		data, err := yaml.Marshal(&doc)
 		if err != nil {
-			return nil, fmt.Errorf("resource %q: %w", name, err)
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		files = append(files, rls.File{Name: "xds " + name, Data: data})
+		files = append(files, rls.File{Name: name, Data: data})
 	}
 	return files, nil
+}
+
+// Name names a resource in errors, logs and /rlconfig: "xds " and its
+// name, or its domain when it has no name.
+func Name(c *rlsconfv3.RateLimitConfig) string {
+	name := c.GetName()
+	if name == "" {
+		name = c.GetDomain()
+	}
+	return "xds " + name
 }
 
 func descriptors(pb []*rlsconfv3.RateLimitDescriptor, depth int) []yamlDescriptor {
