@@ -328,3 +328,34 @@ func TestRunOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptySnapshot: a control plane with no rate limit yet (Envoy
+// Gateway before any policy) sends an empty set, which is a configuration:
+// no domain limited.
+func TestEmptySnapshot(t *testing.T) {
+	s := newServer(t)
+	s.set(t, "1")
+	got := make(chan int, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{ServerURL: s.addr, NodeID: "node", ConnectRetryInterval: 50 * time.Millisecond,
+			Backoff: Backoff{Initial: 50 * time.Millisecond, Max: time.Second},
+			Apply: func(c []*rlsconfv3.RateLimitConfig) error {
+				got <- len(c)
+				return nil
+			}})
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	select {
+	case n := <-got:
+		if n != 0 {
+			t.Fatalf("%d resources in an empty snapshot", n)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("an empty snapshot was never delivered")
+	}
+}
