@@ -433,3 +433,36 @@ func TestXDSStopsWhileWaiting(t *testing.T) {
 		t.Fatal("run did not return within 30s of shutdown")
 	}
 }
+
+// TestXDSServerNameVerified: the xDS server's certificate must carry
+// CONFIG_GRPC_XDS_SERVER_TLS_SAN; a wrong name is never subscribed to.
+func TestXDSServerNameVerified(t *testing.T) {
+	pki := testpki.New(t)
+	for _, c := range []struct {
+		san string
+		ok  bool
+	}{{testpki.ServerName, true}, {"other.example", false}} {
+		t.Run(c.san, func(t *testing.T) {
+			cp := startControlPlane(t, "127.0.0.1:0", pki)
+			cp.set("1", egConfig(3))
+			env := egEnv(pki, "", cp.addr)
+			delete(env, "REDIS_URL")
+			delete(env, "REDIS_SOCKET_TYPE")
+			env["CONFIG_GRPC_XDS_SERVER_TLS_SAN"] = c.san
+			in := startTLS(t, env, pki.Client)
+			if c.ok {
+				eventually(t, "version 1 acknowledged", func() bool { return cp.acked("1") })
+				return
+			}
+			eventually(t, "the server's certificate refused", func() bool {
+				return strings.Contains(in.logs.String(), "xDS stream failed") && strings.Contains(in.logs.String(), "other.example")
+			})
+			if cp.sawRequest(func(*discoveryv3.DiscoveryRequest) bool { return true }) {
+				t.Fatal("subscribed to a server of the wrong name")
+			}
+			if st := in.healthStatus(t); st != healthpb.HealthCheckResponse_NOT_SERVING {
+				t.Fatalf("health: %v", st)
+			}
+		})
+	}
+}
