@@ -2,15 +2,10 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/pprof"
-	"net/url"
-	"os"
 	"path"
 	"slices"
 	"strings"
@@ -40,31 +35,9 @@ func (srv *server) grpcOptions() ([]grpc.ServerOption, error) {
 	if !s.GrpcServerUseTLS {
 		return opts, nil
 	}
-	cert, err := tls.LoadX509KeyPair(s.GrpcServerTLSCert, s.GrpcServerTLSKey)
+	conf, err := srv.serverTLS() // reloaded when the files change: tls.go
 	if err != nil {
-		return nil, fmt.Errorf("GRPC_SERVER_TLS_CERT/KEY: %w", err)
-	}
-	conf := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
-	if s.GrpcClientTLSCACert != "" {
-		pem, err := os.ReadFile(s.GrpcClientTLSCACert)
-		if err != nil {
-			return nil, fmt.Errorf("GRPC_CLIENT_TLS_CACERT: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("GRPC_CLIENT_TLS_CACERT %s holds no PEM certificate", s.GrpcClientTLSCACert)
-		}
-		conf.ClientCAs, conf.ClientAuth = pool, tls.RequireAndVerifyClientCert
-	}
-	if san := s.GrpcClientTLSSAN; san != "" {
-		conf.VerifyPeerCertificate = func(_ [][]byte, chains [][]*x509.Certificate) error {
-			for _, chain := range chains {
-				if len(chain) > 0 && (slices.Contains(chain[0].DNSNames, san) || slices.ContainsFunc(chain[0].URIs, func(u *url.URL) bool { return u.String() == san })) {
-					return nil
-				}
-			}
-			return errors.New("the client certificate does not carry GRPC_CLIENT_TLS_SAN")
-		}
+		return nil, err
 	}
 	return append(opts, grpc.Creds(credentials.NewTLS(conf))), nil
 }

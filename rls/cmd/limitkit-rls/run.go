@@ -97,14 +97,18 @@ func run(ctx context.Context, lookup settings.Lookup, logOut io.Writer, ready fu
 	srv.setServing(false)
 	dir := runtimedir.Options{Root: s.RuntimeRoot, Subdirectory: s.RuntimeSubdirectory, AppDirectory: s.RuntimeAppDirectory,
 		WatchRoot: s.RuntimeWatchRoot, IgnoreDotFiles: s.RuntimeIgnoreDotFiles}
-	first := dir.Read()
-	rules, err := srv.compile(first)
-	if err != nil {
-		if !s.ForceStartWithoutInitialConfig {
-			return fmt.Errorf("no rate limit configuration loaded from %s: %w (fix it, or set FORCE_START_WITHOUT_INITIAL_CONFIG=true to start NOT_SERVING until one loads)", dir.Dir(), err)
+	var first runtimedir.Snapshot
+	var rules *rls.Rules
+	if s.ConfigType == settings.ConfigFile { // else from xDS: startXDS below
+		first = dir.Read()
+		rules, err = srv.compile(first)
+		if err != nil {
+			if !s.ForceStartWithoutInitialConfig {
+				return fmt.Errorf("no rate limit configuration loaded from %s: %w (fix it, or set FORCE_START_WITHOUT_INITIAL_CONFIG=true to start NOT_SERVING until one loads)", dir.Dir(), err)
+			}
+			log.Error("starting without configuration (FORCE_START_WITHOUT_INITIAL_CONFIG): health is NOT_SERVING until one loads", "dir", dir.Dir(), "err", err)
+			rules = nil
 		}
-		log.Error("starting without configuration (FORCE_START_WITHOUT_INITIAL_CONFIG): health is NOT_SERVING until one loads", "dir", dir.Dir(), "err", err)
-		rules = nil
 	}
 	opts := []rls.Option{rls.WithShadowMode(s.ShadowMode), rls.WithFailurePolicy(policy), rls.WithErrorOnFailure(s.ReferenceErrors),
 		rls.WithNearLimitRatio(s.NearLimitRatio), rls.WithStats(func(x rls.Stat) { rm.Record(x.Domain, x.Key, x.Outcome.String(), x.Hits) })}
@@ -121,7 +125,16 @@ func run(ctx context.Context, lookup settings.Lookup, logOut io.Writer, ready fu
 	if rules != nil {
 		srv.applied(first, rules)
 	}
-	return srv.serve(ctx, dir, first, ready)
+	watch := func(ctx context.Context) { dir.Watch(ctx, s.RuntimePollInterval, first, srv.reload) }
+	if s.ConfigType == settings.ConfigXDS {
+		stop, err := srv.startXDS(ctx)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		watch = nil
+	}
+	return srv.serve(ctx, watch, ready)
 }
 
 // compile turns a snapshot of the runtime directory into rules, counting
@@ -180,7 +193,9 @@ func (srv *server) setServing(ok bool) {
 }
 
 // serve opens the listeners, serves until ctx ends and drains.
-func (srv *server) serve(ctx context.Context, dir runtimedir.Options, first runtimedir.Snapshot, ready func(addrs)) (err error) {
+// watch, when not nil, follows the configuration's source until its
+// context ends.
+func (srv *server) serve(ctx context.Context, watch func(context.Context), ready func(addrs)) (err error) {
 	s := srv.s
 	var closers []io.Closer
 	defer func() {
@@ -254,7 +269,9 @@ func (srv *server) serve(ctx context.Context, dir runtimedir.Options, first runt
 		goServe("prometheus", func() error { return ps.Serve(pl) })
 	}
 	watchCtx, stopWatch := context.WithCancel(context.Background())
-	wg.Go(func() { dir.Watch(watchCtx, s.RuntimePollInterval, first, srv.reload) })
+	if watch != nil {
+		wg.Go(func() { watch(watchCtx) })
+	}
 	srv.log.Warn("listening", "grpc", a.GRPC, "http", a.HTTP, "debug", a.Debug, "prometheus", a.Prometheus)
 	if ready != nil {
 		ready(a)

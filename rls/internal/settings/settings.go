@@ -39,12 +39,23 @@ type Settings struct {
 	GrpcMaxConnectionAgeGrace time.Duration
 	// gRPC server TLS: GRPC_SERVER_USE_TLS (false), GRPC_SERVER_TLS_CERT,
 	// GRPC_SERVER_TLS_KEY, GRPC_CLIENT_TLS_CACERT (client certificates
-	// required when set), GRPC_CLIENT_TLS_SAN.
+	// required when set; Envoy Gateway's GRPC_SERVER_TLS_CA_CERT when
+	// that is unset), GRPC_CLIENT_TLS_SAN. The files are read again when
+	// they change (LIMITKIT_TLS_RELOAD_INTERVAL).
 	GrpcServerUseTLS    bool
 	GrpcServerTLSCert   string
 	GrpcServerTLSKey    string
 	GrpcClientTLSCACert string
 	GrpcClientTLSSAN    string
+	// LIMITKIT_TLS_RELOAD_INTERVAL (10s): how often, at most, the TLS
+	// files (gRPC listener and xDS client) are checked for a change.
+	TLSReloadInterval time.Duration
+
+	// CONFIG_TYPE (FILE): FILE reads the runtime directory, GRPC_XDS_SOTW
+	// takes the limits from the xDS server described by XDS.
+	ConfigType string
+	// XDS is the xDS source's settings (CONFIG_GRPC_XDS_*, XDS_CLIENT_*).
+	XDS XDS
 
 	// LOG_LEVEL (WARN; debug, info, warn, error, any case) and LOG_FORMAT
 	// (text; or json).
@@ -164,7 +175,6 @@ var ignoredVars = []Ignored{
 	{"DISABLE_STATS", "metrics cost nothing until scraped"},
 	{"PROMETHEUS_MAPPER_YAML", "the metric names are fixed (the reference's defaults)"},
 	{"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "latency is limitkit_decision_duration_seconds"},
-	{"CONFIG_TYPE", "only FILE is supported; the runtime directory is read"},
 	{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "health always needs a loaded config here"},
 	{"EXPIRATION_JITTER_MAX_SECONDS", "keys expire exactly with their window"},
 	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "a refused request never consumes here"},
@@ -188,7 +198,6 @@ var ignoredVars = []Ignored{
 	{"QUOTA_MODE", "quota mode is not supported"},
 	{"RESPONSE_DYNAMIC_METADATA", "dynamic metadata is not sent"},
 	{"TRACING_ENABLED", "tracing is not supported"},
-	{"CONFIG_GRPC_XDS_SERVER_URL", "xDS configuration is not supported; the runtime directory is read"},
 }
 
 // Load reads the settings through lookup (os.LookupEnv when nil).
@@ -212,6 +221,7 @@ func Load(lookup Lookup) (*Settings, error) {
 		GrpcServerTLSKey:               r.str("GRPC_SERVER_TLS_KEY", ""),
 		GrpcClientTLSCACert:            r.str("GRPC_CLIENT_TLS_CACERT", ""),
 		GrpcClientTLSSAN:               r.str("GRPC_CLIENT_TLS_SAN", ""),
+		TLSReloadInterval:              r.duration("LIMITKIT_TLS_RELOAD_INTERVAL", 10*time.Second),
 		LogLevel:                       r.str("LOG_LEVEL", "WARN"),
 		LogFormat:                      r.str("LOG_FORMAT", "text"),
 		RuntimeRoot:                    r.str("RUNTIME_ROOT", "/srv/runtime_data/current"),
@@ -254,6 +264,13 @@ func Load(lookup Lookup) (*Settings, error) {
 		DrainTimeout:                   r.duration("LIMITKIT_DRAIN_TIMEOUT", 10*time.Second),
 	}
 	_, s.BackendTypeSet = lookup("BACKEND_TYPE")
+	if s.GrpcClientTLSCACert == "" {
+		s.GrpcClientTLSCACert = r.str("GRPC_SERVER_TLS_CA_CERT", "") // Envoy Gateway's spelling
+	}
+	s.loadXDS(&r)
+	if s.TLSReloadInterval <= 0 {
+		r.fail("LIMITKIT_TLS_RELOAD_INTERVAL", s.TLSReloadInterval.String(), "write a positive duration such as 10s")
+	}
 	_, s.RedisURLSet = lookup("REDIS_URL")
 	s.check(&r)
 	for _, ig := range ignoredVars {
@@ -272,8 +289,6 @@ func Load(lookup Lookup) (*Settings, error) {
 func neutral(name, v string) bool {
 	v = strings.ToLower(strings.TrimSpace(v))
 	switch name {
-	case "CONFIG_TYPE":
-		return v == "file" || v == ""
 	case "USE_STATSD", "USE_DOG_STATSD", "DISABLE_STATS", "REDIS_PERSECOND", "QUOTA_MODE", "TRACING_ENABLED",
 		"RESPONSE_DYNAMIC_METADATA", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
 		"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS":

@@ -89,3 +89,88 @@ func TestBadValues(t *testing.T) {
 		t.Fatal("the error repeats REDIS_AUTH")
 	}
 }
+
+// TestXDSEnvoyGateway reads the environment Envoy Gateway gives the
+// reference (internal/infrastructure/kubernetes/ratelimit/resource.go),
+// its spelling of the client CA included.
+func TestXDSEnvoyGateway(t *testing.T) {
+	s, err := Load(env(
+		"CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway:18001", "CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit",
+		"GRPC_SERVER_USE_TLS", "true", "GRPC_SERVER_TLS_CERT", "/certs/tls.crt", "GRPC_SERVER_TLS_KEY", "/certs/tls.key",
+		"GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt",
+		"CONFIG_GRPC_XDS_SERVER_USE_TLS", "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt",
+		"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/certs/tls.key", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/certs/ca.crt",
+		"FORCE_START_WITHOUT_INITIAL_CONFIG", "true", "USE_STATSD", "false",
+	))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := s.XDS
+	if s.ConfigType != ConfigXDS || x.ServerURL != "envoy-gateway:18001" || x.NodeID != "envoy-ratelimit" || !x.UseTLS ||
+		x.ClientTLSCert != "/certs/tls.crt" || x.ClientTLSKey != "/certs/tls.key" || x.ServerTLSCA != "/certs/ca.crt" {
+		t.Fatalf("xDS settings: %+v", x)
+	}
+	if s.GrpcClientTLSCACert != "/certs/ca.crt" {
+		t.Fatalf("GRPC_SERVER_TLS_CA_CERT not read as the client CA: %q", s.GrpcClientTLSCACert)
+	}
+	for _, ig := range s.Ignored {
+		if strings.Contains(ig.Name, "XDS") || ig.Name == "CONFIG_TYPE" {
+			t.Fatalf("%s listed as ignored", ig.Name)
+		}
+	}
+	// The reference's spelling wins when both are set.
+	s, err = Load(env("GRPC_CLIENT_TLS_CACERT", "/a", "GRPC_SERVER_TLS_CA_CERT", "/b"))
+	if err != nil || s.GrpcClientTLSCACert != "/a" {
+		t.Fatalf("both CA spellings: %v %q", err, s.GrpcClientTLSCACert)
+	}
+}
+
+// TestXDSDefaults are the reference's.
+func TestXDSDefaults(t *testing.T) {
+	s, err := Load(env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := s.XDS
+	if s.ConfigType != ConfigFile || x.NodeID != "default" || x.ServerURL != "localhost:18000" || x.ConnectRetryInterval != 3*time.Second ||
+		x.BackoffInitial != 10*time.Second || x.BackoffMax != 60*time.Second || x.BackoffRandomFactor != 0.5 || !x.BackoffJitter ||
+		x.UseTLS || x.MaxMsgSizeInBytes != 0 || len(x.Headers) != 0 || len(x.NodeMetadata) != 0 || s.TLSReloadInterval != 10*time.Second {
+		t.Fatalf("defaults: %s %+v", s.ConfigType, x)
+	}
+}
+
+func TestXDSPairsAndValues(t *testing.T) {
+	s, err := Load(env("CONFIG_TYPE", "grpc_xds_sotw",
+		"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "x-tenant:a, authorization:Bearer t:k",
+		"CONFIG_GRPC_XDS_NODE_METADATA", "zone=eu-1,cluster=c=2",
+		"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "500ms", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "1s",
+		"XDS_CLIENT_BACKOFF_MAX_INTERVAL", "5s", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0.2", "XDS_CLIENT_BACKOFF_JITTER", "false",
+		"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "8388608", "CONFIG_GRPC_XDS_SERVER_TLS_SAN", "envoy-gateway"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := s.XDS
+	if s.ConfigType != ConfigXDS || x.Headers["x-tenant"] != "a" || x.Headers["authorization"] != "Bearer t:k" ||
+		x.NodeMetadata["zone"] != "eu-1" || x.NodeMetadata["cluster"] != "c=2" || x.ConnectRetryInterval != 500*time.Millisecond ||
+		x.BackoffInitial != time.Second || x.BackoffMax != 5*time.Second || x.BackoffRandomFactor != 0.2 || x.BackoffJitter ||
+		x.MaxMsgSizeInBytes != 8<<20 || x.ServerTLSSAN != "envoy-gateway" {
+		t.Fatalf("%+v", x)
+	}
+	for _, c := range []struct{ k, v, want string }{
+		{"CONFIG_TYPE", "CONSUL", "CONFIG_TYPE"},
+		{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "secret-token", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"},
+		{"XDS_CLIENT_BACKOFF_MAX_INTERVAL", "1s", "XDS_CLIENT_BACKOFF_MAX_INTERVAL"},
+		{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "2", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR"},
+		{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "0s", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"},
+		{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/c.pem", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY"},
+		{"LIMITKIT_TLS_RELOAD_INTERVAL", "-1s", "LIMITKIT_TLS_RELOAD_INTERVAL"},
+	} {
+		_, err := Load(env("CONFIG_TYPE", "GRPC_XDS_SOTW", c.k, c.v))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s=%s: %v, want an error naming %s", c.k, c.v, err, c.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret-token") {
+			t.Errorf("the headers' value is echoed: %v", err)
+		}
+	}
+}
