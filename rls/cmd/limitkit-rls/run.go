@@ -96,7 +96,7 @@ func run(ctx context.Context, lookup settings.Lookup, logOut io.Writer, ready fu
 	srv := &server{s: s, log: log, metrics: rm, reg: reg, health: health.NewServer()}
 	srv.setServing(false)
 	dir := runtimedir.Options{Root: s.RuntimeRoot, Subdirectory: s.RuntimeSubdirectory, AppDirectory: s.RuntimeAppDirectory,
-		WatchRoot: s.RuntimeWatchRoot, IgnoreDotFiles: s.RuntimeIgnoreDotFiles}
+		WatchRoot: s.RuntimeWatchRoot, IgnoreDotFiles: s.RuntimeIgnoreDotFiles, Log: log}
 	first := dir.Read()
 	rules, err := srv.compile(first)
 	if err != nil {
