@@ -168,9 +168,9 @@ type Store struct {
 	pubDropped     atomic.Uint64
 	pubFailed      atomic.Uint64
 	lastPubWarning atomic.Int64 // mono ms
-	hits      atomic.Uint64
-	stored    atomic.Uint64
-	dropped   atomic.Uint64
+	hits           atomic.Uint64
+	stored         atomic.Uint64
+	dropped        atomic.Uint64
 	// probes receives the probe nonces heard, this process's and others'.
 	probes chan string
 	cancel context.CancelFunc
