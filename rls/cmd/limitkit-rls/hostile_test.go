@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,7 +10,11 @@ import (
 	"testing"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/limitkit/limitkit/internal/testing/redistest"
 )
 
 // aliasBomb is the issue's few-kilobyte file whose YAML aliases expand to
@@ -80,4 +85,59 @@ func TestHostileRuntimeFiles(t *testing.T) {
 	if err := in.stop(); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
+}
+
+// stalledConfig: a limit no call reaches, and one the calls pass.
+const stalledConfig = `domain: rl
+descriptors:
+  - key: user
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1000000
+  - key: ip
+    rate_limit:
+      unit: hour
+      requests_per_unit: 3
+`
+
+// TestStalledRedisWithDenyCache: with the deny cache on and Redis stopped
+// (SIGSTOP), every call answers. Its messages (a rule written under for
+// the first time, a denied all-or-nothing call giving units back) used to
+// be published on the call's path, bounded by the call's deadline or by
+// REDIS_TIMEOUT (10 s). Each call carries a 2 s deadline: 20 times
+// LIMITKIT_REDIS_DEADLINE, a fifth of REDIS_TIMEOUT.
+func TestStalledRedisWithDenyCache(t *testing.T) {
+	srv := redistest.Start(t)
+	root, config := runtimeDir(t)
+	writeFile(t, filepath.Join(config, "rl.yaml"), stalledConfig)
+	env := baseEnv(root)
+	env["REDIS_SOCKET_TYPE"], env["REDIS_URL"], env["LOCAL_CACHE_SIZE_IN_BYTES"] = "tcp", srv.Addr(), "1048576"
+	env["LOG_LEVEL"] = "warn"
+	in := start(t, env)
+	if resp, err := in.ask("rl", []string{"user", "warm"}); err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("with Redis up: %v %v", resp, err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	var slowest time.Duration
+	over := 0
+	for i := range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		began := time.Now()
+		// The ip rule is first written under now; past 3 the calls are denied.
+		resp, err := in.rl.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "rl",
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("user", fmt.Sprint(i)), descriptor("ip", "10.0.0.1")}})
+		cancel()
+		slowest = max(slowest, time.Since(began))
+		if err != nil {
+			t.Fatalf("call %d with Redis stopped: %v", i, err)
+		}
+		if resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+			over++
+		}
+	}
+	if over == 0 {
+		t.Fatal("no call was denied: the denied path was not exercised")
+	}
+	t.Logf("20 calls with Redis stopped and the deny cache on (%d denied): slowest %v (LIMITKIT_REDIS_DEADLINE 100ms)", over, slowest.Round(time.Millisecond))
 }
