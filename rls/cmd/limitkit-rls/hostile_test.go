@@ -15,6 +15,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/limitkit/limitkit/internal/testing/redistest"
+	"github.com/limitkit/limitkit/rls/internal/settings"
 )
 
 // aliasBomb is the issue's few-kilobyte file whose YAML aliases expand to
@@ -140,4 +141,46 @@ func TestStalledRedisWithDenyCache(t *testing.T) {
 		t.Fatal("no call was denied: the denied path was not exercised")
 	}
 	t.Logf("20 calls with Redis stopped and the deny cache on (%d denied): slowest %v (LIMITKIT_REDIS_DEADLINE 100ms)", over, slowest.Round(time.Millisecond))
+}
+
+// TestMemoryStoreBound: LIMITKIT_MEMORY_MAX_KEYS bounds the in-memory
+// store; a flood of keys evicts a spent one, which gets its allowance back,
+// and limitkit_memory_store_evictions_total counts it.
+func TestMemoryStoreBound(t *testing.T) {
+	root, config := runtimeDir(t)
+	writeFile(t, filepath.Join(config, "rl.yaml"), perMinute) // foo: 2 a minute
+	env := baseEnv(root)
+	env["LIMITKIT_MEMORY_MAX_KEYS"] = "64"
+	in := start(t, env)
+	const evictions = `limitkit_memory_store_evictions_total{store="memory"}`
+	if v := in.metric(t, evictions); v != "0" {
+		t.Fatalf("%s is %q before any eviction, want 0", evictions, v)
+	}
+	for range 2 {
+		in.ask("rl", []string{"foo", "spent"})
+	}
+	if resp, _ := in.ask("rl", []string{"foo", "spent"}); resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("the third call in a minute: %v, want OVER_LIMIT", resp.GetOverallCode())
+	}
+	for i := range 1000 {
+		if _, err := in.ask("rl", []string{"foo", fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v := in.metric(t, evictions)
+	if v == "" || v == "0" {
+		t.Fatalf("%s is %q after 1000 keys through 64, want evictions counted", evictions, v)
+	}
+	resp, _ := in.ask("rl", []string{"foo", "spent"})
+	t.Logf("64 keys, 1000 more: %s evictions; the spent key now answers %v", v, resp.GetOverallCode())
+	if err := func() error {
+		_, err := settingsFail(map[string]string{"LIMITKIT_MEMORY_MAX_KEYS": "0"})
+		return err
+	}(); err == nil || !strings.Contains(err.Error(), "LIMITKIT_MEMORY_MAX_KEYS") {
+		t.Fatalf("LIMITKIT_MEMORY_MAX_KEYS=0: %v", err)
+	}
+}
+
+func settingsFail(env map[string]string) (*settings.Settings, error) {
+	return settings.Load(lookupOf(env))
 }

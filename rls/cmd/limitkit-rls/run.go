@@ -89,6 +89,9 @@ func run(ctx context.Context, lookup settings.Lookup, logOut io.Writer, ready fu
 		}
 	}()
 	log.Info("store opened", "store", st.describe)
+	if err := st.registerEvictions(reg); err != nil {
+		return err
+	}
 	if s.Memory() {
 		log.Warn("running on the in-memory store: each instance counts alone; set REDIS_URL or LIMITKIT_BACKEND_URL to share counts")
 	}

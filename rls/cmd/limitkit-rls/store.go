@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
@@ -44,6 +45,24 @@ type openedStore struct {
 	deny     *denycache.Store
 	closers  []func() error
 	describe string
+	// memories are the in-memory stores by name, for their eviction metric.
+	memories map[string]*memorystore.Store
+}
+
+// registerEvictions exports each in-memory store's active evictions as
+// limitkit_memory_store_evictions_total{store="memory"|"local"}.
+func (o *openedStore) registerEvictions(reg prometheus.Registerer) error {
+	for name, m := range o.memories {
+		c := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "limitkit_memory_store_evictions_total",
+			Help:        "Keys an in-memory store evicted while still inside their window, each getting its full allowance back; raise LIMITKIT_MEMORY_MAX_KEYS when it rises.",
+			ConstLabels: prometheus.Labels{"store": name},
+		}, func() float64 { return float64(m.ActiveEvictions()) })
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (o *openedStore) Close() error {
@@ -70,14 +89,15 @@ type redisClient struct {
 // deny cache, whose bus runs on the same client.
 func openStore(ctx context.Context, s *settings.Settings, policy backend.FailurePolicy, log *slog.Logger, fbOpts ...fallback.Option) (*openedStore, error) {
 	if s.Memory() {
-		m, err := memorystore.New()
+		m, err := memorystore.New(memorystore.WithMaxKeys(s.MemoryMaxKeys))
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("LIMITKIT_MEMORY_MAX_KEYS: %w", err)
 		}
 		if s.LocalCacheSizeInBytes > 0 {
 			log.Warn("LOCAL_CACHE_SIZE_IN_BYTES ignored: the in-memory store answers denials in process already")
 		}
-		return &openedStore{store: m, describe: "memory (in process; set REDIS_URL, BACKEND_TYPE=redis or LIMITKIT_BACKEND_URL for a shared store)"}, nil
+		return &openedStore{store: m, memories: map[string]*memorystore.Store{"memory": m},
+			describe: fmt.Sprintf("memory (in process, at most %d keys; set REDIS_URL, BACKEND_TYPE=redis or LIMITKIT_BACKEND_URL for a shared store)", s.MemoryMaxKeys)}, nil
 	}
 	var (
 		c    *redisClient
@@ -95,7 +115,14 @@ func openStore(ctx context.Context, s *settings.Settings, policy backend.Failure
 		return nil, err
 	}
 	o := &openedStore{closers: []func() error{c.close}, describe: fmt.Sprintf("redis (%s, %s)", desc, s.RedisClient)}
-	fb, err := fallback.New(c.store, append([]fallback.Option{fallback.WithPolicy(policy), fallback.WithTimeout(s.RedisDeadline), fallback.WithLogger(log), fallback.WithName("redis")}, fbOpts...)...)
+	local, err := memorystore.New(memorystore.WithMaxKeys(s.MemoryMaxKeys))
+	if err != nil {
+		_ = o.Close()
+		return nil, fmt.Errorf("LIMITKIT_MEMORY_MAX_KEYS: %w", err)
+	}
+	o.memories = map[string]*memorystore.Store{"local": local}
+	fb, err := fallback.New(c.store, append([]fallback.Option{fallback.WithPolicy(policy), fallback.WithTimeout(s.RedisDeadline), fallback.WithLogger(log),
+		fallback.WithName("redis"), fallback.WithLocalStore(local)}, fbOpts...)...)
 	if err != nil {
 		_ = o.Close()
 		return nil, fmt.Errorf("fallback: %w", err)
