@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -183,4 +186,41 @@ func TestMemoryStoreBound(t *testing.T) {
 
 func settingsFail(env map[string]string) (*settings.Settings, error) {
 	return settings.Load(lookupOf(env))
+}
+
+// TestSlowJSONBody: a /json body trickled slower than jsonReadTimeout is
+// cut off with 400 (it used to hold its connection as long as the client
+// liked); a body past maxJSONBody is refused.
+func TestSlowJSONBody(t *testing.T) {
+	old := jsonReadTimeout
+	jsonReadTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { jsonReadTimeout = old })
+	root, config := runtimeDir(t)
+	writeFile(t, filepath.Join(config, "rl.yaml"), perMinute)
+	in := start(t, baseEnv(root))
+
+	conn, err := net.Dial("tcp", in.HTTP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"domain":"rl","descriptors":[{"entries":[{"key":"foo"}]}]}`
+	fmt.Fprintf(conn, "POST /json HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body[:5])
+	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	status, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no answer to a stalled body within 20s: %v", err)
+	}
+	if !strings.Contains(status, "400") {
+		t.Fatalf("a stalled body: %q, want 400", status)
+	}
+
+	resp, err := http.Post("http://"+in.HTTP+"/json", "application/json", strings.NewReader(strings.Repeat(" ", maxJSONBody+1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("a body past %d bytes: %d, want 400", maxJSONBody, resp.StatusCode)
+	}
 }
