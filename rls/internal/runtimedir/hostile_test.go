@@ -108,9 +108,9 @@ func TestReadRefusesHugeFile(t *testing.T) {
 	}
 }
 
-// settle sets a file's times an hour back, out of the racy window, as a
+// setOld sets a file's times an hour back, out of the racy window, as a
 // file written long ago.
-func settle(t *testing.T, path string, ago time.Duration) {
+func setOld(t *testing.T, path string, ago time.Duration) {
 	t.Helper()
 	at := time.Now().Add(-ago)
 	if err := os.Chtimes(path, at, at); err != nil {
@@ -126,7 +126,7 @@ func TestPollReadsOnlyChangedFiles(t *testing.T) {
 	for _, n := range []string{"a.yaml", "b.yaml", "c.yaml"} {
 		p := filepath.Join(root, "config", n)
 		write(t, p, n)
-		settle(t, p, time.Hour)
+		setOld(t, p, time.Hour)
 		paths = append(paths, p)
 	}
 	var reads []string
@@ -147,7 +147,7 @@ func TestPollReadsOnlyChangedFiles(t *testing.T) {
 	}
 	// Same size, new time: read (the control).
 	write(t, paths[1], "B.yaml")
-	settle(t, paths[1], 30*time.Minute)
+	setOld(t, paths[1], 30*time.Minute)
 	w.poll()
 	s, ok := w.poll()
 	if !slices.Equal(reads, []string{paths[1]}) {

@@ -304,8 +304,8 @@ func (o Options) rootID() string {
 // Watch waits for changes until ctx ends, and calls apply with each new
 // snapshot that differs from the last one applied (start with the
 // snapshot the caller loaded first) and has stayed the same for one
-// interval. It watches with fsnotify and polls every interval where it
-// cannot. apply runs on Watch's goroutine; Watch returns when ctx ends.
+// interval (or 250 ms, when shorter, while watching events). It watches
+// with fsnotify and polls every interval where it cannot. apply runs on Watch's goroutine; Watch returns when ctx ends.
 func (o Options) Watch(ctx context.Context, interval time.Duration, applied Snapshot, apply func(Snapshot)) {
 	w := o.watcher(applied)
 	n, err := newNotifier(o)
@@ -322,11 +322,16 @@ func (o Options) Watch(ctx context.Context, interval time.Duration, applied Snap
 		}
 	}()
 	// A check is due after an event, and every interval while polling or
-	// while a change waits for its second read.
+	// while a change waits for its second read. With events the second
+	// read comes sooner (settle): a write still going on sends more.
 	var due <-chan time.Time
 	arm := func() {
 		if due == nil {
-			due = time.After(interval)
+			wait := interval
+			if n != nil {
+				wait = min(interval, settle)
+			}
+			due = time.After(wait)
 		}
 	}
 	arm() // a change made before the watch began has no event
@@ -386,6 +391,10 @@ func (o Options) Watch(ctx context.Context, interval time.Duration, applied Snap
 		}
 	}
 }
+
+// settle is how long after an event Watch reads the directory, and then
+// reads it again to confirm, when it is shorter than the interval.
+const settle = 250 * time.Millisecond
 
 func (o Options) logger() *slog.Logger {
 	if o.Log == nil {
