@@ -256,3 +256,31 @@ func TestWatchSkipsPipeAndAppliesLater(t *testing.T) {
 		t.Fatalf("%d log lines for the pipe, want 1:\n%s", n, logs.String())
 	}
 }
+
+// TestWatchDirectorySwapped: with WatchRoot false, the directory itself
+// replaced by a symlink swap is seen (inotify watches what a path pointed
+// at when it was added).
+func TestWatchDirectorySwapped(t *testing.T) {
+	base := t.TempDir()
+	write(t, filepath.Join(base, "v1", "a.yaml"), "one")
+	write(t, filepath.Join(base, "v2", "a.yaml"), "two")
+	root := filepath.Join(base, "root")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(root, "config")
+	if err := os.Symlink(filepath.Join(base, "v1"), config); err != nil {
+		t.Fatal(err)
+	}
+	got := watchFor(t, Options{Root: root, AppDirectory: "config"}, time.Hour) // no polling to fall back on
+	tmp := filepath.Join(root, "tmp")
+	if err := os.Symlink(filepath.Join(base, "v2"), tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, config); err != nil {
+		t.Fatal(err)
+	}
+	waitApplied(t, got, "the swap", func(s Snapshot) bool { return string(s.Files[0].Data) == "two" })
+	write(t, filepath.Join(base, "v2", "a.yaml"), "three")
+	waitApplied(t, got, "a write in the new directory", func(s Snapshot) bool { return string(s.Files[0].Data) == "three" })
+}

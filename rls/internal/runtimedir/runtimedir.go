@@ -172,11 +172,13 @@ func (o Options) read(cache, next map[string]cached) ([]File, []Skip, error) {
 		files   []File
 		skipped []Skip
 	)
-	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+	// The trailing separator follows dir when it is a symlink (a swapped
+	// directory), which WalkDir would otherwise visit as a file.
+	err = filepath.WalkDir(dir+string(filepath.Separator), func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return fmt.Errorf("runtime directory: %w", err)
 		}
-		dot := strings.HasPrefix(d.Name(), ".") && path != dir
+		dot := strings.HasPrefix(d.Name(), ".") && filepath.Clean(path) != filepath.Clean(dir)
 		if d.IsDir() {
 			if o.IgnoreDotFiles && dot {
 				return filepath.SkipDir
@@ -404,8 +406,8 @@ func (o Options) logger() *slog.Logger {
 }
 
 // notifier is Watch's fsnotify watcher: on the parent of Root when
-// WatchRoot (a symlink swap replaces Root), else on the directory and
-// every directory below it.
+// WatchRoot (a symlink swap replaces Root), else on the directory, its
+// parent (for the directory itself replaced) and every directory below it.
 type notifier struct {
 	o Options
 	w *fsnotify.Watcher
@@ -436,8 +438,11 @@ func (n *notifier) sync() error {
 	if err := n.w.Add(dir); err != nil {
 		return err
 	}
-	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || path == dir || !d.IsDir() {
+	// The parent too: the directory itself may be replaced (a symlink
+	// swapped), which no event inside the old one tells.
+	_ = n.w.Add(filepath.Dir(filepath.Clean(dir)))
+	return filepath.WalkDir(dir+string(filepath.Separator), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || filepath.Clean(path) == dir || !d.IsDir() {
 			return nil // the next check reports what cannot be read
 		}
 		if n.o.IgnoreDotFiles && strings.HasPrefix(d.Name(), ".") {
@@ -449,10 +454,12 @@ func (n *notifier) sync() error {
 
 // relevant reports whether ev may change what Read returns.
 func (n *notifier) relevant(ev fsnotify.Event) bool {
+	name := filepath.Clean(ev.Name)
 	if n.o.WatchRoot {
-		return filepath.Clean(ev.Name) == filepath.Clean(n.o.Root)
+		return name == filepath.Clean(n.o.Root)
 	}
-	return true
+	dir := filepath.Clean(n.o.Dir())
+	return filepath.Dir(name) != filepath.Dir(dir) || name == dir
 }
 
 // watcher is Watch's state between checks.
