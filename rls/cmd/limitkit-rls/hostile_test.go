@@ -143,6 +143,9 @@ func TestStalledRedisWithDenyCache(t *testing.T) {
 	if over == 0 {
 		t.Fatal("no call was denied: the denied path was not exercised")
 	}
+	if v := in.metric(t, "limitkit_deny_cache_messages_dropped_total"); v == "" {
+		t.Fatal("no limitkit_deny_cache_messages_dropped_total on /metrics")
+	}
 	t.Logf("20 calls with Redis stopped and the deny cache on (%d denied): slowest %v (LIMITKIT_REDIS_DEADLINE 100ms)", over, slowest.Round(time.Millisecond))
 }
 

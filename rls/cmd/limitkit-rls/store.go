@@ -50,7 +50,8 @@ type openedStore struct {
 }
 
 // registerEvictions exports each in-memory store's active evictions as
-// limitkit_memory_store_evictions_total{store="memory"|"local"}.
+// limitkit_memory_store_evictions_total{store="memory"|"local"}, and the
+// deny cache's dropped messages.
 func (o *openedStore) registerEvictions(reg prometheus.Registerer) error {
 	for name, m := range o.memories {
 		c := prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -61,6 +62,12 @@ func (o *openedStore) registerEvictions(reg prometheus.Registerer) error {
 		if err := reg.Register(c); err != nil {
 			return err
 		}
+	}
+	if d := o.deny; d != nil {
+		return reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "limitkit_deny_cache_messages_dropped_total",
+			Help: "Deny cache messages to the other instances dropped because 4096 were waiting to be sent (Redis slow or stopped).",
+		}, func() float64 { return float64(d.Stats().Dropped) }))
 	}
 	return nil
 }
