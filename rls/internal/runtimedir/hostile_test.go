@@ -284,3 +284,13 @@ func TestWatchDirectorySwapped(t *testing.T) {
 	write(t, filepath.Join(base, "v2", "a.yaml"), "three")
 	waitApplied(t, got, "a write in the new directory", func(s Snapshot) bool { return string(s.Files[0].Data) == "three" })
 }
+
+func writeB(b *testing.B, path, data string) {
+	b.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		b.Fatal(err)
+	}
+}
