@@ -3,6 +3,7 @@ package rls
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -79,9 +80,15 @@ type Limit struct {
 }
 
 // Window returns the limit's window: its unit times its multiplier, with
-// the reference server's lengths (a month is 30 days, a year 365).
+// the reference server's lengths (a month is 30 days, a year 365). A
+// window longer than a Duration holds is the longest Duration (and refused
+// as longer than algorithms.MaxWindow), never a negative one.
 func (l Limit) Window() time.Duration {
-	return unitLength(l.Unit) * time.Duration(max(l.UnitMultiplier, 1))
+	unit, n := unitLength(l.Unit), time.Duration(max(l.UnitMultiplier, 1))
+	if unit > 0 && n > math.MaxInt64/unit {
+		return math.MaxInt64
+	}
+	return unit * n
 }
 
 // unitLength returns the length of one unit, 0 for an unknown one.

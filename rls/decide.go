@@ -48,10 +48,16 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if len(descs) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
 	}
+	if err := checkDescriptors(req); err != nil {
+		return nil, err
+	}
 	now := s.opts.clock.Now()
 	resp := &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs))}
 	groups, err := s.groups(rules, req, now, resp)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkFanOut(groups); err != nil {
 		return nil, err
 	}
 	refused, err := s.decide(ctx, groups)

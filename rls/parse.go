@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.yaml.in/yaml/v3"
@@ -28,12 +29,46 @@ var (
 	replacesKeys = []string{"name"}
 )
 
-// maxDepth bounds the nesting of descriptors: a deeper file is refused
-// rather than walked.
-const maxDepth = 64
+// Bounds on what one file costs to walk. A YAML alias is a pointer: the
+// walk follows it, so a few kilobytes of anchors pointing at lists of
+// anchors (an "alias bomb") would build billions of descriptors. The
+// walk counts the mappings it reaches through aliases and stops past
+// maxAliasExpansion, as limiter/config stops a document past its
+// settings.MaxNodes values. maxDepth accepts every nesting the reference
+// reads (its YAML parser, like ours, stops at 10,000 levels: a descriptor
+// level is two, a list and a mapping). maxKeyBytes bounds the full keys of
+// the tree (each descriptor's is its parents' keys and its own), which grow
+// with the square of the depth.
+const (
+	maxAliasExpansion = 100_000
+	maxDepth          = 5_000
+	maxKeyBytes       = 64 << 20
+	// elideDepth is the depth past which paths in errors leave out the
+	// middle levels: an error stays one short line at any depth.
+	elideDepth = 4
+)
 
 // parser reads one file, keeping its name for errors.
-type parser struct{ file string }
+type parser struct {
+	file string
+	// aliased is how many aliases the walk is under; expanded counts the
+	// mappings reached through one.
+	aliased, expanded int
+	// keyBytes sums the full keys of the descriptors read.
+	keyBytes int
+	// head is the path of the descriptor at elideDepth being walked.
+	head string
+}
+
+// follow enters n, counting it when it is an alias; call the returned
+// function when leaving it.
+func (p *parser) follow(n *yaml.Node) func() {
+	if n.Kind != yaml.AliasNode {
+		return func() {}
+	}
+	p.aliased++
+	return func() { p.aliased-- }
+}
 
 func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) error {
 	line := 0
@@ -83,7 +118,7 @@ func ParseConfig(name string, data []byte) (*DomainConfig, error) {
 		return nil, p.errorf(root, "domain", "the domain is empty; write domain: NAME, the domain Envoy's filter sends")
 	}
 	if n := fields["descriptors"]; n != nil {
-		if cfg.Descriptors, err = p.descriptors(n, "descriptors", 1); err != nil {
+		if cfg.Descriptors, err = p.descriptors(n, "descriptors", 1, 0); err != nil {
 			return nil, err
 		}
 	}
@@ -93,6 +128,12 @@ func ParseConfig(name string, data []byte) (*DomainConfig, error) {
 // mapping checks that n is a mapping of the allowed keys, each once, and
 // returns its values by key. A null node is an empty mapping.
 func (p *parser) mapping(n *yaml.Node, path string, allowed []string) (map[string]*yaml.Node, error) {
+	if n.Kind == yaml.AliasNode || p.aliased > 0 {
+		p.expanded++
+		if p.expanded > maxAliasExpansion {
+			return nil, p.errorf(n, path, "YAML aliases expand to more than %d mappings; write the descriptors out, or reuse fewer anchors", maxAliasExpansion)
+		}
+	}
 	n = resolve(n)
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return map[string]*yaml.Node{}, nil
@@ -118,7 +159,8 @@ func (p *parser) mapping(n *yaml.Node, path string, allowed []string) (map[strin
 	return out, nil
 }
 
-func (p *parser) descriptors(n *yaml.Node, path string, depth int) ([]*Descriptor, error) {
+func (p *parser) descriptors(n *yaml.Node, path string, depth int, keyLen int) ([]*Descriptor, error) {
+	defer p.follow(n)()
 	n = resolve(n)
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return nil, nil
@@ -129,11 +171,17 @@ func (p *parser) descriptors(n *yaml.Node, path string, depth int) ([]*Descripto
 	if depth > maxDepth {
 		return nil, p.errorf(n, path, "descriptors nested more than %d deep; flatten the tree", maxDepth)
 	}
+	if depth > elideDepth {
+		path = fmt.Sprintf("%s ... level %d descriptors", p.head, depth)
+	}
 	out := make([]*Descriptor, 0, len(n.Content))
 	seen := make(map[string]int, len(n.Content))
 	for i, item := range n.Content {
 		at := fmt.Sprintf("%s[%d]", path, i)
-		d, err := p.descriptor(item, at, depth)
+		if depth == elideDepth {
+			p.head = at
+		}
+		d, err := p.descriptor(item, at, depth, keyLen)
 		if err != nil {
 			return nil, err
 		}
@@ -151,7 +199,8 @@ func (p *parser) descriptors(n *yaml.Node, path string, depth int) ([]*Descripto
 	return out, nil
 }
 
-func (p *parser) descriptor(n *yaml.Node, path string, depth int) (*Descriptor, error) {
+func (p *parser) descriptor(n *yaml.Node, path string, depth int, keyLen int) (*Descriptor, error) {
+	defer p.follow(n)()
 	fields, err := p.mapping(n, path, descriptorKeys)
 	if err != nil {
 		return nil, err
@@ -215,8 +264,14 @@ func (p *parser) descriptor(n *yaml.Node, path string, depth int) (*Descriptor, 
 	if len(d.Limits) > maxLimitsPerDescriptor {
 		return nil, p.errorf(n, path, "%d limits on one descriptor; at most %d", len(d.Limits), maxLimitsPerDescriptor)
 	}
+	// The full key, as statistics name it: the parents' and this one's.
+	keyLen += len(d.Key) + len(d.Value) + 2
+	p.keyBytes += keyLen
+	if p.keyBytes > maxKeyBytes {
+		return nil, p.errorf(n, path, "the descriptors' full keys (each its parents' and its own) pass %d MiB; use shorter keys or a shallower tree", maxKeyBytes>>20)
+	}
 	if v := fields["descriptors"]; v != nil {
-		if d.Descriptors, err = p.descriptors(v, join(path, "descriptors"), depth+1); err != nil {
+		if d.Descriptors, err = p.descriptors(v, join(path, "descriptors"), depth+1, keyLen); err != nil {
 			return nil, err
 		}
 	}
@@ -230,6 +285,7 @@ const maxLimitsPerDescriptor = 4
 // limit reads a rate_limit (single) or an entry of rate_limits. It
 // reports unlimited: true instead of a limit.
 func (p *parser) limit(n *yaml.Node, path string, single bool) (Limit, bool, error) {
+	defer p.follow(n)()
 	fields, err := p.mapping(n, path, limitKeys)
 	if err != nil {
 		return Limit{}, false, err
@@ -282,11 +338,12 @@ func (p *parser) limit(n *yaml.Node, path string, single bool) (Limit, bool, err
 		if x == 0 {
 			return Limit{}, false, p.errorf(v, join(path, "unit_multiplier"), "unit_multiplier is 0; write 1 or more (the window is unit x multiplier)")
 		}
-		l.UnitMultiplier = x
-		if l.Window() > algorithms.MaxWindow {
-			return Limit{}, false, p.errorf(v, join(path, "unit_multiplier"), "the window %s x %d is longer than %v, the longest window; use a smaller multiplier",
-				strings.ToLower(l.Unit.String()), x, algorithms.MaxWindow)
+		// Compared by division: unit x multiplier can pass what a Duration holds.
+		if time.Duration(x) > algorithms.MaxWindow/unitLength(l.Unit) {
+			return Limit{}, false, p.errorf(v, join(path, "unit_multiplier"), "the window %s x %d is longer than %d days, the longest window; use a smaller multiplier",
+				strings.ToLower(l.Unit.String()), x, algorithms.MaxWindow/(24*time.Hour))
 		}
+		l.UnitMultiplier = x
 	}
 	if v := fields["algorithm"]; v != nil {
 		name, err := p.str(v, join(path, "algorithm"))

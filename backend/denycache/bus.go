@@ -37,11 +37,50 @@ func (s *Store) announce(ctx context.Context, key backend.Key, alg algorithms.Na
 	if s.bus == nil {
 		return nil
 	}
-	msg := "k\x00" + string(alg) + "\x00" + key.Prefix + "\x00" + key.ID
-	if err := s.bus.Publish(context.WithoutCancel(ctx), s.opts.channel, msg); err != nil {
+	if err := s.bus.Publish(context.WithoutCancel(ctx), s.opts.channel, keyMessage(key, alg)); err != nil {
 		return fmt.Errorf("denycache: other processes' caches were not told of the key's reset or refund (they may deny it until its retry time): %w", err)
 	}
 	return nil
+}
+
+func keyMessage(key backend.Key, alg algorithms.Name) string {
+	return "k\x00" + string(alg) + "\x00" + key.Prefix + "\x00" + key.ID
+}
+
+// post queues msg for send, or drops and counts it when the queue is full.
+func (s *Store) post(msg string) {
+	if s.bus == nil {
+		return
+	}
+	select {
+	case s.outbox <- msg:
+	default:
+		s.pubDropped.Add(1)
+	}
+}
+
+// send publishes the queued messages in order until ctx ends, each within
+// a probe interval, warning of failures at most once an interval.
+func (s *Store) send(ctx context.Context) {
+	for {
+		var msg string
+		select {
+		case <-ctx.Done():
+			return
+		case msg = <-s.outbox:
+		}
+		pctx, cancel := context.WithTimeout(ctx, s.opts.probe)
+		err := s.bus.Publish(pctx, s.opts.channel, msg)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			continue
+		}
+		s.pubFailed.Add(1)
+		now, last := s.mono(), s.lastPubWarning.Load()
+		if now-last >= s.opts.probe.Milliseconds() && s.lastPubWarning.CompareAndSwap(last, now) {
+			s.opts.logger.Warn("limitkit: deny cache could not tell other processes of a write, reset or refund (their cached denials may outlive the store's)", "err", err)
+		}
+	}
 }
 
 // handle applies one message from the bus.
@@ -78,8 +117,7 @@ func (s *Store) listen(ctx context.Context) {
 		go func() { failed <- s.bus.Listen(subCtx, s.opts.channel, s.handle) }()
 		ok := s.probeLoop(subCtx, failed)
 		stop()
-		s.listening.Store(false)
-		s.flush()
+		s.stopAnswering()
 		if ok {
 			backoff = 50 * time.Millisecond
 		}
@@ -138,8 +176,7 @@ func (s *Store) probeLoop(ctx context.Context, failed <-chan error) bool {
 			}
 		} else {
 			// The probe did not come back: messages may have been lost.
-			s.listening.Store(false)
-			s.flush()
+			s.stopAnswering()
 			if !confirmed {
 				interval = min(2*interval, s.opts.probe)
 			}

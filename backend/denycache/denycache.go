@@ -20,7 +20,7 @@
 //   - A write under another rule on the same prefix and algorithm, as in a
 //     rolling reload or after SetConfig: a 60 s window rolls a fixed window
 //     shared with a 90 s one early, a lower limit may trim a log. Every
-//     process announces on the Bus, before its first write under a rule and
+//     process announces on the Bus, at its first write under a rule and
 //     then every ProbeInterval, which rule it writes under on which prefix;
 //     a denial is cached only while its rule is the only one announced on
 //     its prefix in the last three probe intervals, and a rule appearing
@@ -33,6 +33,14 @@
 //
 // This process's own writes need no message: any Take it sends to the
 // store replaces or drops the key's entry.
+//
+// Messages are sent off the request path, in order, by one goroutine: a
+// call never waits on the bus (a stalled Redis costs the call only what the
+// inner store's own deadline allows). So a message may reach the others
+// just after the write it announces, and when the queue of DefaultOutbox
+// messages is full a message is dropped and counted (Stats.Dropped): a
+// dropped invalidation leaves the others' entries to their retry time, a
+// dropped rule is announced again within a ProbeInterval.
 //
 // So a cached denial is the store's answer, under two conditions: every
 // process writing the keys runs a deny cache on the same channel (a process
@@ -77,6 +85,8 @@ import (
 const (
 	DefaultMaxEntries    = 100_000
 	DefaultProbeInterval = 5 * time.Second
+	// DefaultOutbox is how many messages wait to be sent at most.
+	DefaultOutbox = 4096
 )
 
 // Option configures a Store.
@@ -120,8 +130,11 @@ type Stats struct {
 	// Entries is the number of remembered denials now.
 	Entries int
 	// Listening reports whether the subscription is confirmed, that is
-	// whether the cache is answering.
+	// whether the cache is answering. When it is false, Entries is 0.
 	Listening bool
+	// Dropped are messages not sent because DefaultOutbox were waiting;
+	// Unsent those the bus failed to send.
+	Dropped, Unsent uint64
 }
 
 // Store is a backend.Store that answers repeated denials from memory. It is
@@ -145,11 +158,19 @@ type Store struct {
 	// born is the origin of mono.
 	born time.Time
 
-	// listening is set while the subscription is confirmed.
+	// listening is set while the subscription is confirmed. stateMu
+	// makes its clearing and the flush one step for Stats.
 	listening atomic.Bool
-	hits      atomic.Uint64
-	stored    atomic.Uint64
-	dropped   atomic.Uint64
+	stateMu   sync.Mutex
+	// outbox holds the messages to send; sender sends them.
+	outbox         chan string
+	sender         sync.WaitGroup
+	pubDropped     atomic.Uint64
+	pubFailed      atomic.Uint64
+	lastPubWarning atomic.Int64 // mono ms
+	hits           atomic.Uint64
+	stored         atomic.Uint64
+	dropped        atomic.Uint64
 	// probes receives the probe nonces heard, this process's and others'.
 	probes chan string
 	cancel context.CancelFunc
@@ -198,6 +219,8 @@ func New(inner backend.Store, bus Bus, opts ...Option) (*Store, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
+	s.outbox = make(chan string, DefaultOutbox)
+	s.sender.Go(func() { s.send(ctx) })
 	go s.listen(ctx)
 	return s, nil
 }
@@ -207,9 +230,9 @@ func New(inner backend.Store, bus Bus, opts ...Option) (*Store, error) {
 func (s *Store) Close() error {
 	s.cancel()
 	<-s.done
+	s.sender.Wait()
 	if s.bus != nil {
-		s.listening.Store(false)
-		s.flush()
+		s.stopAnswering()
 	}
 	return nil
 }
@@ -232,9 +255,34 @@ func (s *Store) Ready(ctx context.Context) error {
 
 // Stats returns the counts so far.
 func (s *Store) Stats() Stats {
+	if !unlockedStats {
+		s.stateMu.Lock()
+		defer s.stateMu.Unlock()
+	}
 	return Stats{Hits: s.hits.Load(), Stored: s.stored.Load(), Invalidations: s.dropped.Load(),
-		Entries: s.entries(), Listening: s.listening.Load()}
+		Entries: s.entries(), Listening: s.listening.Load(), Dropped: s.pubDropped.Load(), Unsent: s.pubFailed.Load()}
 }
+
+// stopAnswering stops answering from memory and empties the cache, as one
+// step for Stats. A Take storing concurrently checks listening under its
+// shard's lock, so nothing is left behind.
+func (s *Store) stopAnswering() {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	s.listening.Store(false)
+	if testBeforeFlush != nil {
+		testBeforeFlush()
+	}
+	s.flush()
+}
+
+// Test hooks: testBeforeFlush runs between the clearing of listening and
+// the flush; unlockedStats reads Stats without stateMu (the bug that let a
+// reader see Listening false and an entry).
+var (
+	testBeforeFlush func()
+	unlockedStats   bool
+)
 
 // Take answers a one-unit request from a remembered denial when one holds,
 // and otherwise asks the inner store, remembering a one-unit denial with
@@ -258,7 +306,7 @@ func (s *Store) Take(ctx context.Context, req backend.Request) (backend.Result, 
 	grp, ggen := s.use(ctx, &req)
 	res, err := s.inner.Take(ctx, req)
 	if refunded(res, err) {
-		s.announceRefund(ctx, req.Key, req.Rule.Algorithm)
+		s.announceRefund(req.Key, req.Rule.Algorithm)
 		return res, nil
 	}
 	// The store trusts nothing it is given, but the cache must not keep an
@@ -286,13 +334,10 @@ func refunded(res backend.Result, err error) bool {
 }
 
 // announceRefund drops key's entry here and tells the other processes that
-// units came back. A failure to tell them is logged: the decision itself
-// stands.
-func (s *Store) announceRefund(ctx context.Context, key backend.Key, alg algorithms.Name) {
+// units came back, off the request path.
+func (s *Store) announceRefund(key backend.Key, alg algorithms.Name) {
 	s.invalidate(key, alg)
-	if err := s.announce(ctx, key, alg); err != nil {
-		s.opts.logger.Warn("limitkit: deny cache could not tell other processes of a refund", "err", err)
-	}
+	s.post(keyMessage(key, alg))
 }
 
 // GiveBack gives units back through the inner store (backend.UnitRefunder),
@@ -306,7 +351,7 @@ func (s *Store) GiveBack(ctx context.Context, req backend.Request) (backend.Resu
 	}
 	res, err := r.GiveBack(ctx, req)
 	if err == nil {
-		s.announceRefund(ctx, req.Key, req.Rule.Algorithm)
+		s.announceRefund(req.Key, req.Rule.Algorithm)
 	}
 	return res, err
 }
@@ -379,9 +424,7 @@ func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 		return res, err // refused before anything was taken: nothing to tell
 	}
 	for _, r := range reqs {
-		if aerr := s.announce(ctx, r.Key, r.Rule.Algorithm); aerr != nil && err == nil {
-			s.opts.logger.Warn("limitkit: deny cache could not tell other processes of a possible refund", "err", aerr)
-		}
+		s.post(keyMessage(r.Key, r.Rule.Algorithm))
 	}
 	return res, err
 }

@@ -46,3 +46,19 @@ func (s *Store) SeenForTest(prefix string, alg algorithms.Name) (rules int, cloc
 	}
 	return rules, clock
 }
+
+// SlowFlushForTest makes the caches wait d between ceasing to answer and
+// emptying themselves, until the test ends, widening the window a reader
+// of Stats could fall in. Not for parallel tests.
+func SlowFlushForTest(t *testing.T, d time.Duration) {
+	testBeforeFlush = func() { time.Sleep(d) }
+	t.Cleanup(func() { testBeforeFlush = nil })
+}
+
+// UnlockedStatsForTest makes Stats read its counts without waiting for a
+// flush in progress, as before the fix: the control of
+// TestBrokenSubscriptionStats. Not for parallel tests.
+func UnlockedStatsForTest(t *testing.T) {
+	unlockedStats = true
+	t.Cleanup(func() { unlockedStats = false })
+}

@@ -141,8 +141,8 @@ func (s *Store) stale(u *ownUse, now, off int64) bool {
 	return off > u.announcedOff.Load() || now-u.lastAnnounced.Load() >= 2*s.opts.probe.Milliseconds()
 }
 
-// announceRule records this process's sighting of k and publishes it. A
-// failure to publish is logged: the write goes ahead.
+// announceRule records this process's sighting of k and queues it for the
+// bus (post): the write goes ahead without waiting.
 func (s *Store) announceRule(ctx context.Context, k ruleKey, u *ownUse, now, off int64) {
 	at := now + off + clockTolerance
 	u.group.Store(s.sight(k, s.id, at, now))
@@ -153,9 +153,7 @@ func (s *Store) announceRule(ctx context.Context, k ruleKey, u *ownUse, now, off
 	}
 	msg := "r\x00" + s.id + "\x00" + string(k.alg) + "\x00" + strconv.FormatInt(k.limit, 10) + "\x00" +
 		strconv.FormatInt(k.window.Milliseconds(), 10) + "\x00" + strconv.FormatInt(at, 10) + "\x00" + k.prefix
-	if err := s.bus.Publish(ctx, s.opts.channel, msg); err != nil {
-		s.opts.logger.Warn("limitkit: deny cache could not tell other processes which rule it writes under (their cached denials may outlive the store's)", "err", err)
-	}
+	s.post(msg)
 }
 
 // renew re-announces the rules used since the last renewal, forgets the

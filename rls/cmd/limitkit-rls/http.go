@@ -24,6 +24,11 @@ import (
 // maxJSONBody bounds a POST /json request.
 const maxJSONBody = 1 << 20
 
+// jsonReadTimeout bounds the reading of a /json body (the headers are
+// bounded by the server's ReadHeaderTimeout): a client trickling its body
+// holds a connection no longer. A variable for the test.
+var jsonReadTimeout = 5 * time.Second
+
 // grpcOptions are the gRPC server's: connection age (GRPC_MAX_CONNECTION_AGE
 // and its grace), TLS when GRPC_SERVER_USE_TLS, and the request metrics.
 func (srv *server) grpcOptions() ([]grpc.ServerOption, error) {
@@ -85,6 +90,7 @@ func (srv *server) json(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "POST a RateLimitRequest in JSON", http.StatusMethodNotAllowed)
 		return
 	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(jsonReadTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
 	if err != nil {
 		http.Error(w, "reading the body: "+err.Error(), http.StatusBadRequest)

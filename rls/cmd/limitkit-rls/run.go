@@ -89,6 +89,9 @@ func run(ctx context.Context, lookup settings.Lookup, logOut io.Writer, ready fu
 		}
 	}()
 	log.Info("store opened", "store", st.describe)
+	if err := st.registerEvictions(reg); err != nil {
+		return err
+	}
 	if s.Memory() {
 		log.Warn("running on the in-memory store: each instance counts alone; set REDIS_URL or LIMITKIT_BACKEND_URL to share counts")
 	}
@@ -96,7 +99,7 @@ func run(ctx context.Context, lookup settings.Lookup, logOut io.Writer, ready fu
 	srv := &server{s: s, log: log, metrics: rm, reg: reg, health: health.NewServer()}
 	srv.setServing(false)
 	dir := runtimedir.Options{Root: s.RuntimeRoot, Subdirectory: s.RuntimeSubdirectory, AppDirectory: s.RuntimeAppDirectory,
-		WatchRoot: s.RuntimeWatchRoot, IgnoreDotFiles: s.RuntimeIgnoreDotFiles}
+		WatchRoot: s.RuntimeWatchRoot, IgnoreDotFiles: s.RuntimeIgnoreDotFiles, Log: log}
 	var first runtimedir.Snapshot
 	var rules *rls.Rules
 	if s.ConfigType == settings.ConfigFile { // else from xDS: startXDS below

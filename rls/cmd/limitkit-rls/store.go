@@ -9,11 +9,16 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"strings"
+	"syscall"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
@@ -40,6 +45,31 @@ type openedStore struct {
 	deny     *denycache.Store
 	closers  []func() error
 	describe string
+	// memories are the in-memory stores by name, for their eviction metric.
+	memories map[string]*memorystore.Store
+}
+
+// registerEvictions exports each in-memory store's active evictions as
+// limitkit_memory_store_evictions_total{store="memory"|"local"}, and the
+// deny cache's dropped messages.
+func (o *openedStore) registerEvictions(reg prometheus.Registerer) error {
+	for name, m := range o.memories {
+		c := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "limitkit_memory_store_evictions_total",
+			Help:        "Keys an in-memory store evicted while still inside their window, each getting its full allowance back; raise LIMITKIT_MEMORY_MAX_KEYS when it rises.",
+			ConstLabels: prometheus.Labels{"store": name},
+		}, func() float64 { return float64(m.ActiveEvictions()) })
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	if d := o.deny; d != nil {
+		return reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "limitkit_deny_cache_messages_dropped_total",
+			Help: "Deny cache messages to the other instances dropped because 4096 were waiting to be sent (Redis slow or stopped).",
+		}, func() float64 { return float64(d.Stats().Dropped) }))
+	}
+	return nil
 }
 
 func (o *openedStore) Close() error {
@@ -66,14 +96,15 @@ type redisClient struct {
 // deny cache, whose bus runs on the same client.
 func openStore(ctx context.Context, s *settings.Settings, policy backend.FailurePolicy, log *slog.Logger, fbOpts ...fallback.Option) (*openedStore, error) {
 	if s.Memory() {
-		m, err := memorystore.New()
+		m, err := memorystore.New(memorystore.WithMaxKeys(s.MemoryMaxKeys))
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("LIMITKIT_MEMORY_MAX_KEYS: %w", err)
 		}
 		if s.LocalCacheSizeInBytes > 0 {
 			log.Warn("LOCAL_CACHE_SIZE_IN_BYTES ignored: the in-memory store answers denials in process already")
 		}
-		return &openedStore{store: m, describe: "memory (in process; set REDIS_URL, BACKEND_TYPE=redis or LIMITKIT_BACKEND_URL for a shared store)"}, nil
+		return &openedStore{store: m, memories: map[string]*memorystore.Store{"memory": m},
+			describe: fmt.Sprintf("memory (in process, at most %d keys; set REDIS_URL, BACKEND_TYPE=redis or LIMITKIT_BACKEND_URL for a shared store)", s.MemoryMaxKeys)}, nil
 	}
 	var (
 		c    *redisClient
@@ -84,14 +115,21 @@ func openStore(ctx context.Context, s *settings.Settings, policy backend.Failure
 		c, err = openURL(ctx, s)
 		desc = storeurl.RedactURL(s.BackendURL)
 	} else {
-		c, err = openReference(ctx, s)
-		desc = fmt.Sprintf("%s %s %s", strings.ToLower(s.RedisType), s.RedisSocketType, s.RedisURL)
+		c, err = openReference(ctx, s, log)
+		desc = fmt.Sprintf("%s %s %s", strings.ToLower(s.RedisType), s.RedisSocketType, redactList(s.RedisURL))
 	}
 	if err != nil {
 		return nil, err
 	}
 	o := &openedStore{closers: []func() error{c.close}, describe: fmt.Sprintf("redis (%s, %s)", desc, s.RedisClient)}
-	fb, err := fallback.New(c.store, append([]fallback.Option{fallback.WithPolicy(policy), fallback.WithTimeout(s.RedisDeadline), fallback.WithLogger(log), fallback.WithName("redis")}, fbOpts...)...)
+	local, err := memorystore.New(memorystore.WithMaxKeys(s.MemoryMaxKeys))
+	if err != nil {
+		_ = o.Close()
+		return nil, fmt.Errorf("LIMITKIT_MEMORY_MAX_KEYS: %w", err)
+	}
+	o.memories = map[string]*memorystore.Store{"local": local}
+	fb, err := fallback.New(c.store, append([]fallback.Option{fallback.WithPolicy(policy), fallback.WithTimeout(s.RedisDeadline), fallback.WithLogger(log),
+		fallback.WithName("redis"), fallback.WithLocalStore(local)}, fbOpts...)...)
 	if err != nil {
 		_ = o.Close()
 		return nil, fmt.Errorf("fallback: %w", err)
@@ -144,16 +182,25 @@ func goRedis(c redis.UniversalClient) (*redisClient, error) {
 // openReference opens the store the reference's variables describe:
 // REDIS_TYPE, REDIS_SOCKET_TYPE, REDIS_URL, REDIS_AUTH, REDIS_TLS and its
 // files, REDIS_POOL_SIZE, REDIS_TIMEOUT.
-func openReference(ctx context.Context, s *settings.Settings) (*redisClient, error) {
-	tlsConf, err := redisTLS(s)
+func openReference(ctx context.Context, s *settings.Settings, log *slog.Logger) (*redisClient, error) {
+	user, pass := splitAuth(s.RedisAuth)
+	_, sentinelPass := splitAuth(s.RedisSentinelAuth)
+	addrs, u, err := splitAddrs(s.RedisURL)
 	if err != nil {
 		return nil, err
 	}
-	user, pass := splitAuth(s.RedisAuth)
-	_, sentinelPass := splitAuth(s.RedisSentinelAuth)
-	addrs := splitList(s.RedisURL)
 	if len(addrs) == 0 {
 		return nil, errors.New("REDIS_URL is empty: write host:port (a comma list for REDIS_TYPE=CLUSTER, \"master,sentinel1,...\" for SENTINEL)")
+	}
+	if u.pass != "" && s.RedisAuth == "" {
+		user, pass = u.user, u.pass
+	}
+	if u.tls {
+		s.RedisTLS = true
+	}
+	tlsConf, err := redisTLS(s)
+	if err != nil {
+		return nil, err
 	}
 	var master string
 	if s.RedisType == "SENTINEL" {
@@ -192,17 +239,129 @@ func openReference(ctx context.Context, s *settings.Settings) (*redisClient, err
 		return &redisClient{store: st, bus: rueidisstore.NewBus(c), close: func() error { c.Close(); return nil }}, nil
 	}
 	t := s.RedisTimeout
+	var c redis.UniversalClient
 	switch s.RedisType {
 	case "CLUSTER":
-		return goRedis(redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: user, Password: pass, TLSConfig: tlsConf,
-			PoolSize: s.RedisPoolSize, DialTimeout: t, ReadTimeout: t, WriteTimeout: t, ContextTimeoutEnabled: true}))
+		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: user, Password: pass, TLSConfig: tlsConf,
+			PoolSize: s.RedisPoolSize, DialTimeout: t, ReadTimeout: t, WriteTimeout: t, ContextTimeoutEnabled: true})
 	case "SENTINEL":
-		return goRedis(redis.NewFailoverClient(&redis.FailoverOptions{MasterName: master, SentinelAddrs: addrs, SentinelPassword: sentinelPass,
+		c = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: master, SentinelAddrs: addrs, SentinelPassword: sentinelPass,
 			Username: user, Password: pass, TLSConfig: tlsConf, PoolSize: s.RedisPoolSize, DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
-			ContextTimeoutEnabled: true}))
+			ContextTimeoutEnabled: true})
+	default:
+		c = redis.NewClient(&redis.Options{Network: s.RedisSocketType, Addr: addrs[0], Username: user, Password: pass,
+			TLSConfig: tlsConf, PoolSize: s.RedisPoolSize, DialTimeout: t, ReadTimeout: t, WriteTimeout: t, ContextTimeoutEnabled: true})
 	}
-	return goRedis(redis.NewClient(&redis.Options{Network: s.RedisSocketType, Addr: addrs[0], Username: user, Password: pass,
-		TLSConfig: tlsConf, PoolSize: s.RedisPoolSize, DialTimeout: t, ReadTimeout: t, WriteTimeout: t, ContextTimeoutEnabled: true}))
+	if err := checkStart(ctx, c, s, log); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return goRedis(c)
+}
+
+// startCheckAttempts is how many times the check at start asks Redis
+// before starting without it, as the reference retries its first
+// connection.
+const startCheckAttempts = 3
+
+// checkStart asks Redis once it is opened, within REDIS_TIMEOUT per
+// attempt. A refusal that no retry mends (a wrong REDIS_AUTH, REDIS_TLS
+// against a plain server or the reverse, no permission to run scripts)
+// fails the start with the cause. A Redis that does not answer is
+// retried, then the service starts without it (limiting as
+// LIMITKIT_ON_FAILURE says until it answers), with a warning.
+func checkStart(ctx context.Context, c redis.UniversalClient, s *settings.Settings, log *slog.Logger) error {
+	var err error
+	for attempt := range startCheckAttempts {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+			}
+		}
+		actx, cancel := context.WithTimeout(ctx, s.RedisTimeout)
+		err = checkRedis(actx, c)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if hint := refusal(err, s.RedisTLS); hint != "" {
+			return fmt.Errorf("Redis at REDIS_URL refused the connection: %w; %s", err, hint)
+		}
+		// A plain server stays silent before a TLS handshake: ask it in
+		// plain text.
+		if s.RedisTLS && s.RedisSocketType != "unix" && speaksPlain(ctx, c) {
+			return fmt.Errorf("Redis at REDIS_URL did not answer the TLS handshake (%w) but answers in plain text: set REDIS_TLS=false (or write redis:// instead of rediss://), or turn TLS on in the server", err)
+		}
+	}
+	log.Warn("Redis does not answer at start; starting anyway, limiting by LIMITKIT_ON_FAILURE until it does", "attempts", startCheckAttempts, "err", err)
+	return nil
+}
+
+// speaksPlain reports whether the first address c dials answers a plain
+// PING (with a reply or an error such as NOAUTH) within a second.
+func speaksPlain(ctx context.Context, c redis.UniversalClient) bool {
+	var addr string
+	switch o := c.(type) {
+	case *redis.Client:
+		addr = o.Options().Addr
+	case *redis.ClusterClient:
+		if addrs := o.Options().Addrs; len(addrs) > 0 {
+			addr = addrs[0]
+		}
+	}
+	if addr == "" {
+		return false
+	}
+	d := net.Dialer{Timeout: time.Second}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(time.Second))
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	b := make([]byte, 1)
+	n, _ := conn.Read(b)
+	return n == 1 && (b[0] == '+' || b[0] == '-')
+}
+
+// checkRedis runs a read-only script on every master, as the stores'
+// commands need (an ACL user may be allowed EVAL_RO and not PING).
+func checkRedis(ctx context.Context, c redis.UniversalClient) error {
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+			return n.EvalRO(ctx, "return 1", nil).Err()
+		})
+	}
+	return c.EvalRO(ctx, "return 1", nil).Err()
+}
+
+// refusal says what to change when err is one a retry does not mend, and
+// "" when Redis may just be down or slow.
+func refusal(err error, tlsOn bool) string {
+	msg := err.Error()
+	var rec tls.RecordHeaderError
+	switch {
+	case strings.Contains(msg, "WRONGPASS"):
+		return "check REDIS_AUTH (user:password or the password alone)"
+	case strings.Contains(msg, "NOAUTH"):
+		return "the server requires a password: set REDIS_AUTH"
+	case strings.Contains(msg, "without any password configured"):
+		return "the server has no password: unset REDIS_AUTH, or set requirepass on the server"
+	case strings.Contains(msg, "NOPERM"):
+		return "the user may not run scripts (EVAL_RO and the stores' commands): grant them"
+	case errors.As(err, &rec) || tlsOn && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || strings.HasSuffix(msg, ": EOF")):
+		return "the server does not speak TLS: set REDIS_TLS=false, or turn TLS on in the server"
+	case strings.Contains(msg, "x509:") || strings.Contains(msg, "tls:"):
+		return "the TLS handshake failed: check REDIS_TLS_CACERT, the client certificate and the server's name (REDIS_TLS_SKIP_HOSTNAME_VERIFICATION)"
+	case !tlsOn && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || strings.HasSuffix(msg, ": EOF")):
+		return "the server closed the connection without a reply: if it speaks TLS only, set REDIS_TLS=true"
+	}
+	return ""
 }
 
 // splitAuth reads REDIS_AUTH as the reference does: "user:password" or a
@@ -212,6 +371,64 @@ func splitAuth(auth string) (user, pass string) {
 		return u, p
 	}
 	return "", auth
+}
+
+// urlAuth is what redis:// addresses in REDIS_URL carry besides the
+// address.
+type urlAuth struct {
+	user, pass string
+	tls        bool
+}
+
+// splitAddrs reads REDIS_URL's comma list. An entry may be host:port, a
+// unix path, a sentinel master's name, or a redis:// or rediss:// URL
+// (as the reference's client reads it), whose userinfo is the password
+// (used when REDIS_AUTH is empty) and whose scheme rediss turns TLS on.
+func splitAddrs(list string) ([]string, urlAuth, error) {
+	var (
+		out []string
+		a   urlAuth
+	)
+	for _, p := range splitList(list) {
+		lower := strings.ToLower(p)
+		if !strings.HasPrefix(lower, "redis://") && !strings.HasPrefix(lower, "rediss://") {
+			out = append(out, p)
+			continue
+		}
+		u, err := url.Parse(p)
+		if err != nil || u.Host == "" {
+			return nil, a, fmt.Errorf("REDIS_URL entry %s is not a URL: write redis://[:PASSWORD@]host:port or host:port", redactURL(p))
+		}
+		out = append(out, u.Host)
+		a.tls = a.tls || u.Scheme == "rediss"
+		if pw, ok := u.User.Password(); ok {
+			a.user, a.pass = u.User.Username(), pw
+		} else if u.User != nil && u.User.Username() != "" {
+			a.pass = u.User.Username() // redis://PASSWORD@host
+		}
+	}
+	return out, a, nil
+}
+
+// redactList is REDIS_URL for a log line: each URL's userinfo hidden.
+func redactList(list string) string {
+	parts := splitList(list)
+	for i, p := range parts {
+		parts[i] = redactURL(p)
+	}
+	return strings.Join(parts, ",")
+}
+
+// redactURL hides the userinfo of a URL, even one url.Parse refuses.
+func redactURL(p string) string {
+	scheme, rest, ok := strings.Cut(p, "://")
+	if !ok {
+		return p
+	}
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		rest = "xxxxx@" + rest[at+1:]
+	}
+	return scheme + "://" + rest
 }
 
 func splitList(s string) []string {

@@ -18,11 +18,16 @@
 // With IgnoreDotFiles, files and directories whose names start with "." are
 // skipped (Kubernetes ConfigMap volumes keep their data in "..data").
 //
-// Unlike goruntime the directory is polled rather than watched with
-// inotify, so that it works on any file system, and a change is applied only
-// once two reads one interval apart agree (a file still being written is not
-// loaded half-written). A file that cannot be read makes the whole read an
-// error: the caller keeps its last good configuration.
+// As goruntime, Watch waits for file system events (fsnotify: the parent of
+// Root for a symlink swap, else the directory and each directory below it);
+// where events cannot be had it polls. Either way a file's contents are read
+// only when its stat changed, and a change is applied only once two reads
+// one interval apart agree (a file still being written is not loaded
+// half-written). Only regular files are read (a symlink to one is followed):
+// named pipes, devices, sockets and symlinks to directories are skipped and
+// reported in Snapshot.Skipped, and a file larger than MaxFileBytes fails the
+// read. A file that cannot be read makes the whole read an error: the caller
+// keeps its last good configuration.
 package runtimedir
 
 import (
@@ -30,13 +35,22 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/fsnotify/fsnotify"
 )
+
+// MaxFileBytes is the most read of one file. A rate limit configuration
+// is kilobytes; a larger file fails the read (the last good configuration
+// stays) rather than costing memory to parse.
+const MaxFileBytes = 16 << 20
 
 // Options says where the configuration files are.
 type Options struct {
@@ -45,6 +59,9 @@ type Options struct {
 	AppDirectory   string // RUNTIME_APPDIRECTORY
 	WatchRoot      bool   // RUNTIME_WATCH_ROOT
 	IgnoreDotFiles bool   // RUNTIME_IGNOREDOTFILES
+	// Log gets Watch's lines: files skipped, watching given up for
+	// polling. Nil discards them.
+	Log *slog.Logger
 }
 
 // File is one configuration file.
@@ -57,16 +74,24 @@ type File struct {
 	Data []byte
 }
 
+// Skip is a directory entry that is not read: not a regular file.
+type Skip struct {
+	Name   string
+	Reason string
+}
+
 // Snapshot is one read of the directory.
 type Snapshot struct {
 	Files []File
+	// Skipped are the entries passed over, in name order.
+	Skipped []Skip
 	// Err is why the read failed; Files is then empty.
 	Err error
 	sum [sha256.Size]byte
 }
 
 // Same reports whether s and o read the same files with the same contents
-// (or failed alike).
+// and skipped the same (or failed alike).
 func (s Snapshot) Same(o Snapshot) bool { return s.sum == o.sum }
 
 // Dir is the directory walked.
@@ -77,47 +102,83 @@ func (o Options) Dir() string {
 	return filepath.Join(o.Root, o.Subdirectory, o.AppDirectory)
 }
 
-// Read reads the configuration files, in name order.
+// Read reads the configuration files, in name order, and logs the
+// entries it skips.
 func (o Options) Read() Snapshot {
-	files, err := o.read()
-	s := Snapshot{Files: files, Err: err}
-	h := sha256.New()
-	if err != nil {
-		s.Files = nil
-		h.Write([]byte("error\x00" + err.Error()))
+	s, _ := o.readCached(nil)
+	for _, sk := range s.Skipped {
+		o.logger().Warn("runtime file skipped", "file", sk.Name, "reason", sk.Reason)
 	}
-	for _, f := range s.Files {
-		fmt.Fprintf(h, "%d:%s%d:", len(f.Name), f.Name, len(f.Data))
-		h.Write(f.Data)
-	}
-	copy(s.sum[:], h.Sum(nil))
 	return s
 }
 
-func (o Options) read() ([]File, error) {
+// cached is a file as last read: the stat it was read under, when, and
+// its contents and their hash.
+type cached struct {
+	key    string
+	readAt time.Time
+	data   []byte
+	sum    [sha256.Size]byte
+}
+
+// racy is how close to its read a file's modification time makes the
+// cache distrust it: file systems stamp times by the clock tick, so a
+// second write of the same size in the tick of the first keeps the stat
+// (git's "racily clean" entries).
+const racy = 2 * time.Second
+
+// readCached reads the directory, reusing from cache the contents of each
+// file whose stat has not changed, and returns the new cache.
+func (o Options) readCached(cache map[string]cached) (Snapshot, map[string]cached) {
+	next := make(map[string]cached, len(cache))
+	files, skipped, err := o.read(cache, next)
+	s := Snapshot{Files: files, Skipped: skipped, Err: err}
+	h := sha256.New()
+	if err != nil {
+		s.Files, s.Skipped = nil, nil
+		h.Write([]byte("error\x00" + err.Error()))
+	}
+	for _, f := range s.Files {
+		sum := next[f.Path].sum
+		fmt.Fprintf(h, "%d:%s", len(f.Name), f.Name)
+		h.Write(sum[:])
+	}
+	for _, sk := range s.Skipped {
+		fmt.Fprintf(h, "skip %d:%s%d:%s", len(sk.Name), sk.Name, len(sk.Reason), sk.Reason)
+	}
+	copy(s.sum[:], h.Sum(nil))
+	return s, next
+}
+
+func (o Options) read(cache, next map[string]cached) ([]File, []Skip, error) {
 	if o.Root == "" {
-		return nil, errors.New("RUNTIME_ROOT is empty: set it to the directory holding the configuration")
+		return nil, nil, errors.New("RUNTIME_ROOT is empty: set it to the directory holding the configuration")
 	}
 	if o.WatchRoot && o.Subdirectory == "" {
-		return nil, errors.New("RUNTIME_SUBDIRECTORY is empty: with RUNTIME_WATCH_ROOT=true the files are read from RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY; set it, or set RUNTIME_WATCH_ROOT=false")
+		return nil, nil, errors.New("RUNTIME_SUBDIRECTORY is empty: with RUNTIME_WATCH_ROOT=true the files are read from RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY; set it, or set RUNTIME_WATCH_ROOT=false")
 	}
 	if o.AppDirectory == "" {
-		return nil, errors.New("RUNTIME_APPDIRECTORY is empty: set it to the configuration folder's name (the reference's default is config)")
+		return nil, nil, errors.New("RUNTIME_APPDIRECTORY is empty: set it to the configuration folder's name (the reference's default is config)")
 	}
 	dir := o.Dir()
 	info, err := os.Stat(dir)
 	if err != nil {
-		return nil, fmt.Errorf("runtime directory: %w", err)
+		return nil, nil, fmt.Errorf("runtime directory: %w", err)
 	}
 	if !info.IsDir() {
-		return nil, fmt.Errorf("runtime directory %s is not a directory", dir)
+		return nil, nil, fmt.Errorf("runtime directory %s is not a directory", dir)
 	}
-	var files []File
-	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+	var (
+		files   []File
+		skipped []Skip
+	)
+	// The trailing separator follows dir when it is a symlink (a swapped
+	// directory), which WalkDir would otherwise visit as a file.
+	err = filepath.WalkDir(dir+string(filepath.Separator), func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return fmt.Errorf("runtime directory: %w", err)
 		}
-		dot := strings.HasPrefix(d.Name(), ".") && path != dir
+		dot := strings.HasPrefix(d.Name(), ".") && filepath.Clean(path) != filepath.Clean(dir)
 		if d.IsDir() {
 			if o.IgnoreDotFiles && dot {
 				return filepath.SkipDir
@@ -135,18 +196,93 @@ func (o Options) read() ([]File, error) {
 		if o.WatchRoot && !strings.HasPrefix(name, o.AppDirectory+".") {
 			return nil
 		}
-		data, err := os.ReadFile(path)
+		info, err := os.Stat(path) // follows a symlink
 		if err != nil {
 			return fmt.Errorf("runtime file %s: %w", name, err)
 		}
-		files = append(files, File{Name: name, Path: path, Data: data})
+		if why := notRegular(info.Mode()); why != "" {
+			skipped = append(skipped, Skip{Name: name, Reason: why})
+			return nil
+		}
+		key := statKey(info)
+		c, ok := cache[path]
+		if !ok || c.key != key || c.readAt.Sub(info.ModTime()) < racy {
+			if testReadHook != nil {
+				testReadHook(path)
+			}
+			data, info, err := readRegular(path)
+			if errors.Is(err, errNotRegular) {
+				skipped = append(skipped, Skip{Name: name, Reason: notRegular(info.Mode())})
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("runtime file %s: %w", name, err)
+			}
+			c = cached{key: statKey(info), readAt: time.Now(), data: data, sum: sha256.Sum256(data)}
+		}
+		next[path] = c
+		files = append(files, File{Name: name, Path: path, Data: c.data})
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	slices.SortFunc(files, func(a, b File) int { return strings.Compare(a.Name, b.Name) })
-	return files, nil
+	slices.SortFunc(skipped, func(a, b Skip) int { return strings.Compare(a.Name, b.Name) })
+	return files, skipped, nil
+}
+
+var errNotRegular = errors.New("not a regular file")
+
+// Test hooks: testReadHook sees each file read, testPollHook each check of
+// Watch, and testNoNotify makes Watch poll.
+var (
+	testReadHook func(path string)
+	testPollHook func()
+	testNoNotify bool
+)
+
+// notRegular says why a file of mode m is not read, or "" when it is.
+func notRegular(m fs.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return ""
+	case m.IsDir():
+		return "a symlink to a directory, not a regular file"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe, not a regular file"
+	case m&fs.ModeSocket != 0:
+		return "a socket, not a regular file"
+	case m&fs.ModeDevice != 0:
+		return "a device, not a regular file"
+	}
+	return "not a regular file"
+}
+
+// readRegular reads the file at path if it is regular and at most
+// MaxFileBytes. It opens without blocking and checks the open file, so a
+// file swapped for a pipe or a device after its stat is not read.
+func readRegular(path string) ([]byte, fs.FileInfo, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|openFlags, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, nil, err
+	}
+	if !info.Mode().IsRegular() {
+		return nil, info, errNotRegular
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(data) > MaxFileBytes {
+		return nil, nil, fmt.Errorf("larger than %d MiB, the most read of one file; split it", MaxFileBytes>>20)
+	}
+	return data, info, nil
 }
 
 // rootID identifies what Root points at: a symlink swap or a replaced
@@ -167,36 +303,178 @@ func (o Options) rootID() string {
 	return b.String()
 }
 
-// Watch polls the directory every interval until ctx ends, and calls apply
-// with each new snapshot that differs from the last one applied (start with
-// the snapshot the caller loaded first) and has stayed the same for one
-// interval. apply runs on Watch's goroutine; Watch returns when ctx ends.
+// Watch waits for changes until ctx ends, and calls apply with each new
+// snapshot that differs from the last one applied (start with the
+// snapshot the caller loaded first) and has stayed the same for one
+// interval (or 250 ms, when shorter, while watching events). It watches
+// with fsnotify and polls every interval where it cannot. apply runs on Watch's goroutine; Watch returns when ctx ends.
 func (o Options) Watch(ctx context.Context, interval time.Duration, applied Snapshot, apply func(Snapshot)) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
 	w := o.watcher(applied)
+	n, err := newNotifier(o)
+	if testNoNotify && n != nil {
+		n.close()
+		n, err = nil, errors.New("test: polling")
+	}
+	if err != nil {
+		o.logger().Warn("runtime directory: cannot watch for changes; polling instead", "every", interval, "err", err)
+	}
+	defer func() {
+		if n != nil {
+			n.close()
+		}
+	}()
+	// A check is due after an event, and every interval while polling or
+	// while a change waits for its second read. With events the second
+	// read comes sooner (settle): a write still going on sends more.
+	var due <-chan time.Time
+	arm := func() {
+		if due == nil {
+			wait := interval
+			if n != nil {
+				wait = min(interval, settle)
+			}
+			due = time.After(wait)
+		}
+	}
+	arm() // a change made before the watch began has no event
 	for {
+		var events <-chan fsnotify.Event
+		var errs <-chan error
+		if n != nil {
+			events, errs = n.w.Events, n.w.Errors
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case ev, ok := <-events:
+			if !ok {
+				n.close()
+				n = nil
+				arm()
+				continue
+			}
+			if n.relevant(ev) {
+				arm()
+			}
+			continue
+		case err, ok := <-errs:
+			if !ok {
+				n.close()
+				n = nil
+			} else {
+				o.logger().Warn("runtime directory: watch error; checking the directory", "err", err)
+			}
+			arm()
+			continue
+		case <-due:
+			due = nil
+		}
+		// Watch new directories before reading: a file made after the
+		// read then has its event.
+		if n != nil {
+			if err := n.sync(); err != nil {
+				o.logger().Warn("runtime directory: cannot watch for changes; polling until it can", "every", interval, "err", err)
+				n.close()
+				n = nil
+			}
+		} else if testNoNotify {
+			// stay polling
+		} else if n2, err := newNotifier(o); err == nil {
+			n = n2 // watching works again (the directory is back)
+		}
+		if testPollHook != nil {
+			testPollHook()
 		}
 		if s, ok := w.poll(); ok {
 			apply(s)
 		}
+		if n == nil || w.pending != nil {
+			arm()
+		}
 	}
 }
 
-// watcher is Watch's state between polls.
+// settle is how long after an event Watch reads the directory, and then
+// reads it again to confirm, when it is shorter than the interval.
+const settle = 250 * time.Millisecond
+
+func (o Options) logger() *slog.Logger {
+	if o.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return o.Log
+}
+
+// notifier is Watch's fsnotify watcher: on the parent of Root when
+// WatchRoot (a symlink swap replaces Root), else on the directory, its
+// parent (for the directory itself replaced) and every directory below it.
+type notifier struct {
+	o Options
+	w *fsnotify.Watcher
+}
+
+func newNotifier(o Options) (*notifier, error) {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, err
+	}
+	n := &notifier{o: o, w: w}
+	if err := n.sync(); err != nil {
+		_ = w.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *notifier) close() { _ = n.w.Close() }
+
+// sync watches the directories there are now; adding a watched one again
+// costs nothing.
+func (n *notifier) sync() error {
+	if n.o.WatchRoot {
+		return n.w.Add(filepath.Dir(filepath.Clean(n.o.Root)))
+	}
+	dir := n.o.Dir()
+	if err := n.w.Add(dir); err != nil {
+		return err
+	}
+	// The parent too: the directory itself may be replaced (a symlink
+	// swapped), which no event inside the old one tells.
+	_ = n.w.Add(filepath.Dir(filepath.Clean(dir)))
+	return filepath.WalkDir(dir+string(filepath.Separator), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || filepath.Clean(path) == dir || !d.IsDir() {
+			return nil // the next check reports what cannot be read
+		}
+		if n.o.IgnoreDotFiles && strings.HasPrefix(d.Name(), ".") {
+			return filepath.SkipDir
+		}
+		return n.w.Add(path)
+	})
+}
+
+// relevant reports whether ev may change what Read returns.
+func (n *notifier) relevant(ev fsnotify.Event) bool {
+	name := filepath.Clean(ev.Name)
+	if n.o.WatchRoot {
+		return name == filepath.Clean(n.o.Root)
+	}
+	dir := filepath.Clean(n.o.Dir())
+	return filepath.Dir(name) != filepath.Dir(dir) || name == dir
+}
+
+// watcher is Watch's state between checks.
 type watcher struct {
 	o       Options
 	root    string
 	applied Snapshot
 	pending *Snapshot
+	cache   map[string]cached
+	// skipped is what the last read skipped, logged when it changes.
+	skipped []Skip
 }
 
 func (o Options) watcher(applied Snapshot) *watcher {
-	return &watcher{o: o, root: o.rootID(), applied: applied}
+	return &watcher{o: o, root: o.rootID(), applied: applied, skipped: applied.Skipped}
 }
 
 // poll reads the directory once and returns the snapshot to apply, if any.
@@ -209,7 +487,16 @@ func (w *watcher) poll() (Snapshot, bool) {
 		}
 		w.root = id
 	}
-	s := w.o.Read()
+	s, cache := w.o.readCached(w.cache)
+	w.cache = cache
+	if s.Err == nil && !slices.Equal(s.Skipped, w.skipped) {
+		for _, sk := range s.Skipped {
+			if !slices.Contains(w.skipped, sk) {
+				w.o.logger().Warn("runtime file skipped", "file", sk.Name, "reason", sk.Reason)
+			}
+		}
+		w.skipped = s.Skipped
+	}
 	switch {
 	case s.Same(w.applied):
 		w.pending = nil

@@ -150,6 +150,11 @@ type Settings struct {
 	// LIMITKIT_DRAIN_TIMEOUT (10s): how long SIGTERM waits for in-flight
 	// calls before closing what is left.
 	DrainTimeout time.Duration
+	// LIMITKIT_MEMORY_MAX_KEYS (1000000, memorystore.DefaultMaxKeys): the
+	// keys an in-memory store holds (the memory store, and the fallback's
+	// local store behind Redis); past it keys are evicted, each getting its
+	// full allowance back.
+	MemoryMaxKeys int
 
 	// Ignored lists the variables that are set but mean nothing here,
 	// each with why, for the log.
@@ -262,6 +267,7 @@ func Load(lookup Lookup) (*Settings, error) {
 		ReferenceErrors:                r.boolean("LIMITKIT_REFERENCE_ERRORS", false),
 		RedisDeadline:                  r.duration("LIMITKIT_REDIS_DEADLINE", 100*time.Millisecond),
 		DrainTimeout:                   r.duration("LIMITKIT_DRAIN_TIMEOUT", 10*time.Second),
+		MemoryMaxKeys:                  r.integer("LIMITKIT_MEMORY_MAX_KEYS", 1_000_000),
 	}
 	_, s.BackendTypeSet = lookup("BACKEND_TYPE")
 	if s.GrpcClientTLSCACert == "" {
@@ -345,6 +351,9 @@ func (s *Settings) check(r *reader) {
 	}
 	if s.DrainTimeout <= 0 {
 		r.fail("LIMITKIT_DRAIN_TIMEOUT", s.DrainTimeout.String(), "write a positive duration such as 10s")
+	}
+	if s.MemoryMaxKeys < 1 {
+		r.fail("LIMITKIT_MEMORY_MAX_KEYS", strconv.Itoa(s.MemoryMaxKeys), "write a whole number of at least 1")
 	}
 	if s.GrpcServerUseTLS && (s.GrpcServerTLSCert == "" || s.GrpcServerTLSKey == "") {
 		r.errs = append(r.errs, errors.New("GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"))
