@@ -16,10 +16,10 @@ func TestRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := "d.key_value.sub.deeper"
-	m.Record("d", key, "near_limit", 1)
-	m.Record("d", key, "over_limit", 2)
-	m.Record("d", key, "shadow_mode", 1)
-	m.Record("d", key, "held", 3)
+	m.Record("d", key, Counts{Total: 1, Within: 1, Near: 1})
+	m.Record("d", key, Counts{Total: 2, Over: 2})
+	m.Record("d", key, Counts{Total: 1, Over: 1, Shadow: 1})
+	m.Record("d", key, Counts{Total: 3})
 	m.ConfigLoaded(true)
 	m.ConfigLoaded(false)
 	m.ConfigLoaded(false)
@@ -62,7 +62,7 @@ func TestSeriesBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range MaxSeries + 500 {
-		m.Record("d", fmt.Sprintf("d.user_%d", i), "within_limit", 1)
+		m.Record("d", fmt.Sprintf("d.user_%d", i), Counts{Total: 1, Within: 1})
 	}
 	if n := testutil.CollectAndCount(m.totalHits); n != MaxSeries+1 {
 		t.Fatalf("%d series, want %d (the bound and _other)", n, MaxSeries+1)
