@@ -222,7 +222,7 @@ func (s *Service) decide(ctx context.Context, groups []*group) (bool, error) {
 	// one of them refuses, as in the reference; the others refuse alone.
 	quotas, quotasDenied := 0, 0
 	for _, g := range groups {
-		quota := g.rule.quota && !g.rule.shadow && !g.refund
+		quota := (g.rule.quota || s.opts.quota) && !g.rule.shadow && !g.refund
 		if quota {
 			quotas++
 		}
@@ -274,7 +274,7 @@ func (s *Service) decide(ctx context.Context, groups []*group) (bool, error) {
 		byQuota := true
 		for _, g := range pending {
 			switch {
-			case g.denied && !g.rule.quota:
+			case g.denied && !g.rule.quota && !s.opts.quota:
 				byQuota = false
 			case g.denied:
 				quotasDenied++
