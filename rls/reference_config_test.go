@@ -145,15 +145,37 @@ func TestRef_ConfigImpl_BasicConfig(t *testing.T) {
 	expectLimit(t, "key7 detailed, another value", h.get("test-domain", desc("key7", "another_value")), 70, minute, "test-domain.key7_another_value")
 }
 
-// TestRef_ConfigImpl_DomainMerge: the reference merges files of one domain
-// under MERGE_DOMAIN_CONFIG=true; limitkit refuses them (a difference,
-// docs/rls.md): the second file names the first.
+// TestRef_ConfigImpl_DomainMerge: NewMergedRules merges the files of one
+// domain as the reference does under MERGE_DOMAIN_CONFIG=true; NewRules
+// refuses them, as the reference does by default.
 func TestRef_ConfigImpl_DomainMerge(t *testing.T) {
-	_, err := NewRules(
-		File{Name: "merge_domain_key1.yaml", Data: []byte("domain: test-domain\ndescriptors:\n  - key: key1\n    value: value1\n    rate_limit: {unit: minute, requests_per_unit: 10}\n")},
-		File{Name: "merge_domain_key2.yaml", Data: []byte("domain: test-domain\ndescriptors:\n  - key: key2\n    value: value2\n    rate_limit: {unit: minute, requests_per_unit: 20}\n")})
-	if err == nil || !strings.Contains(err.Error(), "duplicate domain 'test-domain'") || !strings.Contains(err.Error(), "merge_domain_key1.yaml") {
-		t.Fatalf("two files of one domain: %v; want the reference's duplicate domain error naming both files", err)
+	key1 := File{Name: "merge_domain_key1.yaml", Data: []byte("domain: test-domain\ndescriptors:\n  - key: key1\n    value: value1\n    rate_limit: {unit: minute, requests_per_unit: 10}\n")}
+	key2 := File{Name: "merge_domain_key2.yaml", Data: []byte("domain: test-domain\ndescriptors:\n  - key: key2\n    value: value2\n    rate_limit: {unit: minute, requests_per_unit: 20}\n")}
+	if _, err := NewRules(key1, key2); err == nil || !strings.Contains(err.Error(), "duplicate domain 'test-domain'") || !strings.Contains(err.Error(), "merge_domain_key1.yaml") {
+		t.Fatalf("two files of one domain, not merged: %v; want the reference's duplicate domain error naming both files", err)
+	}
+	rules, err := NewMergedRules(key1, key2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := New(memStore(t), rules, WithStats(func(Stat) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, svc: svc}
+	expectLimit(t, "foo_domain", h.get("foo_domain", desc()), 0, 0, "")
+	expectLimit(t, "empty descriptor", h.get("test-domain", desc()), 0, 0, "")
+	expectLimit(t, "key1 from the first file", h.get("test-domain", desc("key1", "value1")), 10, minute, "")
+	expectLimit(t, "key2 from the second file", h.get("test-domain", desc("key2", "value2")), 20, minute, "")
+}
+
+// TestRef_ConfigImpl_DuplicateKeyDomainMerge: merging one file twice
+// refuses its descriptors' second definition.
+func TestRef_ConfigImpl_DuplicateKeyDomainMerge(t *testing.T) {
+	key1 := File{Name: "merge_domain_key1.yaml", Data: []byte("domain: test-domain\ndescriptors:\n  - key: key1\n    value: value1\n    rate_limit: {unit: minute, requests_per_unit: 10}\n")}
+	if _, err := NewMergedRules(key1, key1); err == nil || !strings.Contains(err.Error(), "merge_domain_key1.yaml") ||
+		!strings.Contains(err.Error(), "duplicate descriptor composite key 'test-domain.key1_value1'") {
+		t.Fatalf("one file merged twice: %v", err)
 	}
 }
 

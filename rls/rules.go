@@ -81,14 +81,38 @@ func NewRules(files ...File) (*Rules, error) {
 	return Compile(configs...)
 }
 
+// NewMergedRules is NewRules merging the files of one domain into one
+// tree, as the reference does under MERGE_DOMAIN_CONFIG=true: a
+// descriptor defined in two of them is refused (duplicate composite key).
+func NewMergedRules(files ...File) (*Rules, error) {
+	configs := make([]*DomainConfig, 0, len(files))
+	for _, f := range files {
+		c, err := ParseConfig(f.Name, f.Data)
+		if err != nil {
+			return nil, err
+		}
+		configs = append(configs, c)
+	}
+	return compile(true, configs)
+}
+
 // Compile compiles parsed configurations into Rules. The error is a
 // *ConfigError.
-func Compile(configs ...*DomainConfig) (*Rules, error) {
+func Compile(configs ...*DomainConfig) (*Rules, error) { return compile(false, configs) }
+
+func compile(merge bool, configs []*DomainConfig) (*Rules, error) {
 	r := &Rules{domains: make(map[string]*node, len(configs))}
 	from := make(map[string]string, len(configs))
 	for _, c := range configs {
 		if c == nil || c.Domain == "" {
 			return nil, &ConfigError{File: fileOf(c), Path: "domain", Err: fmt.Errorf("config file cannot have empty domain; write domain: NAME")}
+		}
+		if root := r.domains[c.Domain]; root != nil && merge {
+			if err := compileLevel(c, root, c.Descriptors, c.Domain+"."); err != nil {
+				return nil, err
+			}
+			r.files = append(r.files, c.File)
+			continue
 		}
 		if first, dup := from[c.Domain]; dup {
 			return nil, &ConfigError{File: c.File, Path: "domain", Err: fmt.Errorf("duplicate domain '%s' in config file (also in %s); merge the two files or rename one domain",
@@ -113,7 +137,9 @@ func fileOf(c *DomainConfig) string {
 }
 
 func compileLevel(c *DomainConfig, parent *node, ds []*Descriptor, statPrefix string) error {
-	parent.children = make(map[string]*node, len(ds))
+	if parent.children == nil {
+		parent.children = make(map[string]*node, len(ds))
+	}
 	for _, d := range ds {
 		if d == nil || d.Key == "" {
 			return &ConfigError{File: c.File, Line: lineOf(d), Err: fmt.Errorf("descriptor has empty key; write key: NAME")}
