@@ -432,13 +432,17 @@ func (s *Service) giveBack(ctx context.Context, g *group) error {
 // reference, it refuses only a key counted over its limit, so a key
 // exactly at its limit passes (with 0 remaining). It peeks one unit
 // against the limit plus one: admitted exactly when the count is at most
-// the limit. Where the limit plus one is no valid rule, it peeks one unit
-// against the limit itself.
+// the limit (for gcra, whose window sets its rate, with the window grown
+// in proportion, so that its emission interval stays). Where that is no
+// valid rule, it peeks one unit against the limit itself.
 func (s *Service) checkOnly(ctx context.Context, g *group) error {
 	l := g.rule.alg.Limit
 	req := g.req
 	req.Cost = 1
 	req.Rule.Limit = l + 1
+	if req.Rule.Algorithm == algorithms.GCRA && l > 0 {
+		req.Rule.Window = req.Rule.Window / time.Duration(l) * time.Duration(l+1)
+	}
 	if req.Rule.Validate() != nil {
 		return s.peekCost(ctx, g, 1)
 	}

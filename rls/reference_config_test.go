@@ -221,10 +221,12 @@ func TestRef_ConfigImpl_RefusedFiles(t *testing.T) {
 		{"share_threshold without a wildcard", "share.yaml", "domain: d\ndescriptors:\n  - key: files\n    value: plain\n    share_threshold: true\n    rate_limit: {unit: minute, requests_per_unit: 1}\n", "share_threshold can only be used with wildcard values (containing '*'), but found key 'files_plain'"},
 	}
 	for _, c := range cases {
-		_, err := NewRules(File{Name: c.file, Data: []byte(c.yaml)})
-		if err == nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), c.file) || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: %v; want a refusal naming %s and saying %q", c.test, err, c.file, c.want)
-		}
+		t.Run(c.test, func(t *testing.T) {
+			_, err := NewRules(File{Name: c.file, Data: []byte(c.yaml)})
+			if err == nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), c.file) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%v; want a refusal naming %s and saying %q", err, c.file, c.want)
+			}
+		})
 	}
 	// TestDuplicateDomain.
 	_, err := NewRules(File{Name: "basic_config.yaml", Data: []byte(refBasicConfig)}, File{Name: "duplicate_domain.yaml", Data: []byte("domain: test-domain\ndescriptors:\n")})
@@ -402,10 +404,12 @@ descriptors:
 		{"test nested descriptors with nested request", realistic, []string{"key_2", "key-2-value", "key_3", "requested-key3-value"}, "nested.key_2_key-2-value.key_3_requested-key3-value"},
 	}
 	for _, c := range cases {
-		h := newHarness(t, memStore(t), c.yaml)
-		if got := h.get("nested", desc(c.entries...)); got.limit == nil || got.stat != c.stat {
-			t.Errorf("%s: %+v; want stats key %q", c.name, got, c.stat)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, memStore(t), c.yaml)
+			if got := h.get("nested", desc(c.entries...)); got.limit == nil || got.stat != c.stat {
+				t.Errorf("%+v; want stats key %q", got, c.stat)
+			}
+		})
 	}
 }
 
@@ -504,10 +508,12 @@ descriptors:
 `, "test-domain-3", []string{"route", "api", "http_method", "GET", "subject_id", "user123"}, "test-domain-3.route_api.http_method_GET.subject_id_user123"},
 	}
 	for _, c := range cases {
-		h := newHarness(t, memStore(t), c.yaml)
-		if got := h.get(c.domain, desc(c.entries...)); got.limit == nil || got.stat != c.stat {
-			t.Errorf("TestValueToMetric_%s: %+v; want stats key %q", c.test, got, c.stat)
-		}
+		t.Run("TestValueToMetric_"+c.test, func(t *testing.T) {
+			h := newHarness(t, memStore(t), c.yaml)
+			if got := h.get(c.domain, desc(c.entries...)); got.limit == nil || got.stat != c.stat {
+				t.Errorf("%+v; want stats key %q", got, c.stat)
+			}
+		})
 	}
 }
 
@@ -700,8 +706,10 @@ func TestRef_ConfigImpl_WildcardStatsBehavior(t *testing.T) {
 		{"middle+trailing, value_to_metric", one("    value_to_metric: true\n", "foo*bar*"), "foo123bar456", "test-domain.wild_foo123bar456"},
 	}
 	for _, c := range cases {
-		h := newHarness(t, memStore(t), c.yaml)
-		expectLimit(t, c.name, h.get("test-domain", desc("wild", c.value)), 20, minute, c.stat)
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, memStore(t), c.yaml)
+			expectLimit(t, c.name, h.get("test-domain", desc("wild", c.value)), 20, minute, c.stat)
+		})
 	}
 	h := newHarness(t, memStore(t), `
 domain: test-domain

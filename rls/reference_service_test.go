@@ -189,7 +189,6 @@ type quotaCase struct {
 	descs  [2]string // keys
 	over   [2]bool
 	want   string
-	global bool
 }
 
 func TestRef_Service_QuotaMode(t *testing.T) {
@@ -206,31 +205,33 @@ func TestRef_Service_QuotaMode(t *testing.T) {
 		{test: "TestServiceMixedModeWithShadowMode", opts: []Option{WithShadowMode(true)}, descs: [2]string{"regular", "quota"}, over: [2]bool{true, true}, want: "OK OVER_LIMIT OVER_LIMIT"},
 	}
 	for _, c := range cases {
-		h := newHarness(t, memStore(t), refServiceConfig, c.opts...)
-		for i, k := range c.descs {
-			if c.over[i] {
-				h.exhaust("different-domain", desc(k, "limit"), limits[k])
-			}
-		}
-		resp := h.call(request("different-domain", 1, desc(c.descs[0], "limit"), desc(c.descs[1], "limit")))
-		if got := codesOf(resp); got != c.want {
-			t.Errorf("%s: %s; want %s", c.test, got, c.want)
-		}
-		// What passes is consumed, what refused is not.
-		if c.want[:2] == "OK" {
+		t.Run(c.test, func(t *testing.T) {
+			h := newHarness(t, memStore(t), refServiceConfig, c.opts...)
 			for i, k := range c.descs {
-				want := limits[k] - 1
 				if c.over[i] {
-					want = 0
-				}
-				if c.opts != nil && strings.Contains(c.test, "Shadow") {
-					continue
-				}
-				if st := h.call(request("different-domain", 0, withHits(desc(k, "limit"), 0))).GetStatuses()[0]; uint64(st.GetLimitRemaining()) != want {
-					t.Errorf("%s: %s has %d left; want %d", c.test, k, st.GetLimitRemaining(), want)
+					h.exhaust("different-domain", desc(k, "limit"), limits[k])
 				}
 			}
-		}
+			resp := h.call(request("different-domain", 1, desc(c.descs[0], "limit"), desc(c.descs[1], "limit")))
+			if got := codesOf(resp); got != c.want {
+				t.Errorf("%s: %s; want %s", c.test, got, c.want)
+			}
+			// What passes is consumed, what refused is not.
+			if c.want[:2] == "OK" {
+				for i, k := range c.descs {
+					want := limits[k] - 1
+					if c.over[i] {
+						want = 0
+					}
+					if c.opts != nil && strings.Contains(c.test, "Shadow") {
+						continue
+					}
+					if st := h.call(request("different-domain", 0, withHits(desc(k, "limit"), 0))).GetStatuses()[0]; uint64(st.GetLimitRemaining()) != want {
+						t.Errorf("%s: %s has %d left; want %d", c.test, k, st.GetLimitRemaining(), want)
+					}
+				}
+			}
+		})
 	}
 }
 
@@ -360,7 +361,7 @@ func TestRef_FixedCache_Redis(t *testing.T) {
 // TestRef_Service_CheckOnlyAtTheLimit: hits_addend 0 on a key exactly at
 // its limit is OK (the reference compares count > limit).
 func TestRef_Service_CheckOnlyAtTheLimit(t *testing.T) {
-	for _, alg := range []string{"fixed_window", "sliding_log", "sliding_counter", "compact_log", "two_level"} {
+	for _, alg := range []string{"fixed_window", "sliding_log", "sliding_counter", "compact_log", "two_level", "gcra"} {
 		h := newHarness(t, memStore(t), "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 3, algorithm: "+alg+"}\n")
 		h.exhaust("d", desc("k", "v"), 3)
 		resp := h.call(request("d", 0, withHits(desc("k", "v"), 0)))
