@@ -184,11 +184,11 @@ func TestRef_Service_Unlimited(t *testing.T) {
 // quotaCase is one of the reference's quota mode tests: which
 // descriptors are over their limits before the request, and the codes.
 type quotaCase struct {
-	test   string
-	opts   []Option
-	descs  [2]string // keys
-	over   [2]bool
-	want   string
+	test  string
+	opts  []Option
+	descs [2]string // keys
+	over  [2]bool
+	want  string
 }
 
 func TestRef_Service_QuotaMode(t *testing.T) {
