@@ -3,8 +3,8 @@
 // and labels, so that dashboards and alerts keep working after the swap:
 //
 //	ratelimit_service_rate_limit_total_hits{domain,key1,key2}    counter: hits asked for
-//	ratelimit_service_rate_limit_over_limit{domain,key1,key2}    counter: hits refused
-//	ratelimit_service_rate_limit_near_limit{domain,key1,key2}    counter: hits admitted above NEAR_LIMIT_RATIO of the limit
+//	ratelimit_service_rate_limit_over_limit{domain,key1,key2}    counter: hits past the limit
+//	ratelimit_service_rate_limit_near_limit{domain,key1,key2}    counter: hits between NEAR_LIMIT_RATIO of the limit and the limit
 //	ratelimit_service_rate_limit_within_limit{domain,key1,key2}  counter: hits admitted
 //	ratelimit_service_rate_limit_shadow_mode{domain,key1,key2}   counter: hits refused but admitted by shadow mode
 //	ratelimit_service_config_load_success                        counter: configurations loaded
@@ -80,7 +80,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		totalHits:   rule("total_hits", "Hits asked for, by domain and rule."),
 		overLimit:   rule("over_limit", "Hits refused, by domain and rule."),
-		nearLimit:   rule("near_limit", "Hits admitted above the near-limit ratio of the limit, by domain and rule."),
+		nearLimit:   rule("near_limit", "Hits between the near-limit ratio of the limit and the limit, by domain and rule."),
 		withinLimit: rule("within_limit", "Hits admitted, by domain and rule."),
 		shadowMode:  rule("shadow_mode", "Hits over the limit admitted by shadow mode, by domain and rule."),
 		loadOK: prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_config_load_success",

@@ -30,7 +30,7 @@ ratelimit_service_rate_limit_total_hits{domain="d",key1="key_value",key2="sub"} 
 # HELP ratelimit_service_rate_limit_over_limit Hits refused, by domain and rule.
 # TYPE ratelimit_service_rate_limit_over_limit counter
 ratelimit_service_rate_limit_over_limit{domain="d",key1="key_value",key2="sub"} 3
-# HELP ratelimit_service_rate_limit_near_limit Hits admitted above the near-limit ratio of the limit, by domain and rule.
+# HELP ratelimit_service_rate_limit_near_limit Hits between the near-limit ratio of the limit and the limit, by domain and rule.
 # TYPE ratelimit_service_rate_limit_near_limit counter
 ratelimit_service_rate_limit_near_limit{domain="d",key1="key_value",key2="sub"} 1
 # HELP ratelimit_service_rate_limit_within_limit Hits admitted, by domain and rule.
