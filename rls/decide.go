@@ -581,7 +581,9 @@ func (s *Service) countHits(g *group, st *Stat) {
 	if st.Outcome == Over || st.Outcome == Shadow {
 		before, after := used, used+hits
 		over := hits
-		if before < limit {
+		// A refusal short of the limit (a failure policy's, or an
+		// algorithm that counts otherwise) counts all its hits over.
+		if before < limit && after > limit {
 			over = after - limit
 			st.NearLimit = limit - max(near, before)
 		}

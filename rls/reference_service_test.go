@@ -12,6 +12,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/limitkit/limitkit/backend"
 )
 
 // The reference's service tests (test/service/ratelimit_test.go), its base
@@ -372,5 +374,25 @@ func TestRef_Service_CheckOnlyAtTheLimit(t *testing.T) {
 		if resp := h.call(request("d", 0, desc("k", "v"))); resp.GetOverallCode() != over {
 			t.Errorf("%s: a hit at the limit: %v", alg, resp)
 		}
+	}
+}
+
+// shortRefusals refuses every request while saying 5 units are left, as
+// a store whose algorithm counts otherwise than the hits might.
+type shortRefusals struct{ backend.Store }
+
+func (shortRefusals) TakeAll(_ context.Context, reqs []backend.Request) (backend.Result, error) {
+	return backend.Result{Limit: reqs[0].Rule.Limit, Remaining: 5, RetryAfter: time.Second, ResetAfter: time.Second}, nil
+}
+
+// TestRefusalShortOfTheLimitCounts: a refusal that leaves room under the
+// limit counts its hits as over_limit, never an underflow.
+func TestRefusalShortOfTheLimitCounts(t *testing.T) {
+	h := newHarness(t, shortRefusals{memStore(t)}, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10}\n  - key: j\n    rate_limit: {unit: minute, requests_per_unit: 10}\n")
+	h.takeStats()
+	resp := h.call(request("d", 0, withHits(desc("k", "v"), 2), desc("j", "v")))
+	s := h.takeStats()
+	if resp.GetOverallCode() != over || len(s) != 2 || s[0].OverLimit != 2 || s[0].NearLimit != 0 {
+		t.Fatalf("a refusal 5 short of the limit: %v %+v; want 2 hits over_limit", resp, s)
 	}
 }
