@@ -139,6 +139,9 @@ func TestRef_Integration_BasicConfig(t *testing.T) {
 		t.Run(v.name, func(t *testing.T) {
 			root, _ := refRuntime(t)
 			env := baseEnv(root)
+			// The case counts on Redis: a slow call on a loaded machine
+			// must not hand a decision to the local failure policy.
+			env["LIMITKIT_REDIS_DEADLINE"] = "20s"
 			for i := 0; i+1 < len(v.env); i += 2 {
 				env[v.env[i]] = v.env[i+1]
 			}
