@@ -50,6 +50,17 @@ type Descriptor struct {
 	// DetailedMetric reports that statistics name the request's full key
 	// (its values) instead of the rule's.
 	DetailedMetric bool
+	// ValueToMetric puts the request's value of this entry in the
+	// statistics key of the limits below (the reference's value_to_metric).
+	ValueToMetric bool
+	// ShareThreshold makes every value matching this entry's wildcard
+	// value count on one counter (the reference's share_threshold); only
+	// for a value holding '*'.
+	ShareThreshold bool
+	// QuotaMode reports that the limits here refuse a request only when
+	// every quota-mode limit of the request refuses it (the reference's
+	// quota_mode).
+	QuotaMode bool
 	// Descriptors are the nested descriptors.
 	Descriptors []*Descriptor
 	// Line is the line of the descriptor in its file.

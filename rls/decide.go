@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -76,6 +77,7 @@ func (s *Service) groups(rules *Rules, req *rlsv3.RateLimitRequest, now time.Tim
 		rule *rule
 		hits uint64
 		neg  bool
+		m    match
 	}
 	var cands []candidate
 	replaced := map[string]bool{}
@@ -86,14 +88,21 @@ func (s *Service) groups(rules *Rules, req *rlsv3.RateLimitRequest, now time.Tim
 			hits = h.GetValue()
 		}
 		if o := d.GetLimit(); o != nil {
+			// As the reference: a domain with no configuration limits
+			// nothing, overrides included.
+			if rules.domains[req.GetDomain()] == nil {
+				continue
+			}
 			r, err := overrideRule(req.GetDomain(), d, o)
 			if err != nil {
 				return nil, err
 			}
-			cands = append(cands, candidate{i, r, hits, d.GetIsNegativeHits()})
+			r.override = true
+			cands = append(cands, candidate{i, r, hits, d.GetIsNegativeHits(), match{}})
 			continue
 		}
-		n := rules.lookup(req.GetDomain(), d)
+		m := rules.lookup(req.GetDomain(), d)
+		n := m.node
 		if n == nil {
 			continue
 		}
@@ -105,7 +114,7 @@ func (s *Service) groups(rules *Rules, req *rlsv3.RateLimitRequest, now time.Tim
 			for _, name := range r.limit.Replaces {
 				replaced[name] = true
 			}
-			cands = append(cands, candidate{i, r, hits, d.GetIsNegativeHits()})
+			cands = append(cands, candidate{i, r, hits, d.GetIsNegativeHits(), m})
 		}
 	}
 	var groups []*group
@@ -116,8 +125,15 @@ func (s *Service) groups(rules *Rules, req *rlsv3.RateLimitRequest, now time.Tim
 			continue
 		}
 		d := req.GetDescriptors()[c.desc]
-		id = appendID(id[:0], req.GetDomain(), d.GetEntries())
-		key := backend.Key{Prefix: s.opts.prefix + c.rule.prefix, ID: string(id)}
+		id = id[:0]
+		prefix := c.rule.prefix
+		if c.rule.override {
+			// The window goes in the id: prefixes name limits in metrics.
+			id = append(id, prefix...)
+			prefix = overridePrefix
+		}
+		id = appendID(id, req.GetDomain(), sharedEntries(d.GetEntries(), c.m.shared))
+		key := backend.Key{Prefix: s.opts.prefix + prefix, ID: string(id)}
 		check := c.hits == 0 || c.neg
 		state := key.Prefix + "\x00" + string(c.rule.alg.Algorithm) + "\x00" + strconv.FormatBool(check) +
 			strconv.FormatBool(c.neg) + "\x00" + key.ID
@@ -146,8 +162,18 @@ func (s *Service) groups(rules *Rules, req *rlsv3.RateLimitRequest, now time.Tim
 		}
 		if s.opts.stats != nil {
 			g.stat = c.rule.statKey
-			if c.rule.detailed {
-				if full := fullKey(req.GetDomain(), d.GetEntries()); s.stats.admit(full) {
+			switch {
+			case c.m.statKey != "" && !c.rule.detailed:
+				// value_to_metric: values the configuration chose to show.
+				if s.stats.admit(c.m.statKey) {
+					g.stat = c.m.statKey
+				}
+			case c.rule.detailed:
+				full := c.m.statKey
+				if full == "" {
+					full = fullKey(req.GetDomain(), d.GetEntries())
+				}
+				if s.stats.admit(full) {
 					g.stat = full
 				}
 			}
@@ -156,6 +182,26 @@ func (s *Service) groups(rules *Rules, req *rlsv3.RateLimitRequest, now time.Tim
 		groups = append(groups, g)
 	}
 	return groups, nil
+}
+
+// overridePrefix is the key prefix of every limit override, whatever its
+// window (which goes in the key id): one value of limitkit's policy label.
+const overridePrefix = "rls:override:"
+
+// sharedEntries returns entries with the shared wildcard values in place of
+// the request's (share_threshold), or entries when none is shared.
+func sharedEntries(entries []*ratelimitv3.RateLimitDescriptor_Entry, shared []string) []*ratelimitv3.RateLimitDescriptor_Entry {
+	if shared == nil {
+		return entries
+	}
+	out := make([]*ratelimitv3.RateLimitDescriptor_Entry, len(entries))
+	for i, e := range entries {
+		out[i] = e
+		if i < len(shared) && shared[i] != "" {
+			out[i] = &ratelimitv3.RateLimitDescriptor_Entry{Key: e.GetKey(), Value: shared[i]}
+		}
+	}
+	return out
 }
 
 // addCost adds hits to a cost, saturating far above any limit.
@@ -178,38 +224,81 @@ func (g *group) possible() bool {
 func (s *Service) decide(ctx context.Context, groups []*group) (bool, error) {
 	var enforced, shadow []*group
 	refused := false
+	// Quota-mode limits (quota_mode) refuse the request only when every
+	// one of them refuses, as in the reference; the others refuse alone.
+	quotas, quotasDenied := 0, 0
 	for _, g := range groups {
+		quota := (g.rule.quota || s.opts.quota) && !g.rule.shadow && !g.refund
+		if quota {
+			quotas++
+		}
 		switch {
 		case g.refund:
 			if err := s.giveBack(ctx, g); err != nil {
 				return false, err
 			}
 		case g.check:
-			if err := s.peek(ctx, g); err != nil {
+			if err := s.checkOnly(ctx, g); err != nil {
 				return false, err
 			}
-			refused = refused || (g.denied && !g.rule.shadow)
+			if g.denied && quota {
+				quotasDenied++
+			}
+			refused = refused || (g.denied && !g.rule.shadow && !quota)
 		case g.rule.shadow:
 			shadow = append(shadow, g)
 		default:
-			enforced = append(enforced, g)
 			if !g.possible() {
-				g.denied, refused = true, true
+				g.denied = true
 				g.res = backend.Result{Limit: g.rule.alg.Limit, RetryAfter: g.rule.alg.Window, ResetAfter: g.rule.alg.Window}
+				if quota {
+					quotasDenied++
+					continue
+				}
+				refused = true
 			}
+			enforced = append(enforced, g)
 		}
 	}
 	if len(enforced) > backend.MaxRequests {
 		return false, status.Errorf(codes.InvalidArgument, "the request has %d limits to check; at most %d in one request", len(enforced), backend.MaxRequests)
 	}
-	if !refused && len(enforced) > 0 {
+	allQuotasDenied := func() bool { return quotas > 0 && quotasDenied == quotas }
+	refused = refused || allQuotasDenied()
+	pending := enforced
+	for !refused && len(pending) > 0 {
 		var err error
-		if refused, err = s.takeAll(ctx, enforced); err != nil {
+		if refused, err = s.takeAll(ctx, pending); err != nil {
 			return false, err
 		}
-	} else {
-		for _, g := range enforced {
-			if g.possible() {
+		if !refused {
+			break
+		}
+		// Refused: by an enforced limit, or by quota-mode limits alone,
+		// which leave the request to the others unless all refused.
+		var rest []*group
+		byQuota := true
+		for _, g := range pending {
+			switch {
+			case g.denied && !g.rule.quota && !s.opts.quota:
+				byQuota = false
+			case g.denied:
+				quotasDenied++
+			default:
+				rest = append(rest, g)
+			}
+		}
+		if !byQuota || allQuotasDenied() {
+			break
+		}
+		for _, g := range rest {
+			g.held, g.denied = false, false
+		}
+		pending, refused = rest, false
+	}
+	if refused {
+		for _, g := range pending {
+			if g.res == (backend.Result{}) && !g.denied && g.possible() {
 				if err := s.peek(ctx, g); err != nil {
 					return false, err
 				}
@@ -345,6 +434,32 @@ func (s *Service) giveBack(ctx context.Context, g *group) error {
 	return nil
 }
 
+// checkOnly reads g for a check-only descriptor (hits 0): as the
+// reference, it refuses only a key counted over its limit, so a key
+// exactly at its limit passes (with 0 remaining). It peeks one unit
+// against the limit plus one: admitted exactly when the count is at most
+// the limit (for gcra, whose window sets its rate, with the window grown
+// in proportion, so that its emission interval stays). Where that is no
+// valid rule, it peeks one unit against the limit itself.
+func (s *Service) checkOnly(ctx context.Context, g *group) error {
+	l := g.rule.alg.Limit
+	req := g.req
+	req.Cost = 1
+	req.Rule.Limit = l + 1
+	if req.Rule.Algorithm == algorithms.GCRA && l > 0 {
+		req.Rule.Window = req.Rule.Window / time.Duration(l) * time.Duration(l+1)
+	}
+	if req.Rule.Validate() != nil {
+		return s.peekCost(ctx, g, 1)
+	}
+	res, err := s.store.Peek(ctx, req)
+	if err == nil {
+		res.Limit = l
+		res.Remaining = min(max(res.Remaining-1, 0), l)
+	}
+	return s.settle(ctx, g, res, err)
+}
+
 // peek reads g without consuming, setting its result and denial.
 func (s *Service) peek(ctx context.Context, g *group) error { return s.peekCost(ctx, g, g.req.Cost) }
 
@@ -448,7 +563,50 @@ func (s *Service) answer(req *rlsv3.RateLimitRequest, groups []*group, refused b
 	}
 	if s.opts.stats != nil {
 		for _, g := range groups {
-			s.opts.stats(Stat{Domain: req.GetDomain(), Key: g.stat, Outcome: s.outcome(g), Hits: hitsOf(g)})
+			st := Stat{Domain: req.GetDomain(), Key: g.stat, Outcome: s.outcome(g), Hits: hitsOf(g)}
+			s.countHits(g, &st)
+			s.opts.stats(st)
+		}
+	}
+}
+
+// countHits fills st's per-counter hits as the reference's base limiter
+// does (checkOverLimitThreshold, checkNearLimitThreshold,
+// increaseShadowModeStats), from the count before and after the hits:
+// after an admission, the limit less what remains; for a refusal (which
+// consumed nothing here), what the limit held plus the hits.
+func (s *Service) countHits(g *group, st *Stat) {
+	if st.Outcome == Held {
+		return
+	}
+	limit := uint64(max(g.rule.alg.Limit, 0))
+	hits := st.Hits
+	used := limit - uint64(min(max(g.res.Remaining, 0), int64(limit)))
+	// The reference's threshold, in its float32 arithmetic.
+	near := uint64(math.Floor(float64(float32(limit) * float32(s.opts.nearRatio))))
+	if st.Outcome == Over || st.Outcome == Shadow {
+		before, after := used, used+hits
+		over := hits
+		// A refusal short of the limit (a failure policy's, or an
+		// algorithm that counts otherwise) counts all its hits over.
+		if before < limit && after > limit {
+			over = after - limit
+			st.NearLimit = limit - max(near, before)
+		}
+		st.OverLimit = over
+		if st.Outcome == Shadow {
+			st.ShadowMode = over
+		}
+		return
+	}
+	after := used
+	before := after - min(hits, after)
+	st.WithinLimit = hits
+	if after > near {
+		if before >= near {
+			st.NearLimit = hits
+		} else {
+			st.NearLimit = after - near
 		}
 	}
 }

@@ -24,8 +24,11 @@
 // and optional value (with '*' wildcards anywhere in a value); rate_limit
 // with unit (second, minute, hour, day, week, month, year, any case) and
 // requests_per_unit; unlimited; name; replaces; shadow_mode;
-// detailed_metric (and quota_mode, value_to_metric, share_threshold and
-// metadata, accepted and ignored). Its refusals (unknown keys, a duplicate
+// detailed_metric; value_to_metric (statistics keys carry the request's
+// value there); share_threshold (every value matching a wildcard counts
+// on one counter); quota_mode (a quota-mode limit refuses the request
+// only when every quota-mode limit of the request refuses); and metadata,
+// accepted and not sent. Its refusals (unknown keys, a duplicate
 // key at one level, unlimited with a unit) are refusals here, each naming
 // the file, the line and what to change. Extensions, all optional:
 //
@@ -57,7 +60,9 @@
 // end for a fixed window, as the reference reports).
 //
 // hits_addend: a request-level 0 counts 1 (Envoy always sends 0 there); a
-// descriptor's own hits_addend wins, and 0 there checks without consuming;
+// descriptor's own hits_addend wins, and 0 there checks without consuming,
+// refusing only a key counted over its limit (as the reference: a key
+// exactly at its limit passes);
 // the same descriptor twice in one request counts twice. Limits in shadow
 // mode (shadow_mode: true on the rule) are decided and counted, and never
 // refuse: they are taken after the enforced ones admitted the request.
@@ -67,7 +72,7 @@
 //
 // A descriptor may carry its own limit (Envoy's limit override): it is
 // counted as a fixed window of that unit, never in shadow mode, as by the
-// reference server. A requests_per_unit of 0, or a request costing more
+// reference server, and not at all in a domain with no configuration. A requests_per_unit of 0, or a request costing more
 // than the limit, is refused without a store call.
 //
 // Costs: a request of one limit is one store call (Take). A request of

@@ -259,9 +259,21 @@ descriptors:
 		t.Errorf("cost 11 on a limit of 10: %v", resp)
 	}
 	h.call(request("d", 2, desc("k", "a")))
-	// A check of an exhausted limit refuses, consuming nothing.
+	// A check of a key exactly at its limit passes with 0 left, as in
+	// the reference: only a count over the limit refuses a check.
+	if resp := h.call(request("d", 0, withHits(desc("k", "a"), 0))); resp.GetOverallCode() != ok || resp.GetStatuses()[0].GetLimitRemaining() != 0 {
+		t.Errorf("check of a key at its limit: %v", resp)
+	}
+	// A key counted over its limit (the limit lowered under its count)
+	// refuses a check, consuming nothing.
+	h.svc.SetRules(mustRules(t, `
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 9}
+`))
 	if resp := h.call(request("d", 0, withHits(desc("k", "a"), 0))); resp.GetOverallCode() != over {
-		t.Errorf("check of an exhausted limit: %v", resp)
+		t.Errorf("check of a key over its limit: %v", resp)
 	}
 }
 

@@ -17,9 +17,8 @@ import (
 	"github.com/limitkit/limitkit/backend"
 )
 
-// The keys each level of the reference format accepts. quota_mode,
-// value_to_metric, share_threshold and metadata are the reference's and
-// accepted without effect here.
+// The keys each level of the reference format accepts. metadata is the
+// reference's (dynamic metadata) and accepted without effect here.
 var (
 	rootKeys       = []string{"domain", "descriptors"}
 	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "detailed_metric",
@@ -222,7 +221,7 @@ func (p *parser) descriptor(n *yaml.Node, path string, depth int, keyLen int) (*
 	for _, b := range []struct {
 		key string
 		dst *bool
-	}{{"shadow_mode", &d.ShadowMode}, {"detailed_metric", &d.DetailedMetric}, {"quota_mode", nil}, {"value_to_metric", nil}, {"share_threshold", nil}} {
+	}{{"shadow_mode", &d.ShadowMode}, {"detailed_metric", &d.DetailedMetric}, {"quota_mode", &d.QuotaMode}, {"value_to_metric", &d.ValueToMetric}, {"share_threshold", &d.ShareThreshold}} {
 		if v := fields[b.key]; v != nil {
 			x, err := p.boolean(v, join(path, b.key))
 			if err != nil {

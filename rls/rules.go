@@ -30,6 +30,11 @@ type node struct {
 	unlimited bool
 	shadow    bool
 	detailed  bool
+	// share: the value is a wildcard whose matches count on one counter
+	// (share_threshold); valueToMetric: statistics carry the request's
+	// value here (value_to_metric).
+	share         bool
+	valueToMetric bool
 	// statKey names the rule in statistics: the domain and the path of
 	// the config's keys and values, as the reference server's.
 	statKey string
@@ -50,9 +55,15 @@ type rule struct {
 	// windows differ (two of one algorithm and window are refused).
 	prefix    string
 	shadow    bool
+	quota     bool
 	detailed  bool
 	statKey   string
 	onFailure backend.FailurePolicy
+	// override: a limit the request carried (Envoy's limit override),
+	// counted under a fixed prefix with its window in the key id, so that
+	// the prefix (a metric label) stays one value whatever windows
+	// clients send.
+	override bool
 }
 
 // NewRules parses files and compiles their domains. A domain defined in
@@ -70,14 +81,38 @@ func NewRules(files ...File) (*Rules, error) {
 	return Compile(configs...)
 }
 
+// NewMergedRules is NewRules merging the files of one domain into one
+// tree, as the reference does under MERGE_DOMAIN_CONFIG=true: a
+// descriptor defined in two of them is refused (duplicate composite key).
+func NewMergedRules(files ...File) (*Rules, error) {
+	configs := make([]*DomainConfig, 0, len(files))
+	for _, f := range files {
+		c, err := ParseConfig(f.Name, f.Data)
+		if err != nil {
+			return nil, err
+		}
+		configs = append(configs, c)
+	}
+	return compile(true, configs)
+}
+
 // Compile compiles parsed configurations into Rules. The error is a
 // *ConfigError.
-func Compile(configs ...*DomainConfig) (*Rules, error) {
+func Compile(configs ...*DomainConfig) (*Rules, error) { return compile(false, configs) }
+
+func compile(merge bool, configs []*DomainConfig) (*Rules, error) {
 	r := &Rules{domains: make(map[string]*node, len(configs))}
 	from := make(map[string]string, len(configs))
 	for _, c := range configs {
 		if c == nil || c.Domain == "" {
 			return nil, &ConfigError{File: fileOf(c), Path: "domain", Err: fmt.Errorf("config file cannot have empty domain; write domain: NAME")}
+		}
+		if root := r.domains[c.Domain]; root != nil && merge {
+			if err := compileLevel(c, root, c.Descriptors, c.Domain+"."); err != nil {
+				return nil, err
+			}
+			r.files = append(r.files, c.File)
+			continue
 		}
 		if first, dup := from[c.Domain]; dup {
 			return nil, &ConfigError{File: c.File, Path: "domain", Err: fmt.Errorf("duplicate domain '%s' in config file (also in %s); merge the two files or rename one domain",
@@ -102,7 +137,9 @@ func fileOf(c *DomainConfig) string {
 }
 
 func compileLevel(c *DomainConfig, parent *node, ds []*Descriptor, statPrefix string) error {
-	parent.children = make(map[string]*node, len(ds))
+	if parent.children == nil {
+		parent.children = make(map[string]*node, len(ds))
+	}
 	for _, d := range ds {
 		if d == nil || d.Key == "" {
 			return &ConfigError{File: c.File, Line: lineOf(d), Err: fmt.Errorf("descriptor has empty key; write key: NAME")}
@@ -114,13 +151,20 @@ func compileLevel(c *DomainConfig, parent *node, ds []*Descriptor, statPrefix st
 		if _, dup := parent.children[composite]; dup {
 			return &ConfigError{File: c.File, Line: d.Line, Err: fmt.Errorf("duplicate descriptor composite key '%s'; merge the two", shorten(statPrefix+composite))}
 		}
-		n := &node{unlimited: d.Unlimited, shadow: d.ShadowMode, detailed: d.DetailedMetric, statKey: statPrefix + composite}
+		if d.ShareThreshold && !strings.Contains(composite, "*") {
+			return &ConfigError{File: c.File, Line: d.Line, Err: fmt.Errorf("share_threshold can only be used with wildcard values (containing '*'), but found key '%s'; add a '*' to the value or remove share_threshold",
+				shorten(composite))}
+		}
+		n := &node{unlimited: d.Unlimited, shadow: d.ShadowMode, detailed: d.DetailedMetric, share: d.ShareThreshold,
+			valueToMetric: d.ValueToMetric, statKey: statPrefix + composite}
+		quota := d.QuotaMode
 		windows := map[string]int{}
 		for _, l := range d.Limits {
 			ru, err := compileLimit(c, n, l)
 			if err != nil {
 				return err
 			}
+			ru.quota = quota
 			if line, dup := windows[ru.prefix+string(ru.alg.Algorithm)]; dup {
 				return &ConfigError{File: c.File, Line: l.Line, Err: fmt.Errorf("two %s limits of one window on one descriptor (the other at line %d); keep the smaller one", ru.alg.Algorithm, line)}
 			}
@@ -189,48 +233,123 @@ func (r *Rules) Domains() []string {
 	return out
 }
 
+// match is what a request descriptor matched: the rule's node, the
+// wildcard values to count under in place of the request's (share
+// threshold, by entry; nil when none) and the reference's statistics key
+// for the path when it differs from the node's (value_to_metric, or
+// share_threshold under detailed_metric).
+type match struct {
+	node    *node
+	shared  []string
+	statKey string
+}
+
+// step is how one entry of a request descriptor matched: the node, the
+// wildcard value it matched ("" when exact or by key alone), and whether
+// it matched by key alone.
+type step struct {
+	node  *node
+	wild  string
+	byKey bool
+}
+
 // lookup finds the rule a request descriptor matches in domain, with the
 // reference server's rules: at each entry the exact key_value, then the
 // first wildcard that matches key_value, then the key alone; the rule
 // applies only when the descriptor's last entry reached it.
-func (r *Rules) lookup(domain string, d *ratelimitv3.RateLimitDescriptor) *node {
+func (r *Rules) lookup(domain string, d *ratelimitv3.RateLimitDescriptor) match {
 	if r == nil {
-		return nil
+		return match{}
 	}
 	level := r.domains[domain]
 	entries := d.GetEntries()
 	if level == nil || len(entries) == 0 {
-		return nil
+		return match{}
 	}
+	var buf [8]step
+	steps := buf[:0]
 	for i, e := range entries {
 		composite := e.GetKey() + "_" + e.GetValue()
-		next := level.children[composite]
-		if next == nil {
+		st := step{node: level.children[composite]}
+		if st.node == nil {
 			for _, w := range level.wildcards {
 				if wildcardMatch(w.parts, composite) {
-					next = level.children[w.key]
+					st.node = level.children[w.key]
+					st.wild = strings.TrimPrefix(w.key, e.GetKey()+"_")
 					break
 				}
 			}
 		}
-		if next == nil {
-			next = level.children[e.GetKey()]
+		if st.node == nil {
+			st.node, st.byKey = level.children[e.GetKey()], true
 		}
-		if next == nil {
-			return nil
+		if st.node == nil {
+			return match{}
 		}
+		steps = append(steps, st)
 		if i == len(entries)-1 {
-			if len(next.limits) == 0 && !next.unlimited {
-				return nil
+			if len(st.node.limits) == 0 && !st.node.unlimited {
+				return match{}
 			}
-			return next
+			return matchOf(domain, entries, steps)
 		}
-		if len(next.children) == 0 {
-			return nil
+		if len(st.node.children) == 0 {
+			return match{}
 		}
-		level = next
+		level = st.node
 	}
-	return nil
+	return match{}
+}
+
+// matchOf builds the match of a path that reached a rule: the shared
+// values, and the reference's statistics key when it differs from the
+// leaf's own. Under detailed_metric with shared values, each shared entry
+// is named by its wildcard and the others by key_value; without
+// detailed_metric, with value_to_metric on the path, each entry by its key
+// and the value the reference puts there: a shared wildcard, the request's
+// value where value_to_metric is set, else the config's value.
+func matchOf(domain string, entries []*ratelimitv3.RateLimitDescriptor_Entry, steps []step) match {
+	leaf := steps[len(steps)-1].node
+	m := match{node: leaf}
+	valueToMetric := false
+	for i, st := range steps {
+		if st.wild != "" && st.node.share {
+			if m.shared == nil {
+				m.shared = make([]string, len(steps))
+			}
+			m.shared[i] = st.wild
+		}
+		valueToMetric = valueToMetric || st.node.valueToMetric
+	}
+	if leaf.detailed && m.shared == nil || !leaf.detailed && !valueToMetric {
+		return m
+	}
+	var b strings.Builder
+	b.WriteString(domain)
+	for i, e := range entries {
+		st := steps[i]
+		value := ""
+		switch {
+		case m.shared != nil && m.shared[i] != "":
+			value = m.shared[i]
+		case leaf.detailed:
+			value = e.GetValue()
+		case st.wild != "" && st.node.valueToMetric:
+			value = e.GetValue()
+		case st.wild != "":
+			value = st.wild
+		case !st.byKey || st.node.valueToMetric:
+			value = e.GetValue()
+		}
+		b.WriteByte('.')
+		b.WriteString(e.GetKey())
+		if value != "" {
+			b.WriteByte('_')
+			b.WriteString(value)
+		}
+	}
+	m.statKey = b.String()
+	return m
 }
 
 // wildcardMatch reports whether value matches a pattern split on '*',

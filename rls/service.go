@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"sync"
@@ -33,6 +34,7 @@ type Option func(*options) error
 
 type options struct {
 	shadow         bool
+	quota          bool
 	onFailure      backend.FailurePolicy
 	errorOnFailure bool
 	headers        *HeaderNames
@@ -59,6 +61,13 @@ type HeaderNames struct {
 // OK; each descriptor's status still says OVER_LIMIT where it would.
 func WithShadowMode(on bool) Option {
 	return func(o *options) error { o.shadow = on; return nil }
+}
+
+// WithQuotaMode puts every limit in quota mode (the reference's
+// QUOTA_MODE): a request is refused only when every limit it touches
+// refuses it; each status still says OVER_LIMIT where its limit refused.
+func WithQuotaMode(on bool) Option {
+	return func(o *options) error { o.quota = on; return nil }
 }
 
 // WithFailurePolicy sets the policy for limits whose configuration names
@@ -195,6 +204,9 @@ func Register(srv grpc.ServiceRegistrar, s *Service) {
 	rlsv3.RegisterRateLimitServiceServer(srv, s)
 }
 
+// maxRememberedKey is the longest statistics key statKeys keeps as it is.
+const maxRememberedKey = 256
+
 // statKeys bounds the distinct detailed keys reported.
 type statKeys struct {
 	mu   sync.Mutex
@@ -202,8 +214,13 @@ type statKeys struct {
 	seen map[string]struct{}
 }
 
-// admit reports whether key may be reported, remembering it.
+// admit reports whether key may be reported, remembering it (a long key
+// by its hash, so that the set stays small whatever requests carry).
 func (k *statKeys) admit(key string) bool {
+	if len(key) > maxRememberedKey {
+		sum := sha256.Sum256([]byte(key))
+		key = string(sum[:])
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if _, ok := k.seen[key]; ok {

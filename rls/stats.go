@@ -12,8 +12,16 @@ type Stat struct {
 	Key string
 	// Outcome is what the limit decided.
 	Outcome Outcome
-	// Hits is the request's cost for this limit.
+	// Hits is the request's cost for this limit (total_hits).
 	Hits uint64
+	// OverLimit, NearLimit, WithinLimit and ShadowMode count the hits as
+	// the reference's counters of those names do: over_limit the hits
+	// past the limit (all of them when the limit was already reached),
+	// near_limit those between the near-limit threshold
+	// (WithNearLimitRatio) and the limit, within_limit those admitted,
+	// shadow_mode the hits past the limit that shadow mode admitted. A
+	// Held limit counts none (nothing was consumed).
+	OverLimit, NearLimit, WithinLimit, ShadowMode uint64
 }
 
 // Outcome is a limit's decision in a Stat.

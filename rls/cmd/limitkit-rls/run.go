@@ -114,7 +114,9 @@ func run(ctx context.Context, lookup settings.Lookup, logOut io.Writer, ready fu
 		}
 	}
 	opts := []rls.Option{rls.WithShadowMode(s.ShadowMode), rls.WithFailurePolicy(policy), rls.WithErrorOnFailure(s.ReferenceErrors),
-		rls.WithNearLimitRatio(s.NearLimitRatio), rls.WithStats(func(x rls.Stat) { rm.Record(x.Domain, x.Key, x.Outcome.String(), x.Hits) })}
+		rls.WithNearLimitRatio(s.NearLimitRatio), rls.WithStats(func(x rls.Stat) {
+			rm.Record(x.Domain, x.Key, metrics.Counts{Total: x.Hits, Over: x.OverLimit, Near: x.NearLimit, Within: x.WithinLimit, Shadow: x.ShadowMode})
+		})}
 	if s.ResponseHeadersEnabled {
 		opts = append(opts, rls.WithResponseHeaders(rls.HeaderNames{Limit: s.HeaderLimit, Remaining: s.HeaderRemaining, Reset: s.HeaderReset}))
 	}
@@ -163,8 +165,14 @@ func (srv *server) applied(snap runtimedir.Snapshot, rules *rls.Rules) {
 		names[i] = f.Name
 	}
 	srv.files.Store(&names)
-	srv.setServing(true)
+	// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: a configuration of no
+	// domain is no configuration, as in the reference.
+	serving := !srv.s.HealthyWithAtLeastOneConfigLoaded || len(rules.Domains()) > 0
+	srv.setServing(serving)
 	srv.log.Info("rate limit configuration loaded", "files", names, "domains", rules.Domains())
+	if !serving {
+		srv.log.Warn("no domain loaded: NOT_SERVING until one is (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED)")
+	}
 }
 
 // reload applies a changed runtime directory, or keeps the last good

@@ -37,6 +37,10 @@ import (
 // entries.
 const denyEntryBytes = 128
 
+// minDenyEntries is the least deny cache denycache.New accepts (one entry
+// per shard).
+const minDenyEntries = 64
+
 // openedStore is the store stack the service decides on, with what to
 // close.
 type openedStore struct {
@@ -140,7 +144,13 @@ func openStore(ctx context.Context, s *settings.Settings, policy backend.Failure
 			log.Warn("LOCAL_CACHE_SIZE_IN_BYTES ignored: this store has no invalidation bus")
 			return o, nil
 		}
-		n := max(s.LocalCacheSizeInBytes/denyEntryBytes, 1)
+		n := s.LocalCacheSizeInBytes / denyEntryBytes
+		if n < minDenyEntries {
+			// The reference's own tests set 1000 bytes; a cache that small
+			// gets the deny cache's least size rather than a refusal.
+			log.Info("LOCAL_CACHE_SIZE_IN_BYTES is below the deny cache's least size; using it", "bytes", s.LocalCacheSizeInBytes, "entries", minDenyEntries)
+			n = minDenyEntries
+		}
 		d, err := denycache.New(fb, c.bus, denycache.WithMaxEntries(n), denycache.WithLogger(log))
 		if err != nil {
 			_ = o.Close()

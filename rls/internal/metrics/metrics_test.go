@@ -16,10 +16,10 @@ func TestRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := "d.key_value.sub.deeper"
-	m.Record("d", key, "near_limit", 1)
-	m.Record("d", key, "over_limit", 2)
-	m.Record("d", key, "shadow_mode", 1)
-	m.Record("d", key, "held", 3)
+	m.Record("d", key, Counts{Total: 1, Within: 1, Near: 1})
+	m.Record("d", key, Counts{Total: 2, Over: 2})
+	m.Record("d", key, Counts{Total: 1, Over: 1, Shadow: 1})
+	m.Record("d", key, Counts{Total: 3})
 	m.ConfigLoaded(true)
 	m.ConfigLoaded(false)
 	m.ConfigLoaded(false)
@@ -30,7 +30,7 @@ ratelimit_service_rate_limit_total_hits{domain="d",key1="key_value",key2="sub"} 
 # HELP ratelimit_service_rate_limit_over_limit Hits refused, by domain and rule.
 # TYPE ratelimit_service_rate_limit_over_limit counter
 ratelimit_service_rate_limit_over_limit{domain="d",key1="key_value",key2="sub"} 3
-# HELP ratelimit_service_rate_limit_near_limit Hits admitted above the near-limit ratio of the limit, by domain and rule.
+# HELP ratelimit_service_rate_limit_near_limit Hits between the near-limit ratio of the limit and the limit, by domain and rule.
 # TYPE ratelimit_service_rate_limit_near_limit counter
 ratelimit_service_rate_limit_near_limit{domain="d",key1="key_value",key2="sub"} 1
 # HELP ratelimit_service_rate_limit_within_limit Hits admitted, by domain and rule.
@@ -62,7 +62,7 @@ func TestSeriesBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range MaxSeries + 500 {
-		m.Record("d", fmt.Sprintf("d.user_%d", i), "within_limit", 1)
+		m.Record("d", fmt.Sprintf("d.user_%d", i), Counts{Total: 1, Within: 1})
 	}
 	if n := testutil.CollectAndCount(m.totalHits); n != MaxSeries+1 {
 		t.Fatalf("%d series, want %d (the bound and _other)", n, MaxSeries+1)
