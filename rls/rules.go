@@ -70,13 +70,9 @@ type rule struct {
 // two files is refused, as by the reference server. The error is a
 // *ConfigError.
 func NewRules(files ...File) (*Rules, error) {
-	configs := make([]*DomainConfig, 0, len(files))
-	for _, f := range files {
-		c, err := ParseConfig(f.Name, f.Data)
-		if err != nil {
-			return nil, err
-		}
-		configs = append(configs, c)
+	configs, err := parseFiles(files)
+	if err != nil {
+		return nil, err
 	}
 	return Compile(configs...)
 }
@@ -85,6 +81,15 @@ func NewRules(files ...File) (*Rules, error) {
 // tree, as the reference does under MERGE_DOMAIN_CONFIG=true: a
 // descriptor defined in two of them is refused (duplicate composite key).
 func NewMergedRules(files ...File) (*Rules, error) {
+	configs, err := parseFiles(files)
+	if err != nil {
+		return nil, err
+	}
+	return compile(true, configs)
+}
+
+// parseFiles parses every file, stopping at the first that fails.
+func parseFiles(files []File) ([]*DomainConfig, error) {
 	configs := make([]*DomainConfig, 0, len(files))
 	for _, f := range files {
 		c, err := ParseConfig(f.Name, f.Data)
@@ -93,7 +98,7 @@ func NewMergedRules(files ...File) (*Rules, error) {
 		}
 		configs = append(configs, c)
 	}
-	return compile(true, configs)
+	return configs, nil
 }
 
 // Compile compiles parsed configurations into Rules. The error is a

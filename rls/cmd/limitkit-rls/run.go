@@ -61,9 +61,6 @@ func run(ctx context.Context, lookup settings.Lookup, logOut io.Writer, ready fu
 	for _, ig := range s.Ignored {
 		log.Warn("setting ignored", "name", ig.Name, "reason", ig.Reason)
 	}
-	if s.MergeDomainConfig {
-		log.Warn("setting ignored", "name", "MERGE_DOMAIN_CONFIG", "reason", "a domain defined in two files is refused")
-	}
 	policy, err := backend.ParseFailurePolicy(s.OnFailure)
 	if err != nil {
 		return fmt.Errorf("LIMITKIT_ON_FAILURE: %w", err)
@@ -113,7 +110,7 @@ func run(ctx context.Context, lookup settings.Lookup, logOut io.Writer, ready fu
 			rules = nil
 		}
 	}
-	opts := []rls.Option{rls.WithShadowMode(s.ShadowMode), rls.WithFailurePolicy(policy), rls.WithErrorOnFailure(s.ReferenceErrors),
+	opts := []rls.Option{rls.WithShadowMode(s.ShadowMode), rls.WithQuotaMode(s.QuotaMode), rls.WithFailurePolicy(policy), rls.WithErrorOnFailure(s.ReferenceErrors),
 		rls.WithNearLimitRatio(s.NearLimitRatio), rls.WithStats(func(x rls.Stat) {
 			rm.Record(x.Domain, x.Key, metrics.Counts{Total: x.Hits, Over: x.OverLimit, Near: x.NearLimit, Within: x.WithinLimit, Shadow: x.ShadowMode})
 		})}
@@ -128,7 +125,7 @@ func run(ctx context.Context, lookup settings.Lookup, logOut io.Writer, ready fu
 		return err
 	}
 	if rules != nil {
-		srv.applied(first, rules)
+		srv.applied(fileNames(first), rules)
 	}
 	watch := func(ctx context.Context) { dir.Watch(ctx, s.RuntimePollInterval, first, srv.reload) }
 	if s.ConfigType == settings.ConfigXDS {
@@ -152,27 +149,42 @@ func (srv *server) compile(snap runtimedir.Snapshot) (*rls.Rules, error) {
 		for i, f := range snap.Files {
 			files[i] = rls.File{Name: f.Name, Data: f.Data}
 		}
-		rules, err = rls.NewRules(files...)
+		rules, err = srv.newRules(files...)
 	}
 	srv.metrics.ConfigLoaded(err == nil)
 	return rules, err
 }
 
-// applied records rules as in force.
-func (srv *server) applied(snap runtimedir.Snapshot, rules *rls.Rules) {
-	names := make([]string, len(snap.Files))
-	for i, f := range snap.Files {
-		names[i] = f.Name
+// newRules compiles files, merging the files of one domain under
+// MERGE_DOMAIN_CONFIG.
+func (srv *server) newRules(files ...rls.File) (*rls.Rules, error) {
+	if srv.s.MergeDomainConfig {
+		return rls.NewMergedRules(files...)
 	}
+	return rls.NewRules(files...)
+}
+
+// applied records rules, compiled from the files (or xDS resources)
+// names, as in force.
+func (srv *server) applied(names []string, rules *rls.Rules) {
 	srv.files.Store(&names)
 	// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: a configuration of no
 	// domain is no configuration, as in the reference.
 	serving := !srv.s.HealthyWithAtLeastOneConfigLoaded || len(rules.Domains()) > 0
 	srv.setServing(serving)
-	srv.log.Info("rate limit configuration loaded", "files", names, "domains", rules.Domains())
+	srv.log.Info("rate limit configuration loaded", "from", names, "domains", rules.Domains())
 	if !serving {
 		srv.log.Warn("no domain loaded: NOT_SERVING until one is (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED)")
 	}
+}
+
+// fileNames lists a snapshot's files.
+func fileNames(snap runtimedir.Snapshot) []string {
+	names := make([]string, len(snap.Files))
+	for i, f := range snap.Files {
+		names[i] = f.Name
+	}
+	return names
 }
 
 // reload applies a changed runtime directory, or keeps the last good
@@ -188,7 +200,7 @@ func (srv *server) reload(snap runtimedir.Snapshot) {
 		return
 	}
 	srv.svc.SetRules(rules)
-	srv.applied(snap, rules)
+	srv.applied(fileNames(snap), rules)
 }
 
 // setServing sets gRPC health (service "ratelimit" and the server as a

@@ -72,7 +72,7 @@ func (srv *server) startXDS(ctx context.Context) (stop func(), err error) {
 // is, and puts it in force with the counts kept, or returns why not (the
 // NACK's reason), keeping the last good one.
 func (srv *server) applyXDS(ctx context.Context, configs []*rlsconfv3.RateLimitConfig) error {
-	rules, err := xds.Compile(configs)
+	rules, err := xds.Compile(configs, srv.newRules)
 	srv.metrics.ConfigLoaded(err == nil)
 	if err != nil {
 		msg := "rate limit configuration from xDS refused; the last good one stays in force"
@@ -90,9 +90,7 @@ func (srv *server) applyXDS(ctx context.Context, configs []*rlsconfv3.RateLimitC
 		names[i] = xds.Name(c)
 	}
 	srv.svc.SetRules(rules)
-	srv.files.Store(&names)
-	srv.setServing(true)
-	srv.log.Info("rate limit configuration loaded from xDS", "resources", names, "domains", rules.Domains())
+	srv.applied(names, rules)
 	return nil
 }
 

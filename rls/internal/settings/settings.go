@@ -134,6 +134,9 @@ type Settings struct {
 	// MERGE_DOMAIN_CONFIG (false): files naming one domain are merged
 	// instead of refused.
 	MergeDomainConfig bool
+	// QUOTA_MODE (false): every limit in quota mode; a request is refused
+	// only when every limit it touches refuses it.
+	QuotaMode bool
 
 	// LIMITKIT_BACKEND_URL: a limitkit store URL (memory://, redis://,
 	// rediss://, redis+cluster://, redis+sentinel://, TLS options); it
@@ -202,7 +205,6 @@ var ignoredVars = []Ignored{
 	{"REDIS_PERSECOND_TLS", "every limit uses the REDIS_URL store"},
 	{"MEMCACHE_HOST_PORT", "memcache is not supported"},
 	{"MEMCACHE_SRV", "memcache is not supported"},
-	{"QUOTA_MODE", "quota mode is not supported"},
 	{"RESPONSE_DYNAMIC_METADATA", "dynamic metadata is not sent"},
 	{"TRACING_ENABLED", "tracing is not supported"},
 }
@@ -264,6 +266,7 @@ func Load(lookup Lookup) (*Settings, error) {
 		HeaderRemaining:                   r.str("LIMIT_REMAINING_HEADER", "RateLimit-Remaining"),
 		HeaderReset:                       r.str("LIMIT_RESET_HEADER", "RateLimit-Reset"),
 		MergeDomainConfig:                 r.boolean("MERGE_DOMAIN_CONFIG", false),
+		QuotaMode:                         r.boolean("QUOTA_MODE", false),
 		BackendURL:                        r.str("LIMITKIT_BACKEND_URL", ""),
 		RedisClient:                       strings.ToLower(r.str("LIMITKIT_REDIS_CLIENT", "go-redis")),
 		OnFailure:                         r.str("LIMITKIT_ON_FAILURE", "local"),
@@ -298,7 +301,7 @@ func Load(lookup Lookup) (*Settings, error) {
 func neutral(name, v string) bool {
 	v = strings.ToLower(strings.TrimSpace(v))
 	switch name {
-	case "USE_STATSD", "USE_DOG_STATSD", "DISABLE_STATS", "REDIS_PERSECOND", "QUOTA_MODE", "TRACING_ENABLED",
+	case "USE_STATSD", "USE_DOG_STATSD", "DISABLE_STATS", "REDIS_PERSECOND", "TRACING_ENABLED",
 		"RESPONSE_DYNAMIC_METADATA", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
 		"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS":
 		return v == "false" || v == "0" || v == ""

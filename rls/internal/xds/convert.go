@@ -107,15 +107,16 @@ func limit(pb *rlsconfv3.RateLimitPolicy) *yamlLimit {
 	return l
 }
 
-// Compile converts configs and compiles them as files are compiled. An
+// Compile converts configs and compiles them with newRules, as files are
+// compiled (rls.NewRules, or rls.NewMergedRules). An
 // error names the resource and the place in it (descriptors[0].rate_limit,
 // ...), without the line of the YAML it went through.
-func Compile(configs []*rlsconfv3.RateLimitConfig) (*rls.Rules, error) {
+func Compile(configs []*rlsconfv3.RateLimitConfig, newRules func(...rls.File) (*rls.Rules, error)) (*rls.Rules, error) {
 	files, err := Files(configs)
 	if err != nil {
 		return nil, err
 	}
-	rules, err := rls.NewRules(files...)
+	rules, err := newRules(files...)
 	if err != nil {
 		var ce *rls.ConfigError
 		if errors.As(err, &ce) {

@@ -75,7 +75,7 @@ descriptors:
 	if g, w := describe(got.Descriptors), describe(want.Descriptors); g != w || got.Domain != want.Domain {
 		t.Fatalf("from xDS:\n%s\nfrom YAML:\n%s", g, w)
 	}
-	if _, err := Compile([]*rlsconfv3.RateLimitConfig{pb}); err != nil {
+	if _, err := Compile([]*rlsconfv3.RateLimitConfig{pb}, rls.NewRules); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -126,7 +126,7 @@ func TestConvertErrors(t *testing.T) {
 			{Key: "k", RateLimit: &rlsconfv3.RateLimitPolicy{Unlimited: true, Unit: rlsconfv3.RateLimitUnit_HOUR}}}}}, "unlimited"},
 		{"nil", []*rlsconfv3.RateLimitConfig{nil}, "empty"},
 	} {
-		_, err := Compile(c.cfg)
+		_, err := Compile(c.cfg, rls.NewRules)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.name, err, c.want)
 			continue
@@ -141,7 +141,7 @@ func TestConvertErrors(t *testing.T) {
 	for range 500 {
 		d = &rlsconfv3.RateLimitDescriptor{Key: "k", Descriptors: []*rlsconfv3.RateLimitDescriptor{d}}
 	}
-	if _, err := Compile([]*rlsconfv3.RateLimitConfig{{Name: "r", Domain: "d", Descriptors: []*rlsconfv3.RateLimitDescriptor{d}}}); err == nil ||
+	if _, err := Compile([]*rlsconfv3.RateLimitConfig{{Name: "r", Domain: "d", Descriptors: []*rlsconfv3.RateLimitDescriptor{d}}}, rls.NewRules); err == nil ||
 		!strings.Contains(err.Error(), "nested") {
 		t.Fatalf("500 levels: %v", err)
 	}
@@ -279,7 +279,7 @@ func refusals(t *testing.T) int {
 			Headers: map[string]string{"x-tenant": "t1"}, NodeMetadata: map[string]string{"zone": "z"},
 			Backoff: Backoff{Initial: 50 * time.Millisecond, Max: time.Second},
 			Apply: func(c []*rlsconfv3.RateLimitConfig) error {
-				if _, err := Compile(c); err != nil {
+				if _, err := Compile(c, rls.NewRules); err != nil {
 					return err
 				}
 				mu.Lock()
