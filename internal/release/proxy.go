@@ -1,6 +1,7 @@
 package main
 
 import (
+	stdzip "archive/zip"
 	"bytes"
 	"cmp"
 	"context"
@@ -24,14 +25,17 @@ import (
 
 // zipModule writes module m at version, as it is in rev (a commit or a
 // tree of the repository at repo), to file: the zip the go command makes
-// from a tag, nested modules and ignored files left out, the root LICENSE
-// added to a nested module without one.
-func zipModule(repo string, m Module, version, rev, file string) error {
+// from a tag (see moduleFiles).
+func zipModule(ctx context.Context, repo string, m Module, version, rev, file string) error {
+	files, err := moduleFiles(ctx, repo, m, rev)
+	if err != nil {
+		return err
+	}
 	f, err := os.Create(file)
 	if err != nil {
 		return err
 	}
-	err = zip.CreateFromVCS(f, module.Version{Path: m.Path, Version: version}, repo, rev, m.Dir)
+	err = zip.Create(f, module.Version{Path: m.Path, Version: version}, files)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -40,6 +44,81 @@ func zipModule(repo string, m Module, version, rev, file string) error {
 	}
 	return nil
 }
+
+// moduleFiles lists the files of m in rev as the go command takes them
+// from a tag: git archive's files under m's directory (zip.Create then
+// leaves out nested modules), and for a nested module without a LICENSE
+// the root's. This is zip.CreateFromVCS's logic, which accepts only a
+// repository's main working tree, not a worktree such as the release's.
+func moduleFiles(ctx context.Context, repo string, m Module, rev string) ([]zip.File, error) {
+	args := []string{"-c", "core.autocrlf=input", "-c", "core.eol=lf", "archive", "--format=zip", rev}
+	if m.Dir != "" {
+		args = append(args, m.Dir)
+	}
+	out, err := gitRaw(ctx, repo, args...)
+	if err != nil {
+		return nil, err
+	}
+	zr, err := stdzip.NewReader(bytes.NewReader(out), int64(len(out)))
+	if err != nil {
+		return nil, err
+	}
+	var files []zip.File
+	haveLicense := false
+	for _, zf := range zr.File {
+		name := zf.Name
+		if m.Dir != "" {
+			var ok bool
+			if name, ok = strings.CutPrefix(name, m.Dir+"/"); !ok {
+				continue
+			}
+		}
+		if name == "" || strings.HasSuffix(name, "/") {
+			continue
+		}
+		files = append(files, archived{name: name, f: zf})
+		haveLicense = haveLicense || name == "LICENSE"
+	}
+	if !haveLicense && m.Dir != "" {
+		if data, err := gitRaw(ctx, repo, "cat-file", "blob", rev+":LICENSE"); err == nil {
+			files = append(files, archived{name: "LICENSE", data: data})
+		}
+	}
+	return files, nil
+}
+
+// archived is a file of git archive's zip, or data standing alone.
+type archived struct {
+	name string
+	f    *stdzip.File
+	data []byte
+}
+
+func (a archived) Path() string { return a.name }
+
+func (a archived) Lstat() (os.FileInfo, error) {
+	if a.f != nil {
+		return a.f.FileInfo(), nil
+	}
+	return dataInfo{a}, nil
+}
+
+func (a archived) Open() (io.ReadCloser, error) {
+	if a.f != nil {
+		return a.f.Open()
+	}
+	return io.NopCloser(bytes.NewReader(a.data)), nil
+}
+
+// dataInfo describes an archived file given as data.
+type dataInfo struct{ a archived }
+
+func (i dataInfo) Name() string       { return path.Base(i.a.name) }
+func (i dataInfo) Size() int64        { return int64(len(i.a.data)) }
+func (i dataInfo) Mode() os.FileMode  { return 0o644 }
+func (i dataInfo) ModTime() time.Time { return time.Time{} }
+func (i dataInfo) IsDir() bool        { return false }
+func (i dataInfo) Sys() any           { return nil }
 
 // sumsOf hashes a module zip and its go.mod as go.sum does.
 func sumsOf(zipFile string, goMod []byte) (Sums, error) {
@@ -69,7 +148,7 @@ func hashModule(ctx context.Context, repo string, m Module, version, rev string)
 	}
 	tmp.Close()
 	defer os.Remove(tmp.Name())
-	if err := zipModule(repo, m, version, rev, tmp.Name()); err != nil {
+	if err := zipModule(ctx, repo, m, version, rev, tmp.Name()); err != nil {
 		return Sums{}, err
 	}
 	goMod, err := goModAt(ctx, repo, m, rev)
@@ -116,7 +195,7 @@ func WriteProxy(ctx context.Context, repo, dir string, mods []Module, version, r
 		if err != nil {
 			return nil, err
 		}
-		if err := zipModule(repo, m, version, rev, filepath.Join(v, ev+".zip")); err != nil {
+		if err := zipModule(ctx, repo, m, version, rev, filepath.Join(v, ev+".zip")); err != nil {
 			return nil, err
 		}
 		if sums[m.Path], err = sumsOf(filepath.Join(v, ev+".zip"), goMod); err != nil {

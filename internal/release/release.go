@@ -305,6 +305,7 @@ func rewriteGoMods(work, rootPath string, mods []Module, version string) (map[st
 				}
 			}
 		}
+		f.Cleanup() // drops the emptied entries
 		// go install pkg@version refuses a module with either, and a
 		// user's build ignores them: they would only mislead.
 		if len(f.Replace) > 0 {
@@ -313,7 +314,6 @@ func rewriteGoMods(work, rootPath string, mods []Module, version string) (map[st
 		if len(f.Exclude) > 0 {
 			return nil, fmt.Errorf("%s/go.mod excludes %s; remove the exclude before releasing (go install refuses it)", dirName(m), f.Exclude[0].Mod)
 		}
-		f.Cleanup()
 		out, err := f.Format()
 		if err != nil {
 			return nil, err
