@@ -219,14 +219,20 @@ func TestRehearsal(t *testing.T) {
 	// -trimpath: third-party packages compile once for every rehearsal,
 	// whatever the temporary module cache's path.
 	env = append(env, "GOFLAGS=-modcacherw -trimpath", "GOBIN="+filepath.Join(t.TempDir(), "bin"))
-	goCmd := func(dir string, args ...string) string {
+	goCmd := func(t *testing.T, dir string, args ...string) string {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, "go", args...)
+		start := time.Now()
+		// A bound on each command, so that a hung download fails here
+		// with its command named, not in the test binary's timeout.
+		cctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(cctx, "go", args...)
 		cmd.Dir, cmd.Env = dir, env
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("in %s: go %s: %v\n%s", filepath.Base(dir), strings.Join(args, " "), err, out)
 		}
+		t.Logf("go %s: %.1fs", strings.Join(args, " "), time.Since(start).Seconds())
 		return string(out)
 	}
 	users := t.TempDir() // outside the repository
@@ -236,7 +242,7 @@ func TestRehearsal(t *testing.T) {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			goCmd(dir, "mod", "init", "example.com/"+p.name)
+			goCmd(t, dir, "mod", "init", "example.com/"+p.name)
 			if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(p.source), 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -244,16 +250,16 @@ func TestRehearsal(t *testing.T) {
 			for _, m := range p.modules {
 				get = append(get, m+"@"+version)
 			}
-			goCmd(dir, append([]string{"get"}, get...)...)
-			goCmd(dir, "mod", "tidy")
+			goCmd(t, dir, append([]string{"get"}, get...)...)
+			goCmd(t, dir, "mod", "tidy")
 			goMod, _ := os.ReadFile(filepath.Join(dir, "go.mod"))
 			for _, m := range p.modules {
 				if !strings.Contains(string(goMod), m+" "+version) {
 					t.Errorf("go.mod does not require %s %s:\n%s", m, version, goMod)
 				}
 			}
-			goCmd(dir, "vet", ".")
-			goCmd(dir, "build", "-o", "prog", ".")
+			goCmd(t, dir, "vet", ".")
+			goCmd(t, dir, "build", "-o", "prog", ".")
 			out, err := exec.CommandContext(ctx, filepath.Join(dir, "prog")).CombinedOutput()
 			if err != nil || string(out) != p.want {
 				t.Errorf("running it: %v, printed %q, want %q", err, out, p.want)
@@ -262,7 +268,7 @@ func TestRehearsal(t *testing.T) {
 	}
 
 	// go install refuses a module with a replace, and stamps the version.
-	goCmd(users, "install", rootPath+"/rls/cmd/limitkit-rls@"+version)
+	goCmd(t, users, "install", rootPath+"/rls/cmd/limitkit-rls@"+version)
 	bin := filepath.Join(env[len(env)-1][len("GOBIN="):], "limitkit-rls")
 	out, err := exec.CommandContext(ctx, bin, "-version").CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "limitkit-rls "+version {
