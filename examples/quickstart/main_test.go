@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/examples/internal/exampletest"
 	"github.com/limitkit/limitkit/backend/storeurl"
+	"github.com/limitkit/limitkit/examples/internal/exampletest"
 )
 
 // TestQuickstart: the same decisions in memory and inside a real
