@@ -27,6 +27,9 @@
 // -mod=readonly): a missing or wrong go.sum line fails there, not in a
 // user's build.
 //
+// With -proxy DIR it leaves that proxy in DIR, to try the release before
+// pushing.
+//
 // It refuses a version that is not canonical semantic versioning with a v
 // prefix (v1.2.3, v0.1.0-rc.1), a major version above 1 (the module paths
 // have no /vN suffix), a working tree with changes, and a tag that exists.
@@ -55,8 +58,9 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	flags := flag.NewFlagSet("release", flag.ContinueOnError)
 	flags.SetOutput(stderr)
 	dir := flags.String("C", ".", "a directory inside the repository to release")
+	proxy := flags.String("proxy", "", "also leave the module proxy of the release in this directory, to try it before pushing:\nGOPROXY=file://DIR,$(go env GOPROXY) GONOSUMDB=github.com/limitkit/limitkit")
 	flags.Usage = func() {
-		fmt.Fprintln(stderr, "usage: go run ./internal/release [-C dir] VERSION")
+		fmt.Fprintln(stderr, "usage: go run ./internal/release [-C dir] [-proxy dir] VERSION")
 		fmt.Fprintln(stderr, "Tags every published module at VERSION (e.g. v0.1.0) in a release commit beside HEAD; never pushes.")
 		flags.PrintDefaults()
 	}
@@ -70,7 +74,7 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		flags.Usage()
 		return 2
 	}
-	r, err := Release(ctx, *dir, flags.Arg(0), stderr)
+	r, err := Release(ctx, *dir, flags.Arg(0), *proxy, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "release:", err)
 		return 1
@@ -78,6 +82,9 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "release commit %s (a child of %s; no branch moved)\n", r.Commit, r.Parent)
 	for _, t := range r.Tags {
 		fmt.Fprintln(stdout, "tagged", t)
+	}
+	if *proxy != "" {
+		fmt.Fprintf(stdout, "module proxy of the release in %s\n", *proxy)
 	}
 	fmt.Fprintf(stdout, "to publish: git push origin %s\n", joinTags(r.Tags))
 	return 0

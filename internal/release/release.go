@@ -145,8 +145,10 @@ func modules(ctx context.Context, root string) (rootPath string, mods []Module, 
 }
 
 // Release tags every published module of the repository containing dir at
-// version; progress goes to log. See the command's documentation.
-func Release(ctx context.Context, dir, version string, log io.Writer) (*Result, error) {
+// version; progress goes to log. When proxyDir is not empty, the module
+// proxy it checks the release against is left there. See the command's
+// documentation.
+func Release(ctx context.Context, dir, version, proxyDir string, log io.Writer) (*Result, error) {
 	if err := checkVersion(version); err != nil {
 		return nil, err
 	}
@@ -236,11 +238,15 @@ func Release(ctx context.Context, dir, version string, log io.Writer) (*Result, 
 
 	// The proxy the go command would see once the tags are pushed, built
 	// from the commit; its checksums must be those the go.sum files hold.
-	proxy, err := os.MkdirTemp("", "limitkit-release-proxy-")
-	if err != nil {
+	proxy := proxyDir
+	if proxy == "" {
+		if proxy, err = os.MkdirTemp("", "limitkit-release-proxy-"); err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(proxy)
+	} else if proxy, err = filepath.Abs(proxy); err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(proxy)
 	served, err := WriteProxy(ctx, root, proxy, res.Modules, version, res.Commit)
 	if err != nil {
 		return nil, err
