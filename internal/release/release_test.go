@@ -228,6 +228,31 @@ func TestRehearsal(t *testing.T) {
 		}
 	}
 
+	// Control: the tool's own check fails on a go.sum whose checksum of
+	// the root module is not that of the zip served.
+	tampered := filepath.Join(t.TempDir(), "tampered")
+	if _, err := git(ctx, repo, "worktree", "add", "--quiet", "--detach", tampered, "rls/"+version); err != nil {
+		t.Fatal(err)
+	}
+	sumFile := filepath.Join(tampered, "rls", "go.sum")
+	sum, err := os.ReadFile(sumFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := rootPath + " " + version + " h1:"
+	i := bytes.Index(sum, []byte(line))
+	if i < 0 {
+		t.Fatalf("rls/go.sum at the tag has no %q line:\n%s", line, sum)
+	}
+	sum = slices.Concat(sum[:i+len(line)], []byte("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="), sum[i+len(line)+44:])
+	if err := os.WriteFile(sumFile, sum, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rls := published[slices.IndexFunc(published, func(m Module) bool { return m.Dir == "rls" })]
+	if err := checkModules(ctx, tampered, proxy, rootPath, []Module{rls}); err == nil || !strings.Contains(err.Error(), "checksum mismatch") {
+		t.Errorf("the check on a tampered go.sum: %v, want a checksum mismatch", err)
+	}
+
 	env, err := ProxyEnv(ctx, proxy, rootPath, filepath.Join(t.TempDir(), "modcache"))
 	if err != nil {
 		t.Fatal(err)
