@@ -45,5 +45,5 @@ func ExampleNewPlans() {
 	// free-ann: plan free, allowed true, remaining 0
 	// free-ann: plan free, allowed false, remaining 0
 	// pro-acme: plan pro, allowed true, remaining 4
-	// gold-bob: limitkit: unknown plan "gold"; the plans are ["free" "pro"] (unknown plan: true)
+	// gold-bob: limiter: unknown plan "gold"; the plans are ["free" "pro"] (unknown plan: true)
 }

@@ -10,7 +10,7 @@ import (
 
 // ErrUnknownPlan reports a plan name that a Plans does not have: the
 // resolver returned a name no plan is registered under.
-var ErrUnknownPlan = errors.New("limitkit: unknown plan")
+var ErrUnknownPlan = errors.New("limiter: unknown plan")
 
 // Resolver chooses the plan that applies to a request for key: the
 // caller's tier (free, pro), looked up by API key or tenant. ctx is the

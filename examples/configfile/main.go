@@ -26,7 +26,6 @@ import (
 
 	"github.com/limitkit/limitkit/backend/storeurl"
 	"github.com/limitkit/limitkit/clock"
-	"github.com/limitkit/limitkit/examples/internal/stores"
 	"github.com/limitkit/limitkit/limiter"
 	"github.com/limitkit/limitkit/limiter/config"
 )
@@ -47,8 +46,8 @@ type options struct {
 func main() {
 	var o options
 	flag.StringVar(&o.configPath, "config", "", "configuration file (YAML, or JSON when named *.json); default: the shipped limits.yaml")
-	flag.StringVar(&o.redisURL, "redis", "", "Redis URL ("+stores.URLForms+") replacing the file's backend.url")
-	flag.StringVar(&o.client, "client", "", "Redis client library replacing the file's backend.client: "+stores.Clients)
+	flag.StringVar(&o.redisURL, "redis", "", "Redis URL (redis://host:port/db; rediss://, redis+cluster://, redis+sentinel:// as backend/storeurl reads them) replacing the file's backend.url")
+	flag.StringVar(&o.client, "client", "", "Redis client library replacing the file's backend.client: go-redis or rueidis")
 	flag.BoolVar(&o.check, "check", false, "only validate the file and list its policies")
 	flag.Parse()
 	if err := run(context.Background(), os.Stdout, o); err != nil {

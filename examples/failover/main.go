@@ -27,14 +27,14 @@ import (
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
-	"github.com/limitkit/limitkit/examples/internal/stores"
+	"github.com/limitkit/limitkit/backend/storeurl"
 	"github.com/limitkit/limitkit/fallback"
 	"github.com/limitkit/limitkit/limiter"
 )
 
 func main() {
 	redisURL := flag.String("redis", "", "Redis URL (redis://host:port/db); empty simulates an outage in memory")
-	client := flag.String("client", "go-redis", "Redis client library: "+stores.Clients)
+	client := flag.String("client", "go-redis", "Redis client library: go-redis or rueidis")
 	duration := flag.Duration("duration", 8*time.Second, "how long to run (0: until interrupted)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -117,7 +117,7 @@ func openPrimary(redisURL, client string) (backend.Store, func(), error) {
 		}
 		return &outage{Store: m, from: time.Now().Add(2 * time.Second), to: time.Now().Add(5 * time.Second)}, func() {}, nil
 	}
-	return stores.Redis(redisURL, client)
+	return openRedis(redisURL, client)
 }
 
 // outage is a primary that fails between from and to.
@@ -147,4 +147,16 @@ func (o *outage) Peek(ctx context.Context, req backend.Request) (backend.Result,
 		return backend.Result{}, errSimulated
 	}
 	return o.Store.Peek(ctx, req)
+}
+
+// openRedis opens the Redis at url (any URL backend/storeurl reads: one
+// server, a cluster, Sentinel) through the client library named, go-redis
+// or rueidis, checks that it answers, and returns a store over it and a
+// function that closes it.
+func openRedis(url, client string) (backend.Store, func(), error) {
+	opened, err := storeurl.Open(context.Background(), url, storeurl.WithClient(client))
+	if err != nil {
+		return nil, nil, err
+	}
+	return opened.Store, func() { _ = opened.Close() }, nil
 }

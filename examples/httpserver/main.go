@@ -40,8 +40,8 @@ import (
 
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/backend/storeurl"
 	"github.com/limitkit/limitkit/clock"
-	"github.com/limitkit/limitkit/examples/internal/stores"
 	"github.com/limitkit/limitkit/fallback"
 	"github.com/limitkit/limitkit/limiter"
 	"github.com/limitkit/limitkit/limiter/httplimit"
@@ -59,7 +59,7 @@ const (
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
 	redisURL := flag.String("redis", "", "Redis URL (redis://host:port/db); empty keeps the counts in memory")
-	client := flag.String("client", "go-redis", "Redis client library: "+stores.Clients)
+	client := flag.String("client", "go-redis", "Redis client library: go-redis or rueidis")
 	trusted := flag.String("trusted-proxies", "", "comma-separated addresses or CIDR networks of reverse proxies whose X-Forwarded-For is believed; empty trusts none")
 	exempt := flag.String("exempt", "", "comma-separated client addresses or CIDR networks that are never limited")
 	deny := flag.String("deny", "", "comma-separated client addresses or CIDR networks that are always refused")
@@ -192,7 +192,7 @@ func openStore(cfg config, metrics *promobserve.Metrics) (backend.Store, func(),
 	if client == "" {
 		client = "go-redis"
 	}
-	redisStore, closeRedis, err := stores.Redis(cfg.RedisURL, client)
+	redisStore, closeRedis, err := openRedis(cfg.RedisURL, client)
 	if err != nil {
 		return nil, nil, fmt.Errorf("-redis %s: %w", cfg.RedisURL, err)
 	}
@@ -220,4 +220,16 @@ func remaining(r *http.Request) string {
 		return "You are not limited here (exempt, or the limit could not be checked)."
 	}
 	return strconv.FormatInt(d.Remaining, 10) + " requests left in this window."
+}
+
+// openRedis opens the Redis at url (any URL backend/storeurl reads: one
+// server, a cluster, Sentinel) through the client library named, go-redis
+// or rueidis, checks that it answers, and returns a store over it and a
+// function that closes it.
+func openRedis(url, client string) (backend.Store, func(), error) {
+	opened, err := storeurl.Open(context.Background(), url, storeurl.WithClient(client))
+	if err != nil {
+		return nil, nil, err
+	}
+	return opened.Store, func() { _ = opened.Close() }, nil
 }

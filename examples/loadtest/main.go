@@ -37,7 +37,7 @@ import (
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
-	"github.com/limitkit/limitkit/examples/internal/stores"
+	"github.com/limitkit/limitkit/backend/storeurl"
 	"github.com/limitkit/limitkit/limiter"
 )
 
@@ -66,7 +66,7 @@ func main() {
 	flag.IntVar(&cfg.concurrency, "c", 64, "concurrent callers")
 	flag.DurationVar(&cfg.duration, "d", 10*time.Second, "how long to run")
 	flag.StringVar(&cfg.redisURL, "redis", "", "Redis URL (redis://host:port/db); empty keeps the state in memory")
-	flag.StringVar(&cfg.client, "client", "go-redis", "Redis client library: "+stores.Clients)
+	flag.StringVar(&cfg.client, "client", "go-redis", "Redis client library: go-redis or rueidis")
 	flag.DurationVar(&cfg.timeout, "timeout", time.Second, "deadline of each decision on Redis")
 	flag.Parse()
 	cfg.algorithm = algorithms.Name(alg)
@@ -110,7 +110,7 @@ func openStore(redisURL, client string) (backend.Store, string, func(), error) {
 		s, err := memorystore.New()
 		return s, "in memory", func() {}, err
 	}
-	s, closeStore, err := stores.Redis(redisURL, client)
+	s, closeStore, err := openRedis(redisURL, client)
 	return s, "in Redis (" + client + ")", closeStore, err
 }
 
@@ -352,4 +352,16 @@ func (h *histogram) quantile(q float64) time.Duration {
 		}
 	}
 	return h.max
+}
+
+// openRedis opens the Redis at url (any URL backend/storeurl reads: one
+// server, a cluster, Sentinel) through the client library named, go-redis
+// or rueidis, checks that it answers, and returns a store over it and a
+// function that closes it.
+func openRedis(url, client string) (backend.Store, func(), error) {
+	opened, err := storeurl.Open(context.Background(), url, storeurl.WithClient(client))
+	if err != nil {
+		return nil, nil, err
+	}
+	return opened.Store, func() { _ = opened.Close() }, nil
 }

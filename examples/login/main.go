@@ -33,14 +33,14 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/backend/storeurl"
 	"github.com/limitkit/limitkit/clock"
-	"github.com/limitkit/limitkit/examples/internal/stores"
 	"github.com/limitkit/limitkit/limiter"
 )
 
 func main() {
-	redisURL := flag.String("redis", "", "Redis URL ("+stores.URLForms+"); empty keeps the state in memory")
-	client := flag.String("client", "go-redis", "Redis client library: "+stores.Clients)
+	redisURL := flag.String("redis", "", "Redis URL (redis://host:port/db; rediss://, redis+cluster://, redis+sentinel:// as backend/storeurl reads them); empty keeps the state in memory")
+	client := flag.String("client", "go-redis", "Redis client library: go-redis or rueidis")
 	flag.Parse()
 	store, where, closeStore, err := openStore(*redisURL, *client)
 	if err == nil {
@@ -53,9 +53,21 @@ func main() {
 	}
 }
 
-// openStore returns the store to keep the counts in, and where that is.
+// openStore opens the store the example keeps its state in: a memory store
+// when redisURL is empty, else the Redis at redisURL (any URL
+// backend/storeurl reads: one server, a cluster, Sentinel) through the
+// client library named, go-redis or rueidis. It returns where the state
+// is, and a function that closes the store.
 func openStore(redisURL, client string) (backend.Store, string, func(), error) {
-	return stores.Open(redisURL, client)
+	url, where := "memory://", "in memory"
+	if redisURL != "" {
+		url, where = redisURL, "in Redis ("+client+")"
+	}
+	opened, err := storeurl.Open(context.Background(), url, storeurl.WithClient(client))
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return opened.Store, where, func() { _ = opened.Close() }, nil
 }
 
 // The limits, by their index in the Composite.

@@ -28,17 +28,17 @@ import (
 	"time"
 
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/backend/storeurl"
 	"github.com/limitkit/limitkit/clock"
-	"github.com/limitkit/limitkit/examples/internal/stores"
 	"github.com/limitkit/limitkit/fallback"
 	"github.com/limitkit/limitkit/limiter"
 )
 
 func main() {
 	redisURL := flag.String("redis", "", "Redis URL (redis://host:port/db); empty keeps the state in memory")
-	client := flag.String("client", "go-redis", "Redis client library: "+stores.Clients)
+	client := flag.String("client", "go-redis", "Redis client library: go-redis or rueidis")
 	flag.Parse()
-	primary, _, closePrimary, err := stores.Open(*redisURL, *client)
+	primary, _, closePrimary, err := openStore(*redisURL, *client)
 	if err == nil {
 		defer closePrimary()
 		err = run(os.Stdout, primary)
@@ -169,4 +169,21 @@ func run(out io.Writer, primary backend.Store) error {
 	time.Sleep(2 * openTimeout) // the breaker's wait runs on real time: then it probes
 	order("bob")
 	return nil
+}
+
+// openStore opens the store the example keeps its state in: a memory store
+// when redisURL is empty, else the Redis at redisURL (any URL
+// backend/storeurl reads: one server, a cluster, Sentinel) through the
+// client library named, go-redis or rueidis. It returns where the state
+// is, and a function that closes the store.
+func openStore(redisURL, client string) (backend.Store, string, func(), error) {
+	url, where := "memory://", "in memory"
+	if redisURL != "" {
+		url, where = redisURL, "in Redis ("+client+")"
+	}
+	opened, err := storeurl.Open(context.Background(), url, storeurl.WithClient(client))
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return opened.Store, where, func() { _ = opened.Close() }, nil
 }

@@ -8,13 +8,12 @@ import (
 
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/examples/internal/exampletest"
-	"github.com/limitkit/limitkit/examples/internal/stores"
 )
 
 // TestPayments: the same decisions in memory and with the state in a real
 // redis-server, through either client.
 func TestPayments(t *testing.T) {
-	exampletest.EveryStore(t, stores.Open, func(t *testing.T, store backend.Store, _ string) { checkOutput(t, store) })
+	exampletest.EveryStore(t, openStore, func(t *testing.T, store backend.Store, _ string) { checkOutput(t, store) })
 }
 
 func checkOutput(t *testing.T, primary backend.Store) {

@@ -8,13 +8,12 @@ import (
 
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/examples/internal/exampletest"
-	"github.com/limitkit/limitkit/examples/internal/stores"
 )
 
 // TestPlans: the demo's two tiers give the same answers in memory and
 // with the counts in a real redis-server, through either client.
 func TestPlans(t *testing.T) {
-	exampletest.EveryStore(t, stores.Open, func(t *testing.T, store backend.Store, where string) {
+	exampletest.EveryStore(t, openStore, func(t *testing.T, store backend.Store, where string) {
 		var out strings.Builder
 		require.NoError(t, run(&out, store, where))
 		text := out.String()

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/backend/storeurl"
 	"github.com/limitkit/limitkit/examples/internal/exampletest"
-	"github.com/limitkit/limitkit/examples/internal/stores"
 )
 
 // TestQuickstart: the same decisions in memory and inside a real
@@ -17,7 +17,14 @@ import (
 // build tags.
 func TestQuickstart(t *testing.T) {
 	if openRedis == nil {
-		openRedis = stores.Redis
+		// redis.go's opener, which a build without the tag leaves out.
+		openRedis = func(url, client string) (backend.Store, func(), error) {
+			opened, err := storeurl.Open(t.Context(), url, storeurl.WithClient(client))
+			if err != nil {
+				return nil, nil, err
+			}
+			return opened.Store, func() { _ = opened.Close() }, nil
+		}
 		t.Cleanup(func() { openRedis = nil })
 	}
 	exampletest.EveryStore(t, openStore, checkOutput)

@@ -32,15 +32,16 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/backend/storeurl"
 	"github.com/limitkit/limitkit/clock"
-	"github.com/limitkit/limitkit/examples/internal/stores"
 	"github.com/limitkit/limitkit/fallback"
 	"github.com/limitkit/limitkit/limiter"
 )
 
 func main() {
-	redisURL := flag.String("redis", "", "Redis URL ("+stores.URLForms+"); empty keeps the state in memory")
-	client := flag.String("client", "go-redis", "Redis client library: "+stores.Clients)
+	redisURL := flag.String("redis", "", "Redis URL (redis://host:port/db; rediss://, redis+cluster://, redis+sentinel:// as backend/storeurl reads them); empty keeps the state in memory")
+	client := flag.String("client", "go-redis", "Redis client library: go-redis or rueidis")
 	flag.Parse()
 	store, where, closeStore, err := openStore(*redisURL, *client)
 	if err == nil {
@@ -53,18 +54,27 @@ func main() {
 	}
 }
 
-// openStore returns the store to keep the counts in, and where that is.
+// openStore returns the store to keep the counts in, where that is, and a
+// function that closes it: a memory store when redisURL is empty, else the
+// Redis at redisURL (any URL backend/storeurl reads) through the client
+// library named, go-redis or rueidis, behind a fallback store that goes on
+// limiting while Redis is down.
 func openStore(redisURL, client string) (backend.Store, string, func(), error) {
-	s, where, closeStore, err := stores.Open(redisURL, client)
-	if err != nil || redisURL == "" {
-		return s, where, closeStore, err
+	if redisURL == "" {
+		s, err := memorystore.New()
+		return s, "in memory", func() {}, err
 	}
-	fb, err := fallback.New(s)
+	opened, err := storeurl.Open(context.Background(), redisURL, storeurl.WithClient(client))
+	if err != nil {
+		return nil, "", nil, err
+	}
+	closeStore := func() { _ = opened.Close() }
+	fb, err := fallback.New(opened.Store)
 	if err != nil {
 		closeStore()
 		return nil, "", nil, err
 	}
-	return fb, where, closeStore, nil
+	return fb, "in Redis (" + client + ")", closeStore, nil
 }
 
 // codeLimit is the limit on verification codes per phone number.

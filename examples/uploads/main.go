@@ -28,17 +28,17 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/backend/storeurl"
 	"github.com/limitkit/limitkit/clock"
-	"github.com/limitkit/limitkit/examples/internal/stores"
 	"github.com/limitkit/limitkit/limiter"
 	"github.com/limitkit/limitkit/limiter/httplimit"
 )
 
 func main() {
-	redisURL := flag.String("redis", "", "Redis URL ("+stores.URLForms+"); empty keeps the state in memory")
-	client := flag.String("client", "go-redis", "Redis client library: "+stores.Clients)
+	redisURL := flag.String("redis", "", "Redis URL (redis://host:port/db; rediss://, redis+cluster://, redis+sentinel:// as backend/storeurl reads them); empty keeps the state in memory")
+	client := flag.String("client", "go-redis", "Redis client library: go-redis or rueidis")
 	flag.Parse()
-	store, where, closeStore, err := stores.Open(*redisURL, *client)
+	store, where, closeStore, err := openStore(*redisURL, *client)
 	if err == nil {
 		defer closeStore()
 		fmt.Printf("uploads: state %s\n", where)
@@ -216,4 +216,21 @@ func run(out io.Writer, store backend.Store) error {
 	d.finish("ann", "g.jpg")
 	d.finish("ann", "h.jpg")
 	return nil
+}
+
+// openStore opens the store the example keeps its state in: a memory store
+// when redisURL is empty, else the Redis at redisURL (any URL
+// backend/storeurl reads: one server, a cluster, Sentinel) through the
+// client library named, go-redis or rueidis. It returns where the state
+// is, and a function that closes the store.
+func openStore(redisURL, client string) (backend.Store, string, func(), error) {
+	url, where := "memory://", "in memory"
+	if redisURL != "" {
+		url, where = redisURL, "in Redis ("+client+")"
+	}
+	opened, err := storeurl.Open(context.Background(), url, storeurl.WithClient(client))
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return opened.Store, where, func() { _ = opened.Close() }, nil
 }

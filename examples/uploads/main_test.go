@@ -8,7 +8,6 @@ import (
 
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/examples/internal/exampletest"
-	"github.com/limitkit/limitkit/examples/internal/stores"
 )
 
 // TestUploads: the same story in memory and with the leases in a real
@@ -16,7 +15,7 @@ import (
 // flight, each finished upload's slot back at once, and the crashed
 // worker's slot back only when its lease times out.
 func TestUploads(t *testing.T) {
-	exampletest.EveryStore(t, stores.Open, func(t *testing.T, store backend.Store, _ string) {
+	exampletest.EveryStore(t, openStore, func(t *testing.T, store backend.Store, _ string) {
 		var out strings.Builder
 		require.NoError(t, run(&out, store))
 		text := out.String()

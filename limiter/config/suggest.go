@@ -2,11 +2,9 @@ package config
 
 import "github.com/limitkit/limitkit/limiter/internal/settings"
 
-// didYouMean and nearest suggest a valid name for a misspelt one; they are
-// settings', so that every message of a file suggests alike.
+// didYouMean suggests a valid name for a misspelt one; it is settings', so
+// that every message of a file suggests alike.
 func didYouMean(got string, options []string) string { return settings.DidYouMean(got, options) }
-
-func nearest(got string, options []string) string { return settings.Nearest(got, options) }
 
 // clip bounds s for an error message.
 func clip(s string, n int) string {

@@ -35,8 +35,6 @@ import (
 	"github.com/limitkit/limitkit/limiter/observe"
 )
 
-var start = transporttest.Start
-
 const (
 	check = "/grpc.health.v1.Health/Check"
 	watch = "/grpc.health.v1.Health/Watch"

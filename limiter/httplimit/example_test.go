@@ -95,7 +95,7 @@ func ExampleDecisionFrom() {
 
 // The limit's lists (limiter.Config.Exempt and Deny) are answered by the
 // middleware: exempt clients pass, denied ones get 403.
-func ExampleWithDenyHandler() {
+func ExampleWithDenyListHandler() {
 	store, _ := memorystore.New()
 	lim, err := limiter.New(store, limiter.Config{Limit: 1, Window: time.Minute, Prefix: "api:",
 		Exempt: []string{"10.0.0.0/8"},        // the monitoring network
@@ -103,7 +103,7 @@ func ExampleWithDenyHandler() {
 	if err != nil {
 		panic(err)
 	}
-	mw, err := httplimit.New(lim, httplimit.WithDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	mw, err := httplimit.New(lim, httplimit.WithDenyListHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusForbidden)
 	})))
 	if err != nil {

@@ -69,7 +69,7 @@
 //
 // The limit's exemptions and deny list (limiter.Config.Exempt and Deny)
 // cost no store call: an exempt request passes with no rate-limit fields, a
-// deny-listed one is refused, 403 Forbidden by default (WithDenyHandler).
+// deny-listed one is refused, 403 Forbidden by default (WithDenyListHandler).
 // Their address entries apply only to keys a key func derived from the
 // client's address (ClientIP, ProxiedClientIP, and IPv6Prefix, Join or
 // FirstOf of them; see Key), never to a header's value.
@@ -165,16 +165,17 @@ func WithErrorHandler(h ErrorHandler) Option {
 // rate-limit headers and Retry-After are set, and the decision is in the
 // request's context (DecisionFrom), before it runs; it must write the status
 // itself (default: 429 with a problem+json body for clients that accept
-// JSON, a short text body for others).
+// JSON, a short text body for others). Requests on the deny list are
+// WithDenyListHandler's.
 func WithDeniedHandler(h http.Handler) Option {
 	return handlerOption(h, "denied", func(m *Middleware) *http.Handler { return &m.denied })
 }
 
-// WithDenyHandler sets the handler that answers requests on the limit's
+// WithDenyListHandler sets the handler that answers requests on the limit's
 // deny list, limiter.Config.Deny (default: 403 Forbidden with a short text
-// body).
-func WithDenyHandler(h http.Handler) Option {
-	return handlerOption(h, "deny", func(m *Middleware) *http.Handler { return &m.deny })
+// body). Requests over the limit are WithDeniedHandler's.
+func WithDenyListHandler(h http.Handler) Option {
+	return handlerOption(h, "deny-list", func(m *Middleware) *http.Handler { return &m.deny })
 }
 
 // WithMissingKey sets the handler that answers requests for which the key

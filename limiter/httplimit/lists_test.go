@@ -159,7 +159,7 @@ func TestListsProxiedClientAndHandler(t *testing.T) {
 	proxied, err := ProxiedClientIP("", "10.0.0.0/8")
 	require.NoError(t, err)
 	h := newHandler(t, lim, nil, WithKey(proxied),
-		WithDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		WithDenyListHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			w.WriteHeader(http.StatusUnavailableForLegalReasons)
 		})))
 	for range 3 {
@@ -170,8 +170,8 @@ func TestListsProxiedClientAndHandler(t *testing.T) {
 	assert.Equal(t, 200, do(h, request("10.0.0.1:1", "X-Forwarded-For", "203.0.113.1")).Code)
 	assert.Equal(t, 429, do(h, request("10.0.0.1:1", "X-Forwarded-For", "203.0.113.1")).Code)
 	assert.EqualValues(t, 2, store.calls.Load())
-	_, err = New(lim, WithDenyHandler(nil))
-	require.ErrorContains(t, err, "deny handler is nil")
+	_, err = New(lim, WithDenyListHandler(nil))
+	require.ErrorContains(t, err, "deny-list handler is nil")
 }
 
 // TestListsRealServer: an exempt loopback client of a real server is never

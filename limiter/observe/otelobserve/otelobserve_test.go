@@ -57,7 +57,7 @@ func collect(t *testing.T, r *sdkmetric.ManualReader) map[string]series {
 	name := func(metric string, set attribute.Set) string {
 		var parts []string
 		for _, kv := range set.ToSlice() {
-			parts = append(parts, string(kv.Key)+"="+kv.Value.Emit())
+			parts = append(parts, string(kv.Key)+"="+kv.Value.String())
 		}
 		return metric + "{" + strings.Join(parts, ",") + "}"
 	}

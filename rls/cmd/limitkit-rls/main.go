@@ -3,13 +3,14 @@
 // from the same runtime directory, and the same environment (see
 // docs/rls.md for the variables).
 //
-//	RUNTIME_ROOT=/data RUNTIME_SUBDIRECTORY=ratelimit REDIS_SOCKET_TYPE=tcp REDIS_URL=localhost:6379 \
-//		go run ./rls/cmd/limitkit-rls
+//	go install github.com/limitkit/limitkit/rls/cmd/limitkit-rls@latest
+//	RUNTIME_ROOT=/data RUNTIME_SUBDIRECTORY=ratelimit REDIS_SOCKET_TYPE=tcp REDIS_URL=localhost:6379 limitkit-rls
 //
 // It serves envoy.service.ratelimit.v3.RateLimitService and gRPC health on
 // GRPC_PORT (8081), /healthcheck and POST /json on PORT (8080), pprof and
 // /metrics on DEBUG_PORT (6070). SIGTERM or SIGINT turns health to
-// NOT_SERVING and drains the calls in flight.
+// NOT_SERVING and drains the calls in flight. It takes no arguments; the
+// flags -version and -h print the version or a usage text and exit.
 package main
 
 import (
@@ -18,14 +19,30 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/limitkit/limitkit/rls/internal/settings"
 )
 
 func main() {
+	if done, code := parseFlags(os.Args[1:], os.Stdout, os.Stderr); done {
+		os.Exit(code)
+	}
+	logStart()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := run(ctx, os.LookupEnv, os.Stderr, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "limitkit-rls:", err)
 		stop()
 		os.Exit(1)
+	}
+}
+
+// logStart writes the start-up line with the version, in the log format and
+// at a level the settings show by default (the reference's default level is
+// WARN, as for the "listening" line). Bad settings are left for run to
+// report.
+func logStart() {
+	if s, err := settings.Load(os.LookupEnv); err == nil {
+		s.Logger(os.Stderr).Warn("starting limitkit-rls", "version", version())
 	}
 }

@@ -3,10 +3,10 @@
 // generated trace, the memory a key takes on Redis and in the memory
 // store, and decisions per second.
 //
-//	go run ./examples/accuracy                 # accuracy and the memory store only
-//	go run ./examples/accuracy -redis auto     # also Redis: starts a private redis-server
-//	go run ./examples/accuracy -redis redis://127.0.0.1:6379/15   # an existing server (FLUSHDB!)
-//	go run ./examples/accuracy -redis auto -arrival 64 -windows 3  # the logs under out-of-order arrival
+//	go run ./internal/cmd/accuracy                 # accuracy and the memory store only
+//	go run ./internal/cmd/accuracy -redis auto     # also Redis: starts a private redis-server
+//	go run ./internal/cmd/accuracy -redis redis://127.0.0.1:6379/15   # an existing server (FLUSHDB!)
+//	go run ./internal/cmd/accuracy -redis auto -arrival 64 -windows 3  # the logs under out-of-order arrival
 //
 // The trace is seeded and replayed on a fake clock, so the accuracy columns
 // are the same on every run; memory and speed are measured.

@@ -1,10 +1,10 @@
-// Command inspect is an operator's report on the limitkit keys in a Redis:
+// Command limitkit-inspect is an operator's report on the limitkit keys in a Redis:
 // how many there are of each algorithm, how much memory they take, whether
 // any has no expiry, whether limitkit's scripts show up in SLOWLOG, and
 // whether the server's eviction policy endangers them.
 //
-//	go run ./examples/inspect -redis redis://127.0.0.1:6379/0 -prefix limitkit:
-//	go run ./examples/inspect -redis 'redis+cluster://127.0.0.1:7000?addr=127.0.0.1:7001'
+//	go run ./cmd/limitkit-inspect -redis redis://127.0.0.1:6379/0 -prefix limitkit:
+//	go run ./cmd/limitkit-inspect -redis 'redis+cluster://127.0.0.1:7000?addr=127.0.0.1:7001'
 //
 // It only reads, and it is gentle with a production server: keys are
 // listed with SCAN (never KEYS) in pages of -count, TTLs are read in one
