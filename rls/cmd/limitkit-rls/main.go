@@ -1,7 +1,8 @@
 // Command limitkit-rls is an Envoy rate limit service on limitkit's stores
 // and algorithms, a drop-in for envoyproxy/ratelimit: the same YAML, read
-// from the same runtime directory, and the same environment (see
-// docs/rls.md for the variables).
+// from the same runtime directory or received over xDS (CONFIG_TYPE=GRPC_XDS_SOTW,
+// as Envoy Gateway sends it), and the same environment (see docs/rls.md for
+// the variables).
 //
 //	go install github.com/limitkit/limitkit/rls/cmd/limitkit-rls@latest
 //	RUNTIME_ROOT=/data RUNTIME_SUBDIRECTORY=ratelimit REDIS_SOCKET_TYPE=tcp REDIS_URL=localhost:6379 limitkit-rls
@@ -19,15 +20,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-
-	"github.com/limitkit/limitkit/rls/internal/settings"
 )
 
 func main() {
 	if done, code := parseFlags(os.Args[1:], os.Stdout, os.Stderr); done {
 		os.Exit(code)
 	}
-	logStart()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := run(ctx, os.LookupEnv, os.Stderr, nil); err != nil {
@@ -37,12 +35,3 @@ func main() {
 	}
 }
 
-// logStart writes the start-up line with the version, in the log format and
-// at a level the settings show by default (the reference's default level is
-// WARN, as for the "listening" line). Bad settings are left for run to
-// report.
-func logStart() {
-	if s, err := settings.Load(os.LookupEnv); err == nil {
-		s.Logger(os.Stderr).Warn("starting limitkit-rls", "version", version())
-	}
-}

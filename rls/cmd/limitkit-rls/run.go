@@ -58,6 +58,7 @@ func run(ctx context.Context, lookup settings.Lookup, logOut io.Writer, ready fu
 		return fmt.Errorf("settings: %w", err)
 	}
 	log := s.Logger(logOut)
+	log.Warn("starting limitkit-rls", "version", version())
 	for _, ig := range s.Ignored {
 		log.Warn("setting ignored", "name", ig.Name, "reason", ig.Reason)
 	}
