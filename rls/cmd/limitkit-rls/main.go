@@ -34,4 +34,3 @@ func main() {
 		os.Exit(1)
 	}
 }
-
