@@ -41,9 +41,10 @@ type (
 	}
 )
 
-// maxDepth bounds the descriptor nesting converted; the parser refuses
-// anything deeper than its own, smaller bound with a clear error.
-const maxDepth = 128
+// maxDepth bounds the descriptor nesting converted (far past any real
+// configuration; the YAML it goes through must stay within the parser's
+// own bound).
+const maxDepth = 1000
 
 // Files converts RateLimitConfigs to the files of the reference's YAML
 // format, each named after its resource ("xds <name>"), in order.
@@ -54,7 +55,11 @@ func Files(configs []*rlsconfv3.RateLimitConfig) ([]rls.File, error) {
 			return nil, fmt.Errorf("resource %d is empty", i)
 		}
 		name := Name(c)
-		doc := yamlConfig{Domain: c.GetDomain(), Descriptors: descriptors(c.GetDescriptors(), 1)}
+		ds, err := descriptors(c.GetDescriptors(), 1)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		doc := yamlConfig{Domain: c.GetDomain(), Descriptors: ds}
 		data, err := yaml.Marshal(&doc)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
@@ -74,18 +79,25 @@ func Name(c *rlsconfv3.RateLimitConfig) string {
 	return "xds " + name
 }
 
-func descriptors(pb []*rlsconfv3.RateLimitDescriptor, depth int) []yamlDescriptor {
-	if len(pb) == 0 || depth > maxDepth {
-		return nil
+func descriptors(pb []*rlsconfv3.RateLimitDescriptor, depth int) ([]yamlDescriptor, error) {
+	if len(pb) == 0 {
+		return nil, nil
+	}
+	if depth > maxDepth {
+		return nil, fmt.Errorf("descriptors nested more than %d deep; flatten the tree", maxDepth)
 	}
 	out := make([]yamlDescriptor, 0, len(pb))
 	for _, d := range pb {
 		if d == nil {
 			continue
 		}
+		children, err := descriptors(d.GetDescriptors(), depth+1)
+		if err != nil {
+			return nil, err
+		}
 		y := yamlDescriptor{
 			Key: d.GetKey(), Value: d.GetValue(), RateLimit: limit(d.GetRateLimit()),
-			Descriptors: descriptors(d.GetDescriptors(), depth+1),
+			Descriptors: children,
 			ShadowMode:  d.GetShadowMode(), DetailedMetric: d.GetDetailedMetric(), QuotaMode: d.GetQuotaMode(),
 		}
 		if m := d.GetMetadata(); m != nil && len(m.GetFields()) > 0 {
@@ -93,7 +105,7 @@ func descriptors(pb []*rlsconfv3.RateLimitDescriptor, depth int) []yamlDescripto
 		}
 		out = append(out, y)
 	}
-	return out
+	return out, nil
 }
 
 func limit(pb *rlsconfv3.RateLimitPolicy) *yamlLimit {

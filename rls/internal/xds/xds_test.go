@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -19,6 +21,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/rls"
 )
 
@@ -136,14 +139,46 @@ func TestConvertErrors(t *testing.T) {
 			t.Errorf("%s: a line of the intermediate YAML: %v", c.name, err)
 		}
 	}
-	// Deep nesting is refused, not walked.
-	d := &rlsconfv3.RateLimitDescriptor{Key: "k"}
-	for range 500 {
-		d = &rlsconfv3.RateLimitDescriptor{Key: "k", Descriptors: []*rlsconfv3.RateLimitDescriptor{d}}
+	// Nesting as deep as files accept converts whole (a cut tree would
+	// lose its deepest limits); past the converter's bound it is refused.
+	deep := func(levels int) []*rlsconfv3.RateLimitConfig {
+		d := &rlsconfv3.RateLimitDescriptor{Key: "k", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_SECOND, RequestsPerUnit: 1}}
+		for range levels - 1 {
+			d = &rlsconfv3.RateLimitDescriptor{Key: "k", Descriptors: []*rlsconfv3.RateLimitDescriptor{d}}
+		}
+		return []*rlsconfv3.RateLimitConfig{{Name: "r", Domain: "d", Descriptors: []*rlsconfv3.RateLimitDescriptor{d}}}
 	}
-	if _, err := Compile([]*rlsconfv3.RateLimitConfig{{Name: "r", Domain: "d", Descriptors: []*rlsconfv3.RateLimitDescriptor{d}}}, rls.NewRules); err == nil ||
-		!strings.Contains(err.Error(), "nested") {
+	rules, err := Compile(deep(500), rls.NewRules)
+	if err != nil {
 		t.Fatalf("500 levels: %v", err)
+	}
+	// The limit at the bottom applies: 1 per second, so the second of two
+	// calls is over.
+	store, err := memorystore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := rls.New(store, rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{{}}}
+	for range 500 {
+		req.Descriptors[0].Entries = append(req.Descriptors[0].Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: "k"})
+	}
+	var codes []rlsv3.RateLimitResponse_Code
+	for range 2 {
+		resp, err := svc.ShouldRateLimit(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		codes = append(codes, resp.OverallCode)
+	}
+	if codes[1] != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("500 levels: codes %v; the deepest limit was lost", codes)
+	}
+	if _, err := Compile(deep(maxDepth+1), rls.NewRules); err == nil || !strings.Contains(err.Error(), "nested") {
+		t.Fatalf("%d levels: %v", maxDepth+1, err)
 	}
 }
 
