@@ -61,7 +61,12 @@ func (s *shared) newBreaker(node string) *breaker {
 			return counts.ConsecutiveFailures >= s.cfg.threshold
 		},
 		IsExcluded: func(err error) bool {
-			return errors.As(err, new(callerError)) || errors.As(err, new(sameEvent))
+			if err == nil {
+				return false // gobreaker asks of every success too: no allocation
+			}
+			_, byCaller := errors.AsType[callerError](err)
+			_, counted := errors.AsType[sameEvent](err)
+			return byCaller || counted
 		},
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			b.probing.Store(to == gobreaker.StateHalfOpen)

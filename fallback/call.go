@@ -46,7 +46,7 @@ func (s *shared) execute(ctx context.Context, b *breaker, fn func(context.Contex
 			timeout *= probeDeadlineFactor
 		}
 		res, err := s.withDeadline(ctx, timeout, fn)
-		if err != nil && !errors.As(err, new(callerError)) {
+		if _, byCaller := errors.AsType[callerError](err); err != nil && !byCaller {
 			s.failures.Add(1)
 			b.failures.Add(1)
 			b.lastErr.Store(&err)
