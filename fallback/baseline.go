@@ -348,3 +348,18 @@ func (t *baselines) released(req *backend.Request) {
 		e.remaining = min(e.remaining+req.Cost, e.limit)
 	}
 }
+
+// forget drops the baseline of key under alg (a Reset).
+func (t *baselines) forget(key backend.Key, alg algorithms.Name) {
+	if t == nil {
+		return
+	}
+	k := baselineKey{prefix: key.Prefix, id: key.ID, alg: alg}
+	sh := &t.shards[t.shardOf(k)]
+	sh.mu.Lock()
+	if e := sh.m[k]; e != nil {
+		sh.unlink(e)
+		delete(sh.m, k)
+	}
+	sh.mu.Unlock()
+}

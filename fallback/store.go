@@ -161,12 +161,14 @@ func (s *Store) step(ctx context.Context, req backend.Request, call func(context
 }
 
 // Reset implements backend.Store. It resets the key on the local store too,
+// forgets its baseline,
 // and reports an error wrapping ErrUnavailable when the primary could not be
 // reset. The local store checks key and rule first.
 func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule) error {
 	if err := s.local.Reset(ctx, key, rule); err != nil {
 		return err
 	}
+	s.base.forget(key, rule.Algorithm) // what Redis said and what was counted since
 	_, err := s.execute(ctx, s.breakerFor(ctx, key), func(ctx context.Context) (backend.Result, error) {
 		return backend.Result{}, s.primary.Reset(ctx, key, rule)
 	})
