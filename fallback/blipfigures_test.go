@@ -214,3 +214,35 @@ func TestBlipFigures(t *testing.T) {
 		})
 	}
 }
+
+// admitAllOf is a primary that admits every TakeAll at no cost.
+type admitAllOf struct{ admitAll }
+
+func (admitAllOf) TakeAll(_ context.Context, reqs []backend.Request) (backend.Result, error) {
+	return backend.Result{Allowed: true, Limit: reqs[0].Rule.Limit, Remaining: reqs[0].Rule.Limit}, nil
+}
+
+func (admitAllOf) HonoursContext() bool { return true }
+
+// BenchmarkTakeAllDecision measures one fallback TakeAll of two requests
+// over a healthy primary that costs nothing: what the store adds (since
+// baselines: every request's answer recorded, through an EachResults of
+// its own when the caller passed none).
+func BenchmarkTakeAllDecision(b *testing.B) {
+	rule := algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 1 << 40, Window: time.Hour}
+	s, err := fallback.New(admitAllOf{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	reqs := []backend.Request{
+		{Key: backend.Key{Prefix: "b:", ID: "k"}, Rule: rule, Now: time.Now(), Cost: 1},
+		{Key: backend.Key{Prefix: "c:", ID: "k"}, Rule: rule, Now: time.Now(), Cost: 1},
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.TakeAll(ctx, reqs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

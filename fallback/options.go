@@ -163,7 +163,7 @@ func WithName(name string) Option {
 // reported spent stays refused until its reset, one with r units left
 // admits at most floor(r/n) under LocalPolicy(n). A forgotten key, or any
 // key with 0 here, is decided from the policy's share of a fresh limit.
-// Each entry costs about 150 bytes beside its key's prefix and id.
+// Each entry costs about 200 bytes beside its key's prefix and id.
 func WithBaselines(n int) Option {
 	return func(c *config) error {
 		if n < 0 {
