@@ -277,8 +277,10 @@ func (b bound) retryAfter(now, cost int64) int64 {
 	e := b.e
 	wait := e.resetAt - now
 	if e.key.alg == algorithms.GCRA {
-		need := b.n*(e.spent+cost) - e.remaining // units the refill must bring
-		if need <= e.limit {
+		// floor(avail/n) >= spent+cost once the refill brought need
+		// units; avail stops at the limit.
+		need := b.n*(e.spent+cost) - e.remaining
+		if b.n*(e.spent+cost) <= e.limit {
 			wait = min(wait, max(e.at+ceilDiv(need*e.window, e.limit)-now, 1))
 		}
 	}

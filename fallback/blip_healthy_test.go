@@ -7,10 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/backend/goredisstore"
+	"github.com/limitkit/limitkit/backend/rueidisstore"
 	"github.com/limitkit/limitkit/fallback"
 	"github.com/limitkit/limitkit/internal/testing/redistest"
 )
@@ -24,7 +28,24 @@ func TestBaselinesLeaveHealthyDecisionsAlone(t *testing.T) {
 	redistest.Require(t)
 	forEachClient(t, func(t *testing.T, cl itClient) {
 		srv := redistest.Start(t)
-		conn := cl.single(t, srv.Addr())
+		// The clients' default timeouts (seconds), not the integration
+		// tests' short ones: an error here would say nothing of baselines.
+		var primary backend.Store
+		if cl.name == "goredis" {
+			c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+			t.Cleanup(func() { _ = c.Close() })
+			s, err := goredisstore.New(c)
+			require.NoError(t, err)
+			primary = s
+		} else {
+			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+			require.NoError(t, err)
+			t.Cleanup(c.Close)
+			s, err := rueidisstore.New(c)
+			require.NoError(t, err)
+			primary = s
+		}
+		conn := struct{ store backend.Store }{primary}
 		fb, err := fallback.New(conn.store, fallback.WithTimeout(30*time.Second), fallback.WithLogger(quietLogger()))
 		require.NoError(t, err)
 		refunder, ok := conn.store.(backend.UnitRefunder)

@@ -178,11 +178,7 @@ func (s *Store) spendMissed(req backend.Request) {
 		return
 	}
 	defer s.base.lock(&req)()
-	n := int64(1)
-	if p := s.policyOf(&req); p.Mode() == backend.ModeLocal {
-		n = p.Instances()
-	}
-	if bd := s.base.boundOf(&req, req.Rule, n); bd.e != nil {
+	if bd := s.base.boundOf(&req, req.Rule, 1); bd.e != nil { // spend does not depend on the share
 		bd.spend(req.Millis(), req.Cost)
 	}
 }
