@@ -89,7 +89,9 @@
 // give go-redis clients ContextTimeoutEnabled or a short ReadTimeout; and a
 // Take that reached Redis after its deadline is counted there as well as
 // decided by the policy (its cost is counted against the key's baseline,
-// so the two together stay within what was left). A primary that cannot tell which Redis Cluster node owns a key
+// so the policy admits that much less). Redis does not learn of the
+// policy's admissions: a window holding a blip can admit the limit plus
+// what Redis last said was left. A primary that cannot tell which Redis Cluster node owns a key
 // gets one breaker: when one master is down, the failures it causes open it
 // for keys on the healthy masters too. Use one fallback store per
 // independent Redis.
