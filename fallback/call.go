@@ -35,14 +35,16 @@ func (e sameEvent) Unwrap() error { return e.err }
 // The breaker counts failures by event, not by caller: a failure counts
 // only when no other was counted while its call was in flight. Callers
 // caught together in one slow batch count once; a primary that keeps
-// failing counts once per round of calls. A probe (half-open) gets twice
+// failing counts once per round of calls. A probe's failure always counts
+// (it reopens the breaker). A probe (half-open) gets twice
 // the deadline: it decides whether the primary is back, and a loaded
 // machine answering a little late should not keep it away.
 func (s *shared) execute(ctx context.Context, b *breaker, fn func(context.Context) (backend.Result, error)) (backend.Result, error) {
 	res, err := b.cb.Execute(func() (backend.Result, error) {
 		epoch := b.epoch.Load()
+		probe := b.probing.Load()
 		timeout := s.cfg.timeout
-		if b.probing.Load() {
+		if probe {
 			timeout *= probeDeadlineFactor
 		}
 		res, err := s.withDeadline(ctx, timeout, fn)
@@ -50,7 +52,8 @@ func (s *shared) execute(ctx context.Context, b *breaker, fn func(context.Contex
 			s.failures.Add(1)
 			b.failures.Add(1)
 			b.lastErr.Store(&err)
-			if !b.epoch.CompareAndSwap(epoch, epoch+1) {
+			// A failed probe always counts: it reopens the breaker.
+			if !b.epoch.CompareAndSwap(epoch, epoch+1) && !probe {
 				return res, sameEvent{err}
 			}
 		}
