@@ -24,6 +24,10 @@ type breaker struct {
 	failures atomic.Uint64
 	// lastErr is the node's last failure, the cause of an opening.
 	lastErr atomic.Pointer[error]
+	// epoch counts the failures counted (see execute).
+	epoch atomic.Uint64
+	// probing reports that the breaker is half-open.
+	probing atomic.Bool
 }
 
 func stateOf(s gobreaker.State) backend.BreakerState {
@@ -56,8 +60,16 @@ func (s *shared) newBreaker(node string) *breaker {
 		ReadyToTrip: func(counts gobreaker.Counts) bool {
 			return counts.ConsecutiveFailures >= s.cfg.threshold
 		},
-		IsExcluded: func(err error) bool { return errors.As(err, new(callerError)) },
+		IsExcluded: func(err error) bool {
+			if err == nil {
+				return false // gobreaker asks of every success too: no allocation
+			}
+			_, byCaller := errors.AsType[callerError](err)
+			_, counted := errors.AsType[sameEvent](err)
+			return byCaller || counted
+		},
 		OnStateChange: func(_ string, from, to gobreaker.State) {
+			b.probing.Store(to == gobreaker.StateHalfOpen)
 			s.queue(b, stateOf(from), stateOf(to))
 		},
 	})

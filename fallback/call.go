@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
@@ -17,14 +18,44 @@ type callerError struct{ err error }
 func (e callerError) Error() string { return e.err.Error() }
 func (e callerError) Unwrap() error { return e.err }
 
+// errMissedDeadline is wrapped by the error of a primary call that did not
+// answer within its deadline: a call that may still reach the primary.
+var errMissedDeadline = errors.New("fallback: primary did not answer in time")
+
+// sameEvent marks a failure of a call that was in flight when another
+// failure was counted: one slow batch, one stall or one broken connection
+// seen by many callers at once. It is not counted again (see execute).
+type sameEvent struct{ err error }
+
+func (e sameEvent) Error() string { return e.err.Error() }
+func (e sameEvent) Unwrap() error { return e.err }
+
 // execute runs fn on the primary through breaker b, within the deadline.
+//
+// The breaker counts failures by event, not by caller: a failure counts
+// only when no other was counted while its call was in flight. Callers
+// caught together in one slow batch count once; a primary that keeps
+// failing counts once per round of calls. A probe's failure always counts
+// (it reopens the breaker). A probe (half-open) gets twice
+// the deadline: it decides whether the primary is back, and a loaded
+// machine answering a little late should not keep it away.
 func (s *shared) execute(ctx context.Context, b *breaker, fn func(context.Context) (backend.Result, error)) (backend.Result, error) {
 	res, err := b.cb.Execute(func() (backend.Result, error) {
-		res, err := s.withDeadline(ctx, fn)
-		if err != nil && !errors.As(err, new(callerError)) {
+		epoch := b.epoch.Load()
+		probe := b.probing.Load()
+		timeout := s.cfg.timeout
+		if probe {
+			timeout *= probeDeadlineFactor
+		}
+		res, err := s.withDeadline(ctx, timeout, fn)
+		if _, byCaller := errors.AsType[callerError](err); err != nil && !byCaller {
 			s.failures.Add(1)
 			b.failures.Add(1)
 			b.lastErr.Store(&err)
+			// A failed probe always counts: it reopens the breaker.
+			if !b.epoch.CompareAndSwap(epoch, epoch+1) && !probe {
+				return res, sameEvent{err}
+			}
 		}
 		return res, err
 	})
@@ -32,7 +63,11 @@ func (s *shared) execute(ctx context.Context, b *breaker, fn func(context.Contex
 	return res, err
 }
 
-// withDeadline runs fn within the timeout. When the primary honours its
+// probeDeadlineFactor multiplies the deadline of a half-open breaker's
+// probes.
+const probeDeadlineFactor = 2
+
+// withDeadline runs fn within timeout. When the primary honours its
 // context (see backend.ContextHonourer) fn runs in the caller's goroutine on a
 // context with the timeout: no goroutine, channel or timer of its own.
 // Otherwise fn runs in a goroutine the caller stops waiting for after the
@@ -40,8 +75,8 @@ func (s *shared) execute(ctx context.Context, b *breaker, fn func(context.Contex
 // deadline, calls fail at once (as primary failures) until some return, so
 // a hung client cannot pile goroutines up (at most maxAbandoned, plus one
 // per caller that started as the last slot went).
-func (s *shared) withDeadline(ctx context.Context, fn func(context.Context) (backend.Result, error)) (backend.Result, error) {
-	callCtx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
+func (s *shared) withDeadline(ctx context.Context, timeout time.Duration, fn func(context.Context) (backend.Result, error)) (backend.Result, error) {
+	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var res backend.Result
 	var err error
@@ -58,7 +93,7 @@ func (s *shared) withDeadline(ctx context.Context, fn func(context.Context) (bac
 	case errors.Is(err, algorithms.ErrInvalidRequest), errors.Is(err, algorithms.ErrInvalidRule):
 		return res, callerError{err}
 	case callCtx.Err() != nil:
-		return backend.Result{}, fmt.Errorf("fallback: primary did not answer within %v: %w", s.cfg.timeout, err)
+		return backend.Result{}, fmt.Errorf("%w (within %v): %w", errMissedDeadline, timeout, err)
 	}
 	return res, err
 }

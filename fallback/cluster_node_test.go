@@ -112,7 +112,10 @@ func TestClusterDeadMasterOnlyItsKeysDegrade(t *testing.T) {
 		// which keys a dead master sends to the policy, not about latency.
 		opts := []fallback.Option{fallback.WithPolicy(backend.FailClosed), fallback.WithTimeout(time.Second)}
 		h := newHarness(t, conn.store, rule, 0, opts...)
-		control := newHarness(t, hidden{conn.store}, rule, 0, opts...)
+		// The control's single breaker opens at the first failure event:
+		// counted by event (the dead master's failures interleaved with
+		// the healthy masters' successes), it would rarely reach three.
+		control := newHarness(t, hidden{conn.store}, rule, 0, append(opts, fallback.WithFailureThreshold(1))...)
 
 		victim := c.Masters[1]
 		prefix := fmt.Sprintf("fbnode:%d:", time.Now().UnixNano())

@@ -31,8 +31,40 @@
 // held: run it with appendonly (appendfsync always) to keep them.
 //
 // Such decisions have Degraded set. After OpenTimeout the breaker lets a
-// bounded number of probe requests through (half-open); when they succeed,
-// decisions return to the primary.
+// bounded number of probe requests through (half-open), each with twice
+// the deadline; when they succeed, decisions return to the primary.
+//
+// # Degraded decisions continue from the primary's last answer
+//
+// While the primary answers, the store remembers, per key and algorithm,
+// its last answer (the units left, when the key is full again, the time),
+// for up to DefaultBaselines keys (WithBaselines; the least recently used
+// is forgotten first). When the primary does not answer, a local policy
+// decides on the local store as above and within that answer: a key the
+// primary last reported spent stays refused until its reset (for gcra,
+// until the refill covers the request), and one with r left admits at most
+// floor(r/n) under LocalPolicy(n) (floor: n instances that saw the same
+// answer admit at most r between them), less what this process already
+// admitted by policy, or sent in Takes that missed their deadline (they
+// may still be counted by the primary), since. A key the primary never
+// answered for, or past its reset, starts at the policy's share,
+// ceil(limit/n). The next answer of the primary (a probe's) is the new
+// baseline; what this process admitted by policy stays counted while it
+// is in its window, since the primary does not know of it. Recording an
+// answer is a hash and one of 64 locks: decisions on a healthy primary are
+// unchanged.
+//
+// # Failures are counted by event
+//
+// The breaker opens after WithFailureThreshold consecutive failure events
+// (default 3). A failure is one event with every failure of a call that
+// was in flight with it: the callers caught in one slow batch count once,
+// not once each, and a primary that stays down counts once per round of
+// calls. A success starts the count again. So one slow batch on a loaded
+// machine does not open the breaker, and a stall opens it after about
+// three deadlines. The open timeout is short (DefaultOpenTimeout, 250 ms):
+// a primary back from a blip is used again within about that, and probing
+// one that is still down costs a few probes.
 //
 // Policies are chosen per limit: Store.Policy returns a view of the same
 // store (same breaker, same local store) with another policy, so that a login
@@ -55,8 +87,11 @@
 // Limits of the design: a call that missed its deadline is abandoned, not
 // stopped. The client keeps it (and a connection) until its own timeout, so
 // give go-redis clients ContextTimeoutEnabled or a short ReadTimeout; and a
-// Take that reached Redis after its deadline is counted there as well as by
-// the policy. A primary that cannot tell which Redis Cluster node owns a key
+// Take that reached Redis after its deadline is counted there as well as
+// decided by the policy (its cost is counted against the key's baseline,
+// so the policy admits that much less). Redis does not learn of the
+// policy's admissions: a window holding a blip can admit the limit plus
+// what Redis last said was left. A primary that cannot tell which Redis Cluster node owns a key
 // gets one breaker: when one master is down, the failures it causes open it
 // for keys on the healthy masters too. Use one fallback store per
 // independent Redis.

@@ -25,7 +25,7 @@ func (s *Store) GiveBack(ctx context.Context, req backend.Request) (backend.Resu
 	if err := req.Rule.CheckGiveBack(); err != nil {
 		return backend.Result{}, err
 	}
-	return s.step(ctx, req, primary.GiveBack, giveBackLocally)
+	return s.step(ctx, req, primary.GiveBack, giveBackLocally, localGiveBack)
 }
 
 // giveBackLocally is a localCall: the local store's GiveBack.

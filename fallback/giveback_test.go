@@ -46,8 +46,19 @@ func TestGiveBackFollowsThePrimaryThenThePolicy(t *testing.T) {
 	require.Equal(t, int64(1), res.Remaining, "the primary counts one again")
 	require.True(t, take().Allowed)
 
-	// Down: local limiting; a unit given back reaches the local store.
+	// Down: the key the primary last reported spent stays refused (its
+	// baseline), and giving back a unit it did not admit locally frees
+	// nothing.
 	p.mode.Store(failing)
+	spent := take()
+	require.True(t, spent.Degraded && !spent.Allowed, "the primary's last answer was: spent")
+	_, err = s.GiveBack(ctx, req)
+	require.NoError(t, err)
+	require.False(t, take().Allowed, "units the primary counted are not given back locally")
+
+	// A key the primary never answered for: local limiting at the share;
+	// a unit given back reaches the local store.
+	req.Key.ID = "w"
 	require.True(t, take().Degraded)
 	require.True(t, take().Allowed)
 	denied := take()

@@ -60,6 +60,7 @@ func (s *Store) localID(lease int64) (int64, bool) {
 // Release succeeds.
 func (s *Store) Release(ctx context.Context, req backend.Request, lease int64) (bool, error) {
 	if lease < 0 {
+		orig := req
 		local, err := s.localLeases(&req)
 		if err != nil {
 			return false, err
@@ -71,6 +72,9 @@ func (s *Store) Release(ctx context.Context, req backend.Request, lease int64) (
 		held, err := local.Release(ctx, req, id)
 		if err != nil {
 			return false, fmt.Errorf("fallback: local store: %w", err)
+		}
+		if held {
+			s.creditLocal(orig)
 		}
 		return held, nil
 	}
@@ -86,6 +90,9 @@ func (s *Store) Release(ctx context.Context, req backend.Request, lease int64) (
 	})
 	if err != nil {
 		return false, s.leaseError("release", &req, err)
+	}
+	if res.Allowed {
+		s.base.released(&req)
 	}
 	return res.Allowed, nil
 }
@@ -124,6 +131,7 @@ func (s *Store) Renew(ctx context.Context, req backend.Request, lease int64) (ba
 	if err != nil {
 		return backend.Result{}, s.leaseError("renewal", &req, err)
 	}
+	s.base.record(&req, &res)
 	return res, nil
 }
 
@@ -165,4 +173,16 @@ func (s *Store) leaseError(what string, req *backend.Request, err error) error {
 		return bad
 	}
 	return fmt.Errorf("%w: %s of a lease on %s (it is released when it expires): %w", ErrUnavailable, what, boundid.Quote(req.Key.ID), err)
+}
+
+// creditLocal takes a released local lease's units (req as given, before
+// scaling to a share) off what its key's baseline counted.
+func (s *Store) creditLocal(req backend.Request) {
+	if s.base == nil {
+		return
+	}
+	defer s.base.lock(&req)()
+	if bd := s.base.boundOf(&req, req.Rule, 1); bd.e != nil {
+		bd.credit(req.Cost)
+	}
 }

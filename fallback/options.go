@@ -11,13 +11,18 @@ import (
 
 // Defaults of the options.
 const (
-	// DefaultTimeout bounds each primary call.
+	// DefaultTimeout bounds each primary call (a half-open breaker's
+	// probes get twice as long).
 	DefaultTimeout = 100 * time.Millisecond
-	// DefaultFailureThreshold is the number of consecutive failures that
-	// opens the breaker.
-	DefaultFailureThreshold = 5
-	// DefaultOpenTimeout is how long the breaker stays open before probing.
-	DefaultOpenTimeout = 2 * time.Second
+	// DefaultFailureThreshold is the number of consecutive failure events
+	// that opens the breaker. Failures of calls that were in flight
+	// together count as one event (see WithFailureThreshold).
+	DefaultFailureThreshold = 3
+	// DefaultOpenTimeout is how long the breaker stays open before
+	// probing: short, so that a primary back from a blip is used again
+	// soon; probes are few (DefaultProbes), so probing a primary that is
+	// still down costs little.
+	DefaultOpenTimeout = 250 * time.Millisecond
 	// DefaultProbes is the number of requests let through while half-open;
 	// that many consecutive successes close the breaker.
 	DefaultProbes = 3
@@ -41,6 +46,7 @@ type config struct {
 	hook        func(backend.StateChange)
 	logger      *slog.Logger
 	name        string
+	baselines   int
 }
 
 // WithTimeout bounds each primary call (default DefaultTimeout; over a
@@ -57,8 +63,13 @@ func WithTimeout(d time.Duration) Option {
 	}
 }
 
-// WithFailureThreshold sets how many consecutive primary failures open the
-// breaker (default DefaultFailureThreshold).
+// WithFailureThreshold sets how many consecutive primary failure events
+// open the breaker (default DefaultFailureThreshold). A failure is one
+// event with every other failure of a call in flight at the same time:
+// the 16 callers caught in one slow batch count once, and a primary that
+// keeps failing counts once per round of calls (each caller's next call
+// starts after its last failure). A success in between starts the count
+// again.
 func WithFailureThreshold(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
@@ -141,6 +152,24 @@ func WithLogger(l *slog.Logger) Option {
 func WithName(name string) Option {
 	return func(c *config) error {
 		c.name = name
+		return nil
+	}
+}
+
+// WithBaselines sets how many keys the store remembers the primary's last
+// answer for (default DefaultBaselines; the least recently used is
+// forgotten first). While the primary is unavailable a local policy
+// decides a remembered key from that answer: a key the primary last
+// reported spent stays refused until its reset, one with r units left
+// admits at most floor(r/n) under LocalPolicy(n). A forgotten key, or any
+// key with 0 here, is decided from the policy's share of a fresh limit.
+// Each entry costs about 200 bytes beside its key's prefix and id.
+func WithBaselines(n int) Option {
+	return func(c *config) error {
+		if n < 0 {
+			return fmt.Errorf("fallback: baselines is %d; give 0 (remember none) or more", n)
+		}
+		c.baselines = n
 		return nil
 	}
 }

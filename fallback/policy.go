@@ -52,23 +52,55 @@ func (s *Store) byPolicy(b *breaker, req *backend.Request) (res backend.Result, 
 // expressions, so the store comes first and no closure is made per call).
 type localCall func(local backend.Store, ctx context.Context, req backend.Request) (backend.Result, error)
 
+// localKind says what a localCall does to the key's baseline.
+type localKind uint8
+
+const (
+	// localTake consumes: checked against the baseline, counted in it.
+	localTake localKind = iota
+	// localPeek consumes nothing: checked against the baseline.
+	localPeek
+	// localGiveBack gives units back: taken off what the baseline counted.
+	localGiveBack
+)
+
 // decide answers req by policy, with Degraded set. It checks req first:
 // the primary, which checks what it decides, did not answer, a policy
 // admits or denies on its own, and a bad limit scaled to a share would turn
-// a refusal into a denial.
-func (s *Store) decide(ctx context.Context, b *breaker, req backend.Request, local localCall) (backend.Result, error) {
+// a refusal into a denial. A local decision is also bound by the key's
+// baseline (see baseline.go).
+func (s *Store) decide(ctx context.Context, b *breaker, req backend.Request, local localCall, kind localKind) (backend.Result, error) {
 	if err := req.Validate(); err != nil {
 		return backend.Result{}, err
 	}
 	s.degraded.Add(1)
 	b.degraded.Add(1)
+	rule := req.Rule
 	res, isLocal := s.byPolicy(b, &req)
 	if !isLocal {
 		return res, nil
 	}
+	var bd bound
+	if s.base != nil {
+		defer s.base.lock(&req)()
+		bd = s.base.boundOf(&req, rule, s.policyOf(&req).Instances())
+	}
+	now := req.Millis()
+	if kind != localGiveBack && !bd.allows(now, req.Cost) {
+		return bd.denial(now, req.Cost, req.Rule.Limit), nil
+	}
 	res, err := local(s.local, ctx, req)
 	if err != nil {
 		return backend.Result{}, fmt.Errorf("fallback: local store: %w", err)
+	}
+	if bd.e != nil {
+		switch {
+		case kind == localGiveBack:
+			bd.credit(req.Cost)
+		case kind == localTake && res.Allowed:
+			bd.spend(now, req.Cost)
+		}
+		res.Remaining = min(res.Remaining, bd.left(now))
 	}
 	res.Degraded = true
 	res.Lease = s.localLease(res.Lease) // a local lease: released to the local store
@@ -85,15 +117,26 @@ func (s *Store) decideAll(ctx context.Context, b *breaker, reqs []backend.Reques
 	results := make([]backend.Result, len(reqs))
 	local := make([]backend.Request, 0, len(reqs))
 	index := make([]int, 0, len(reqs))
+	bounds := make([]bound, 0, len(reqs))
+	if s.base != nil {
+		defer s.base.lockAll(reqs)()
+	}
+	now := reqs[0].Millis()
 	for i := range reqs {
 		req := reqs[i]
 		r, isLocal := s.byPolicy(b, &req)
 		results[i] = r
 		if isLocal {
+			bd := s.base.boundOf(&req, reqs[i].Rule, s.policyOf(&req).Instances())
+			if !bd.allows(now, req.Cost) {
+				results[i] = bd.denial(now, req.Cost, req.Rule.Limit)
+				continue
+			}
 			// Decided below; it does not deny on its own.
 			results[i] = backend.Result{Allowed: true, Limit: req.Rule.Limit, Remaining: req.Rule.Limit, Degraded: true}
 			local = append(local, req)
 			index = append(index, i)
+			bounds = append(bounds, bd)
 		}
 	}
 	// Whatever the primary may have handed the caller no longer holds.
@@ -107,14 +150,54 @@ func (s *Store) decideAll(ctx context.Context, b *breaker, reqs []backend.Reques
 	if err != nil {
 		return backend.Result{}, fmt.Errorf("fallback: local store: %w", err)
 	}
+	if res.Allowed {
+		for j, bd := range bounds {
+			if bd.e != nil {
+				bd.spend(now, local[j].Cost)
+			}
+		}
+	}
 	if sink != nil {
 		sink.Results = s.eachOf(results, index, res, &localEach)
 		sink.Filled = sink.Results != nil
+	}
+	if bd := bounds[res.Rule]; bd.e != nil {
+		res.Remaining = min(res.Remaining, bd.left(now))
 	}
 	res.Rule = index[res.Rule]
 	res.Degraded = true
 	res.Lease = s.localLease(res.Lease) // a local lease: released to the local store
 	return res, nil
+}
+
+// spendMissed counts req's cost in its key's baseline: a Take that missed
+// its deadline may still reach the primary and be counted there, after
+// the answer the baseline holds.
+func (s *Store) spendMissed(req backend.Request) {
+	if s.base == nil {
+		return
+	}
+	defer s.base.lock(&req)()
+	if bd := s.base.boundOf(&req, req.Rule, 1); bd.e != nil { // spend does not depend on the share
+		bd.spend(req.Millis(), req.Cost)
+	}
+}
+
+// recordAll records a TakeAll's answers as baselines: every request's
+// from sink when it was filled, else the one res describes.
+func (s *Store) recordAll(reqs []backend.Request, res backend.Result, sink *backend.EachResults) {
+	if s.base == nil {
+		return
+	}
+	if sink != nil && sink.Filled && len(sink.Results) == len(reqs) {
+		for i := range reqs {
+			s.base.record(&reqs[i], &sink.Results[i])
+		}
+		return
+	}
+	if res.Rule >= 0 && res.Rule < len(reqs) {
+		s.base.record(&reqs[res.Rule], &res)
+	}
 }
 
 // eachOf is a degraded TakeAll's EachResults in request order: the

@@ -26,6 +26,8 @@ type shared struct {
 	primary backend.Store
 	local   backend.Store
 	cfg     config
+	// base remembers the primary's last answers (nil: WithBaselines(0)).
+	base *baselines
 
 	// one is the breaker of every request when there is no locator.
 	one     *breaker
@@ -76,6 +78,7 @@ func New(primary backend.Store, opts ...Option) (*Store, error) {
 		threshold:   DefaultFailureThreshold,
 		openTimeout: DefaultOpenTimeout,
 		probes:      DefaultProbes,
+		baselines:   DefaultBaselines,
 		policy:      backend.LocalPolicy(1),
 		logger:      slog.Default(),
 		name:        "limitkit",
@@ -95,7 +98,8 @@ func New(primary backend.Store, opts ...Option) (*Store, error) {
 		}
 		c.local = m
 	}
-	sh := &shared{primary: primary, local: c.local, cfg: c, direct: honoursContext(primary), locator: locatorOf(primary)}
+	sh := &shared{primary: primary, local: c.local, cfg: c, direct: honoursContext(primary), locator: locatorOf(primary),
+		base: newBaselines(c.baselines)}
 	sh.one = sh.newBreaker("")
 	return &Store{shared: sh, policy: c.policy}, nil
 }
@@ -127,37 +131,44 @@ func (s *Store) Unwrap() backend.Store { return s.primary }
 
 // Take implements backend.Store.
 func (s *Store) Take(ctx context.Context, req backend.Request) (backend.Result, error) {
-	return s.step(ctx, req, s.primary.Take, backend.Store.Take)
+	return s.step(ctx, req, s.primary.Take, backend.Store.Take, localTake)
 }
 
 // Peek implements backend.Store.
 func (s *Store) Peek(ctx context.Context, req backend.Request) (backend.Result, error) {
-	return s.step(ctx, req, s.primary.Peek, backend.Store.Peek)
+	return s.step(ctx, req, s.primary.Peek, backend.Store.Peek, localPeek)
 }
 
 // step decides req with call on the primary, else by policy, with local
-// on the local store when the policy is local. The primary checks req (its
-// refusal is the caller's error, not a failure); decide checks it where the
-// primary did not answer.
-func (s *Store) step(ctx context.Context, req backend.Request, call func(context.Context, backend.Request) (backend.Result, error), local localCall) (backend.Result, error) {
+// on the local store when the policy is local (kind says which call it
+// is). The primary's answer becomes the key's baseline. The primary checks
+// req (its refusal is the caller's error, not a failure); decide checks it
+// where the primary did not answer.
+func (s *Store) step(ctx context.Context, req backend.Request, call func(context.Context, backend.Request) (backend.Result, error), local localCall, kind localKind) (backend.Result, error) {
 	b := s.breakerFor(ctx, req.Key)
 	res, err := s.execute(ctx, b, func(ctx context.Context) (backend.Result, error) { return call(ctx, req) })
 	if err == nil {
+		s.base.record(&req, &res)
 		return res, nil
 	}
 	if ce, ok := errors.AsType[callerError](err); ok {
 		return backend.Result{}, ce.err
 	}
-	return s.decide(ctx, b, req, local)
+	if kind == localTake && errors.Is(err, errMissedDeadline) {
+		s.spendMissed(req)
+	}
+	return s.decide(ctx, b, req, local, kind)
 }
 
 // Reset implements backend.Store. It resets the key on the local store too,
+// forgets its baseline,
 // and reports an error wrapping ErrUnavailable when the primary could not be
 // reset. The local store checks key and rule first.
 func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule) error {
 	if err := s.local.Reset(ctx, key, rule); err != nil {
 		return err
 	}
+	s.base.forget(key, rule.Algorithm) // what Redis said and what was counted since
 	_, err := s.execute(ctx, s.breakerFor(ctx, key), func(ctx context.Context) (backend.Result, error) {
 		return backend.Result{}, s.primary.Reset(ctx, key, rule)
 	})
@@ -182,12 +193,25 @@ func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 	// Keys on several nodes are not one call's; the first key's node
 	// answers for them (see the Redis stores' TakeAll).
 	b := s.breakerFor(ctx, reqs[0].Key)
-	res, err := s.execute(ctx, b, func(ctx context.Context) (backend.Result, error) { return s.primary.TakeAll(ctx, reqs) })
+	// Every request's answer is a baseline: the caller's EachResults
+	// holds them, else one of ours.
+	callCtx, sink := ctx, backend.EachResultsFrom(ctx)
+	if sink == nil && s.base != nil && len(reqs) > 1 {
+		sink = new(backend.EachResults)
+		callCtx = backend.WithEachResults(ctx, sink)
+	}
+	res, err := s.execute(callCtx, b, func(ctx context.Context) (backend.Result, error) { return s.primary.TakeAll(ctx, reqs) })
 	if err == nil {
+		s.recordAll(reqs, res, sink)
 		return res, nil
 	}
 	if ce, ok := errors.AsType[callerError](err); ok {
 		return backend.Result{}, ce.err
+	}
+	if errors.Is(err, errMissedDeadline) {
+		for i := range reqs {
+			s.spendMissed(reqs[i])
+		}
 	}
 	return s.decideAll(ctx, b, reqs)
 }

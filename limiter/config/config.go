@@ -244,8 +244,9 @@ type ReplicaAck struct {
 type Fallback struct {
 	// Timeout bounds each Redis call (default fallback.DefaultTimeout).
 	Timeout time.Duration
-	// FailureThreshold is the number of consecutive failures that opens
-	// the breaker (default fallback.DefaultFailureThreshold).
+	// FailureThreshold is the number of consecutive failure events that
+	// opens the breaker (default fallback.DefaultFailureThreshold; see
+	// fallback.WithFailureThreshold).
 	FailureThreshold int
 	// OpenTimeout is how long the breaker stays open before probing
 	// (default fallback.DefaultOpenTimeout).

@@ -1,0 +1,367 @@
+package fallback
+
+import (
+	"hash/maphash"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/backend"
+)
+
+// Baselines: what the primary last said about each key.
+//
+// While the primary answers, every answer (Take, Peek, GiveBack, each
+// request of a TakeAll) is recorded for its key and rule: the time it was
+// decided at, the units left, and when the key is to be full again
+// (ResetAfter). While it does not, a request whose policy is local is
+// decided on the local store as before, and also within a cap: the share
+// of what the primary last said was left, as time frees it, less what this
+// process admitted locally (and sent in calls that missed their deadline)
+// since. A key the primary last reported spent stays refused until its
+// reset; one with r left admits at most floor(r/n) under LocalPolicy(n)
+// (floor, so that n instances that saw the same answer admit at most r
+// between them). A key with no baseline, or past its reset, is decided by
+// the local store alone, at the policy's share ceil(limit/n), as without
+// baselines.
+
+// DefaultBaselines is how many keys a store remembers the primary's last
+// answer for, unless WithBaselines says otherwise.
+const DefaultBaselines = 100_000
+
+// baselineShards spreads the baselines over locks: recording an answer
+// takes one shard's lock, so callers on different keys rarely contend.
+const baselineShards = 64
+
+// baselines remembers, per key and algorithm, the primary's last answer,
+// in at most baselineShards*perShard entries, the least recently used
+// forgotten first.
+type baselines struct {
+	seed     maphash.Seed
+	perShard int
+	shards   [baselineShards]baselineShard
+}
+
+// baselineShard is one lock's share of the baselines: a map and a list
+// from the most recently used (head) to the least (tail).
+type baselineShard struct {
+	mu         sync.Mutex
+	m          map[baselineKey]*baseline
+	head, tail *baseline
+	_          [40]byte // keep shards on separate cache lines
+}
+
+// baselineKey names a key's state on the primary: its prefix, id and
+// algorithm (the stores keep one state per key and algorithm).
+type baselineKey struct {
+	prefix, id string
+	alg        algorithms.Name
+}
+
+// baseline is the primary's last answer for one key, and what this process
+// counted for it since. Times are in ms since the Unix epoch.
+type baseline struct {
+	key        baselineKey
+	prev, next *baseline
+	// limit and window (ms) are the rule of the answer: a request of
+	// another rule does not use it.
+	limit, window int64
+	// at is the time the answer was decided at, remaining its units left,
+	// resetAt when its key was to be full again (at + ResetAfter).
+	at, remaining, resetAt int64
+	// spent counts the units admitted locally, or sent to the primary in
+	// calls that missed their deadline, while the answer bound; spentUntil
+	// is when every one of them is out of its window.
+	spent, spentUntil int64
+}
+
+// newBaselines returns a table of about n entries (nil when n is 0).
+func newBaselines(n int) *baselines {
+	if n <= 0 {
+		return nil
+	}
+	t := &baselines{seed: maphash.MakeSeed(), perShard: max((n+baselineShards-1)/baselineShards, 1)}
+	for i := range t.shards {
+		t.shards[i].m = make(map[baselineKey]*baseline)
+	}
+	return t
+}
+
+func keyOf(req *backend.Request) baselineKey {
+	return baselineKey{prefix: req.Key.Prefix, id: req.Key.ID, alg: req.Rule.Algorithm}
+}
+
+func (t *baselines) shardOf(k baselineKey) int {
+	return int(maphash.Comparable(t.seed, k) % baselineShards)
+}
+
+// record remembers res, the primary's answer to req. It is the only work
+// baselines add to a decision the primary answers: a hash, one shard lock
+// and a few stores.
+func (t *baselines) record(req *backend.Request, res *backend.Result) {
+	if t == nil {
+		return
+	}
+	k := keyOf(req)
+	sh := &t.shards[t.shardOf(k)]
+	now := req.Millis()
+	sh.mu.Lock()
+	e := sh.m[k]
+	if e == nil {
+		e = sh.insert(k, t.perShard)
+	} else {
+		sh.touch(e)
+	}
+	e.update(req, res, now)
+	sh.mu.Unlock()
+}
+
+// update makes res, at now, e's answer. An answer decided before the one
+// e holds is older news and changes nothing; of two decided in the same
+// millisecond the lower count left is kept. What this process counted
+// while the previous answer bound stays counted while it is in its window
+// (the primary does not know of it): a new answer is a new baseline, not a
+// reset of the local count.
+func (e *baseline) update(req *backend.Request, res *backend.Result, now int64) {
+	limit, window := req.Rule.Limit, req.Rule.Window.Milliseconds()
+	if e.limit != limit || e.window != window {
+		*e = baseline{key: e.key, prev: e.prev, next: e.next, limit: limit, window: window}
+	} else if now < e.at || (now == e.at && res.Remaining >= e.remaining) {
+		return
+	}
+	e.at, e.remaining = now, res.Remaining
+	e.resetAt = now + res.ResetAfter.Milliseconds()
+	if now >= e.spentUntil {
+		e.spent = 0
+	}
+}
+
+// insert adds an empty entry for k at the head, forgetting the least
+// recently used entry when the shard is full. The caller holds sh.mu.
+func (sh *baselineShard) insert(k baselineKey, capacity int) *baseline {
+	var e *baseline
+	if len(sh.m) >= capacity && sh.tail != nil {
+		e = sh.tail
+		sh.unlink(e)
+		delete(sh.m, e.key)
+		*e = baseline{}
+	} else {
+		e = new(baseline)
+	}
+	e.key = k
+	sh.m[k] = e
+	sh.pushFront(e)
+	return e
+}
+
+func (sh *baselineShard) touch(e *baseline) {
+	if sh.head != e {
+		sh.unlink(e)
+		sh.pushFront(e)
+	}
+}
+
+func (sh *baselineShard) pushFront(e *baseline) {
+	e.prev, e.next = nil, sh.head
+	if sh.head != nil {
+		sh.head.prev = e
+	}
+	sh.head = e
+	if sh.tail == nil {
+		sh.tail = e
+	}
+}
+
+func (sh *baselineShard) unlink(e *baseline) {
+	if e.prev != nil {
+		e.prev.next = e.next
+	} else {
+		sh.head = e.next
+	}
+	if e.next != nil {
+		e.next.prev = e.prev
+	} else {
+		sh.tail = e.prev
+	}
+	e.prev, e.next = nil, nil
+}
+
+// bound is a locked view of the baseline of one degraded request: nil
+// entry when the key has none that applies.
+type bound struct {
+	e *baseline
+	// n is the policy's number of instances.
+	n int64
+}
+
+// lockAll locks the shards of reqs (each once, in shard order, so that
+// concurrent callers cannot deadlock) and returns the unlock.
+func (t *baselines) lockAll(reqs []backend.Request) func() {
+	var idx [backend.MaxRequests]int
+	ids := idx[:0]
+	for i := range reqs {
+		ids = append(ids, t.shardOf(keyOf(&reqs[i])))
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	for _, i := range ids {
+		t.shards[i].mu.Lock()
+	}
+	return func() {
+		for _, i := range ids {
+			t.shards[i].mu.Unlock()
+		}
+	}
+}
+
+// lock locks the shard of req's key and returns the unlock.
+func (t *baselines) lock(req *backend.Request) func() {
+	sh := &t.shards[t.shardOf(keyOf(req))]
+	sh.mu.Lock()
+	return sh.mu.Unlock
+}
+
+// boundOf returns the baseline that binds req at its time under a policy
+// of n instances; the caller holds the shard's lock. rule is req's rule as
+// the caller gave it (before scaling to a share).
+func (t *baselines) boundOf(req *backend.Request, rule algorithms.Rule, n int64) bound {
+	if t == nil {
+		return bound{}
+	}
+	k := baselineKey{prefix: req.Key.Prefix, id: req.Key.ID, alg: rule.Algorithm}
+	e := t.shards[t.shardOf(k)].m[k]
+	if e == nil || e.limit != rule.Limit || e.window != rule.Window.Milliseconds() {
+		return bound{}
+	}
+	now := req.Millis()
+	if now >= e.resetAt {
+		return bound{} // the key is full on the primary: the local store decides
+	}
+	if now >= e.spentUntil {
+		e.spent = 0
+	}
+	return bound{e: e, n: n}
+}
+
+// avail is what the primary would have left for the key at now had
+// nothing else reached it: the answer's remaining, and for gcra what the
+// bucket refilled since (at least floor(elapsed*limit/window) units).
+func (b bound) avail(now int64) int64 {
+	e := b.e
+	r := e.remaining
+	if e.key.alg == algorithms.GCRA && now > e.at {
+		r = min(e.limit, r+(now-e.at)*e.limit/e.window)
+	}
+	return max(r, 0)
+}
+
+// left is what this instance may still admit under the baseline at now:
+// floor(avail/n) less what it counted since.
+func (b bound) left(now int64) int64 {
+	if b.e == nil {
+		return -1
+	}
+	return max(b.avail(now)/b.n-b.e.spent, 0)
+}
+
+// allows reports whether the baseline lets a request of cost through at
+// now (always, when none binds).
+func (b bound) allows(now, cost int64) bool {
+	return b.e == nil || b.left(now) >= cost
+}
+
+// retryAfter is how long until the baseline lets cost through: its reset,
+// or for gcra when the refill covers it, if sooner.
+func (b bound) retryAfter(now, cost int64) int64 {
+	e := b.e
+	wait := e.resetAt - now
+	if e.key.alg == algorithms.GCRA {
+		// floor(avail/n) >= spent+cost once the refill brought need
+		// units; avail stops at the limit.
+		need := b.n*(e.spent+cost) - e.remaining
+		if b.n*(e.spent+cost) <= e.limit {
+			wait = min(wait, max(e.at+ceilDiv(need*e.window, e.limit)-now, 1))
+		}
+	}
+	return max(wait, 1)
+}
+
+// spend counts cost units admitted (or sent) at now.
+func (b bound) spend(now, cost int64) {
+	e := b.e
+	e.spent += cost
+	e.spentUntil = max(e.spentUntil, liveUntil(e.key.alg, now, e.window))
+}
+
+// credit takes cost units given back (or a local lease released) off
+// what was counted.
+func (b bound) credit(cost int64) {
+	b.e.spent = max(b.e.spent-cost, 0)
+}
+
+// liveUntil is when units admitted at now by alg with a window of w ms are
+// no longer counted: the end of a fixed window, the end of the next one
+// for the sliding counter (it weighs the previous window), a window later
+// for the others.
+func liveUntil(alg algorithms.Name, now, w int64) int64 {
+	end := now - now%w + w
+	switch alg {
+	case algorithms.FixedWindow:
+		return end
+	case algorithms.SlidingCounter:
+		return end + w
+	}
+	return now + w
+}
+
+func ceilDiv(a, b int64) int64 {
+	if a <= 0 {
+		return 0
+	}
+	return (a + b - 1) / b
+}
+
+// denial is the Result of a request the baseline refuses, for a local
+// limit of share.
+func (b bound) denial(now, cost, share int64) backend.Result {
+	return backend.Result{
+		Limit:      share,
+		Remaining:  b.left(now),
+		RetryAfter: millisDuration(b.retryAfter(now, cost)),
+		ResetAfter: millisDuration(max(b.e.resetAt-now, 1)),
+		Degraded:   true,
+	}
+}
+
+// millisDuration converts ms to a Duration.
+func millisDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
+
+// released notes that the primary released a lease req held: its key has
+// req.Cost more units free than its baseline says.
+func (t *baselines) released(req *backend.Request) {
+	if t == nil {
+		return
+	}
+	defer t.lock(req)()
+	k := keyOf(req)
+	e := t.shards[t.shardOf(k)].m[k]
+	if e != nil && e.limit == req.Rule.Limit && e.window == req.Rule.Window.Milliseconds() && req.Millis() >= e.at {
+		e.remaining = min(e.remaining+req.Cost, e.limit)
+	}
+}
+
+// forget drops the baseline of key under alg (a Reset).
+func (t *baselines) forget(key backend.Key, alg algorithms.Name) {
+	if t == nil {
+		return
+	}
+	k := baselineKey{prefix: key.Prefix, id: key.ID, alg: alg}
+	sh := &t.shards[t.shardOf(k)]
+	sh.mu.Lock()
+	if e := sh.m[k]; e != nil {
+		sh.unlink(e)
+		delete(sh.m, k)
+	}
+	sh.mu.Unlock()
+}
