@@ -326,6 +326,10 @@ func windowStart(recorded, now, w int64) int64 {
 // tagged with lightCharge), GCRA's time of the admission, or Concurrency's
 // lease id (in 1/1000 ms; also after a Renew). Refund takes it.
 func (r Rule) ChargedAt(s *State, now int64) int64 {
+	if r.Algorithm == FixedWindow && r.Window > 0 {
+		w := r.Window.Milliseconds()
+		return now - now%w // the window holding now, whichever of its kept ones
+	}
 	return r.algorithm().ChargedAt(s, now)
 }
 

@@ -404,3 +404,64 @@ func nilError(err error) error {
 func (conn) IsNoScript(err error) bool {
 	return redis.HasErrorPrefix(err, "NOSCRIPT")
 }
+
+// IncrExpire implements redisscript.NativeConn: INCRBY and PEXPIRE per key
+// in one pipeline (split per node by a cluster client), sent at most once.
+func (a conn) IncrExpire(ctx context.Context, keys []string, by, expiry []int64) ([]int64, []error, error) {
+	incrs := make([]*redis.Cmd, len(keys))
+	pipe := a.c.Pipeline()
+	for i, k := range keys {
+		incrs[i] = redis.NewCmd(ctx, "INCRBY", k, by[i])
+		_ = pipe.Process(ctx, noRetry{incrs[i]})
+		_ = pipe.Process(ctx, noRetry{redis.NewCmd(ctx, "PEXPIRE", k, expiry[i])})
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !isReply(err) {
+		a.failed(ctx, err)
+		return nil, nil, err
+	}
+	counts := make([]int64, len(keys))
+	var errs []error
+	for i, c := range incrs {
+		n, err := c.Int64()
+		if err != nil {
+			if !isReply(err) {
+				return nil, nil, fmt.Errorf("%w: INCRBY: %v", redisscript.ErrBadReply, err)
+			}
+			if errs == nil {
+				errs = make([]error, len(keys))
+			}
+			errs[i] = err
+		}
+		counts[i] = n
+	}
+	return counts, errs, nil
+}
+
+// Refund implements redisscript.NativeConn: SET NX PX and DECRBY per key in
+// one pipeline, sent at most once.
+func (a conn) Refund(ctx context.Context, keys []string, by, expiry []int64) error {
+	decrs := make([]*redis.Cmd, len(keys))
+	pipe := a.c.Pipeline()
+	for i, k := range keys {
+		_ = pipe.Process(ctx, noRetry{redis.NewCmd(ctx, "SET", k, by[i], "NX", "PX", expiry[i])})
+		decrs[i] = redis.NewCmd(ctx, "DECRBY", k, by[i])
+		_ = pipe.Process(ctx, noRetry{decrs[i]})
+	}
+	_, _ = pipe.Exec(ctx) // a SET NX that finds its key answers nil; the DECRBYs tell
+	for _, c := range decrs {
+		if err := c.Err(); err != nil {
+			if !isReply(err) {
+				a.failed(ctx, err)
+			}
+			return fmt.Errorf("DECRBY: %w", err)
+		}
+	}
+	return nil
+}
+
+// isReply reports whether err is the server's error reply to one command
+// (a failure of that command alone).
+func isReply(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply) && !errors.Is(err, redis.Nil)
+}

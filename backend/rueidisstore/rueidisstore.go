@@ -361,3 +361,54 @@ func (conn) IsNoScript(err error) bool {
 	e, ok := rueidis.IsRedisErr(err)
 	return ok && e.IsNoScript()
 }
+
+// IncrExpire implements redisscript.NativeConn: INCRBY and PEXPIRE per key
+// in one DoMulti (split per node by a cluster client; rueidis never
+// retries them).
+func (a conn) IncrExpire(ctx context.Context, keys []string, by, expiry []int64) ([]int64, []error, error) {
+	cmds := make(rueidis.Commands, 0, 2*len(keys))
+	for i, k := range keys {
+		cmds = append(cmds,
+			a.c.B().Incrby().Key(k).Increment(by[i]).Build(),
+			a.c.B().Pexpire().Key(k).Milliseconds(expiry[i]).Build())
+	}
+	resps := a.c.DoMulti(ctx, cmds...)
+	counts := make([]int64, len(keys))
+	var errs []error
+	for i := range keys {
+		n, err := resps[2*i].AsInt64()
+		if err != nil {
+			if _, reply := rueidis.IsRedisErr(err); !reply || rueidis.IsRedisNil(err) {
+				a.failed(err)
+				return nil, nil, err
+			}
+			if errs == nil {
+				errs = make([]error, len(keys))
+			}
+			errs[i] = err
+		}
+		counts[i] = n
+	}
+	return counts, errs, nil
+}
+
+// Refund implements redisscript.NativeConn: SET NX PX and DECRBY per key in
+// one DoMulti, never retried.
+func (a conn) Refund(ctx context.Context, keys []string, by, expiry []int64) error {
+	cmds := make(rueidis.Commands, 0, 2*len(keys))
+	for i, k := range keys {
+		cmds = append(cmds,
+			a.c.B().Set().Key(k).Value(strconv.FormatInt(by[i], 10)).Nx().PxMilliseconds(expiry[i]).Build(),
+			a.c.B().Decrby().Key(k).Decrement(by[i]).Build())
+	}
+	for i, resp := range a.c.DoMulti(ctx, cmds...) {
+		if err := resp.Error(); err != nil && (i%2 == 1 || !rueidis.IsRedisNil(err)) {
+			a.failed(err)
+			if i%2 == 0 {
+				return fmt.Errorf("SET NX: %w", err)
+			}
+			return fmt.Errorf("DECRBY: %w", err)
+		}
+	}
+	return nil
+}

@@ -151,7 +151,10 @@ func HostileIDsSpread(t *testing.T, store backend.Store, c *redistest.Cluster) {
 			res, err := store.Take(t.Context(), backend.Request{Key: key, Rule: rule, Now: time.Now(), Cost: 1})
 			require.NoError(t, err)
 			require.True(t, res.Allowed)
-			name := redisscript.Key(key, rule)
+			name := redisscript.StateKey(&backend.Request{Key: key, Rule: rule, Now: time.Now()})
+			if alg == algorithms.FixedWindow {
+				name, _, _ = redisscript.NativeKey(&backend.Request{Key: key, Rule: rule, Now: time.Now()})
+			}
 			require.LessOrEqual(t, len(name), len(prefix)+70)
 			s := redistest.KeySlot(name)
 			if slot >= 0 {
