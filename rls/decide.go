@@ -70,6 +70,9 @@ func (s *Service) groups(rules *Rules, req *rlsv3.RateLimitRequest, now time.Tim
 		rule *rule
 		hits uint64
 		neg  bool
+		// fixed is the number of fixed windows among the descriptor's
+		// limits (sharesReferenceKey).
+		fixed int
 	}
 	var cands []candidate
 	replaced := map[string]bool{}
@@ -84,7 +87,7 @@ func (s *Service) groups(rules *Rules, req *rlsv3.RateLimitRequest, now time.Tim
 			if err != nil {
 				return nil, err
 			}
-			cands = append(cands, candidate{i, r, hits, d.GetIsNegativeHits()})
+			cands = append(cands, candidate{i, r, hits, d.GetIsNegativeHits(), 1})
 			continue
 		}
 		n := rules.lookup(req.GetDomain(), d)
@@ -95,11 +98,17 @@ func (s *Service) groups(rules *Rules, req *rlsv3.RateLimitRequest, now time.Tim
 			resp.Statuses[i].LimitRemaining = math.MaxUint32
 			continue
 		}
+		fixed := 0
+		for _, r := range n.limits {
+			if r.alg.Algorithm == algorithms.FixedWindow {
+				fixed++
+			}
+		}
 		for _, r := range n.limits {
 			for _, name := range r.limit.Replaces {
 				replaced[name] = true
 			}
-			cands = append(cands, candidate{i, r, hits, d.GetIsNegativeHits()})
+			cands = append(cands, candidate{i, r, hits, d.GetIsNegativeHits(), fixed})
 		}
 	}
 	var groups []*group
@@ -131,6 +140,10 @@ func (s *Service) groups(rules *Rules, req *rlsv3.RateLimitRequest, now time.Tim
 			descs:  []int{c.desc},
 			req: backend.Request{Key: key, Rule: c.rule.alg, Now: now, Cost: addCost(0, c.hits),
 				OnFailure: policy, Shadow: c.rule.shadow},
+		}
+		if sharesReferenceKey(c.rule, c.fixed) {
+			// Counted where envoyproxy/ratelimit counts it (keys.go).
+			g.req.Exact = backend.ExactKey{Base: referenceKey(s.opts.prefix, req.GetDomain(), d.GetEntries()), Expiry: referenceExpiry(c.rule)}
 		}
 		if check {
 			g.req.Cost = 1
