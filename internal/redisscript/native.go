@@ -80,6 +80,20 @@ func SetNativeCounters(on bool) (restore func()) {
 // time and without replica acknowledgement.
 func (r *Runner) Native() bool { return r.native != nil }
 
+// nativeTake reports whether a Take (not a TakeAll) goes on the native
+// path: a fixed window of one unit. A refused Take of one unit found its
+// window full before its increment, so the increment it holds until its
+// refund makes no other request see a full window that is not. A refused
+// Take of more units can: while its refund is in flight, a one-unit
+// request is refused with nothing left, which a deny cache
+// (backend/denycache) would remember until the window's end, and nothing
+// tells it otherwise (a TakeAll's refusal is announced by the deny cache,
+// a Take's is not). So those go by script, which decides before it
+// writes.
+func nativeTake(r *Runner, req *backend.Request) bool {
+	return r.native != nil && req.Rule.Algorithm == algorithms.FixedWindow && req.Cost == 1
+}
+
 // nativeAll reports whether reqs go on the native path: all fixed windows.
 func (r *Runner) nativeAll(reqs []backend.Request) bool {
 	if r.native == nil {

@@ -248,9 +248,10 @@ func (r *Runner) Take(ctx context.Context, req backend.Request) (backend.Result,
 
 // takeOne takes a checked request, in a batch where batching applies.
 // Lease takes go alone: the batch replies carry no lease ids. A fixed
-// window goes on the native path where it applies (native.go).
+// window of one unit goes on the native path where it applies (native.go;
+// see nativeTake).
 func (r *Runner) takeOne(ctx context.Context, req *backend.Request) (backend.Result, error) {
-	if r.native != nil && req.Rule.Algorithm == algorithms.FixedWindow {
+	if nativeTake(r, req) {
 		return r.takeNative(ctx, []backend.Request{*req}, false)
 	}
 	if !req.Rule.HoldsLeases() {
