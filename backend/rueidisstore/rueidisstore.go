@@ -4,7 +4,14 @@
 //
 // Each decision is one Lua script (the algorithm's Lua twin, see package
 // algorithms) run atomically by Redis on one key, so concurrent callers in
-// any number of processes never admit more than the limit. Keys are
+// any number of processes never admit more than the limit. Fixed windows
+// are counted with native commands instead (a Take of one unit, and a
+// TakeAll of fixed windows only): INCRBY and PEXPIRE on a key per window,
+// pipelined, admitted when every count after its increment is within its
+// limit, a refused request's increments given back (SET NX, DECRBY) before
+// it returns; never over the limit, though a concurrent request can be
+// refused while a refund is in flight. Server time and replica
+// acknowledgement keep them on the script (docs/redis.md). Keys are
 // prefix + "{" + id + "}" + suffix; ids that are huge, contain braces or
 // start with '#' are replaced by their SHA-256 digest, so every id works,
 // stays in one cluster slot and keeps a bounded key size.

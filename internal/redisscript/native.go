@@ -48,10 +48,6 @@ type NativeConn interface {
 	Refund(ctx context.Context, keys []string, by, expiry []int64) error
 }
 
-// nativeCounters turns the native path on where it applies; a test turns
-// it off to compare with the script path.
-var nativeCounters = true
-
 // skipNativeRefunds makes the native path forget its refunds: a control
 // for the tests that must catch it.
 var skipNativeRefunds = false
@@ -65,20 +61,6 @@ func SetSkipNativeRefunds(skip bool) (restore func()) {
 	skipNativeRefunds = skip
 	return func() { skipNativeRefunds = old }
 }
-
-// SetNativeCounters turns the native path on or off for runners made
-// afterwards, and returns a function that restores the previous setting:
-// a test hook (and a benchmark's, to compare the script path).
-func SetNativeCounters(on bool) (restore func()) {
-	old := nativeCounters
-	nativeCounters = on
-	return func() { nativeCounters = old }
-}
-
-// Native reports whether the runner decides fixed windows with native
-// commands (rather than their script): when its Conn can, without server
-// time and without replica acknowledgement.
-func (r *Runner) Native() bool { return r.native != nil }
 
 // nativeTake reports whether a Take (not a TakeAll) goes on the native
 // path: a fixed window of one unit. A refused Take of one unit found its

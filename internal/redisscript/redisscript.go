@@ -20,6 +20,8 @@
 //     retried by the client library.
 //   - A reply that is not exactly the four integers the scripts return, each
 //     in range, is an error wrapping ErrBadReply, never a panic.
+//   - Fixed windows go on native commands where nothing needs a script
+//     (native.go): INCRBY and PEXPIRE, sent once, never retried.
 package redisscript
 
 import (
@@ -196,7 +198,7 @@ func New(conn Conn, name string, opts Options) (*Runner, error) {
 		r.local = newBatchers(r, false, batchesInFlight)
 		r.batcher = r.local[kindTake]
 	}
-	if nc, ok := conn.(NativeConn); ok && nativeCounters && !opts.ServerTime && opts.Ack.Replicas == 0 {
+	if nc, ok := conn.(NativeConn); ok && !opts.ServerTime && opts.Ack.Replicas == 0 {
 		r.native = nc
 	}
 	if loc, ok := conn.(NodeLocator); ok && opts.Batch > 1 && opts.Ack.Replicas == 0 && conn.Cluster() {
