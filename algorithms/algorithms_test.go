@@ -134,7 +134,7 @@ func TestRetryAndResetAreExact(t *testing.T) {
 					// latest (the clock went back) is told its own window's
 					// end, as the Redis stores' INCRBY reply tells, not the
 					// later window's: its times are not checked here.
-					back := name == FixedWindow && s.fixedWindow().start > now
+					back := r.PerWindow() && s.fixedWindow().start > now
 					out := r.Take(&s, now, cost)
 					if back {
 						continue

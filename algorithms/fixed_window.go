@@ -17,6 +17,7 @@ var fixedWindow = Algorithm{
 	GiveBack:   fixedWindowGiveBack,
 	ChargedAt:  fixedWindowChargedAt,
 	LimitBound: func(int64) int64 { return MaxLimit },
+	PerWindow:  true,
 	// The window's whole count goes at its end, and nothing before.
 	MoreAfter: func(_, _, _, resetAfter int64) (int64, bool) { return resetAfter, resetAfter > 0 },
 	Lua:       fixedWindowLua,

@@ -4,7 +4,8 @@
 --
 -- State: one integer per window, the units admitted in it, in a key of its
 -- own: KEYS[1] followed by ':' and the window's start in ms when KEYS[1]
--- ends in ':fw' (the library's keys), else KEYS[1] itself, a window's key
+-- ends in the algorithm's suffix, own_suffix (':fw': the library's keys),
+-- else KEYS[1] itself, a window's key
 -- named exactly by the caller (backend.ExactKey, for the window holding
 -- now). The same keys the stores' native path counts in with INCRBY and an
 -- expiry (internal/redisscript/native.go): this script serves what that
@@ -15,7 +16,7 @@
 -- prelude.lua.
 
 local ws = now - now % w
-local wk, library = key, string.sub(key, -3) == ':fw'
+local wk, library = key, string.sub(key, -#own_suffix) == own_suffix
 if library then
   wk = key .. ':' .. string.format('%d', ws)
 end

@@ -165,7 +165,7 @@ func clockBack(c *checker, rule algorithms.Rule) {
 	if !c.takeN("full", rule, t, rule.Limit, rule.Limit) {
 		return
 	}
-	if rule.Algorithm == algorithms.FixedWindow {
+	if rule.PerWindow() {
 		// A fixed window counts each request in the window holding its
 		// time (one key per window in Redis, as envoyproxy/ratelimit
 		// counts): 5 s back is the window before, counted apart.
@@ -196,7 +196,7 @@ func clockForward(c *checker, rule algorithms.Rule) {
 	if !c.takeN("k", rule, hour, 1, rule.Limit) {
 		return
 	}
-	if rule.Algorithm == algorithms.FixedWindow {
+	if rule.PerWindow() {
 		// 5 s back is the window before, counted apart (see clockBack).
 		c.takeN("k", rule, hour-5*time.Second, rule.Limit+1, rule.Limit)
 		return

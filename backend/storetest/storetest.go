@@ -220,7 +220,7 @@ var fixedW = func(r algorithms.Rule) int64 { return r.Window.Milliseconds() }
 
 func floorFixed(now, latest time.Duration, rules ...algorithms.Rule) (time.Duration, time.Duration) {
 	for _, r := range rules {
-		if r.Algorithm != algorithms.FixedWindow {
+		if !r.PerWindow() {
 			continue
 		}
 		floor := time.UnixMilli(FixedWindowFloor(base.Add(latest).UnixMilli(), fixedW(r))).Sub(base)

@@ -94,7 +94,7 @@ func differentialWithRefunds(t *testing.T, s *stepper, seed uint64, steps int) {
 			if rng.IntN(25) == 0 {
 				w := rule.Window
 				pick(&rule)
-				if rule.Algorithm == algorithms.FixedWindow {
+				if rule.PerWindow() {
 					// A fixed window's keys are named by the window's start
 					// alone: windows of other lengths starting at the same
 					// ms share a count in Redis, which the Go engine (two
@@ -103,7 +103,7 @@ func differentialWithRefunds(t *testing.T, s *stepper, seed uint64, steps int) {
 				}
 			}
 			now = scripttest.WalkTime(rng, now, rule.Window.Milliseconds(), 3)
-			if rule.Algorithm == algorithms.FixedWindow {
+			if rule.PerWindow() {
 				// Never back: refunds of older admissions reach windows the
 				// Go engine no longer keeps (the suites cover the window
 				// before).

@@ -309,7 +309,7 @@ func (r *Runner) Reset(ctx context.Context, key backend.Key, rule algorithms.Rul
 		return rule.Validate() // names the unknown algorithm
 	}
 	keys := []string{Key(key, rule)}
-	if rule.Algorithm == algorithms.FixedWindow {
+	if rule.PerWindow() {
 		keys = append(keys, fixedWindowKeys(ctx, keys[0], rule)...)
 	}
 	for _, k := range keys {

@@ -77,7 +77,7 @@ func DifferentialOf(ctx context.Context, r Reporter, store backend.Store, seed u
 				}
 			}
 			now = WalkTime(rng, now, rule.Window.Milliseconds(), 2)
-			if rule.Algorithm == algorithms.FixedWindow {
+			if rule.PerWindow() {
 				now = max(now, storetest.FixedWindowFloor(latest, fixedW))
 			}
 			latest = max(latest, now)
