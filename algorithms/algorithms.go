@@ -196,6 +196,13 @@ func (r Rule) ValidateCost(cost int64) error {
 	return nil
 }
 
+// PerWindow reports whether r's algorithm counts a key per window aligned
+// to the epoch (Algorithm.PerWindow: FixedWindow).
+func (r Rule) PerWindow() bool {
+	a := Lookup(r.Algorithm)
+	return a != nil && a.PerWindow
+}
+
 // KeySuffix is what a store appends to a key's name to keep the state of
 // different algorithms for the same key apart (the descriptor's Suffix).
 func (r Rule) KeySuffix() string {
@@ -326,6 +333,10 @@ func windowStart(recorded, now, w int64) int64 {
 // tagged with lightCharge), GCRA's time of the admission, or Concurrency's
 // lease id (in 1/1000 ms; also after a Renew). Refund takes it.
 func (r Rule) ChargedAt(s *State, now int64) int64 {
+	if a := Lookup(r.Algorithm); a != nil && a.PerWindow && r.Window > 0 {
+		w := r.Window.Milliseconds()
+		return now - now%w // the window holding now, whichever of its kept ones
+	}
 	return r.algorithm().ChargedAt(s, now)
 }
 

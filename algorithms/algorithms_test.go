@@ -130,7 +130,15 @@ func TestRetryAndResetAreExact(t *testing.T) {
 					if limit > 1000 {
 						cost = int64(1 + rng.IntN(int(limit/3)))
 					}
+					// A fixed window's request in the window before its
+					// latest (the clock went back) is told its own window's
+					// end, as the Redis stores' INCRBY reply tells, not the
+					// later window's: its times are not checked here.
+					back := r.PerWindow() && s.fixedWindow().start > now
 					out := r.Take(&s, now, cost)
+					if back {
+						continue
+					}
 					if !out.Allowed {
 						checked++
 						firstAdmitted := int64(-1)

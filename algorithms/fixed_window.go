@@ -3,6 +3,7 @@ package algorithms
 import (
 	_ "embed"
 	"time"
+	"unsafe"
 )
 
 // fixedWindow is FixedWindow's descriptor.
@@ -14,8 +15,9 @@ var fixedWindow = Algorithm{
 	Peek:       fixedWindowPeek,
 	Refund:     fixedWindowRefund,
 	GiveBack:   fixedWindowGiveBack,
-	ChargedAt:  countersChargedAt,
+	ChargedAt:  fixedWindowChargedAt,
 	LimitBound: func(int64) int64 { return MaxLimit },
+	PerWindow:  true,
 	// The window's whole count goes at its end, and nothing before.
 	MoreAfter: func(_, _, _, resetAfter int64) (int64, bool) { return resetAfter, resetAfter > 0 },
 	Lua:       fixedWindowLua,
@@ -38,59 +40,108 @@ var fixedWindow = Algorithm{
 //go:embed fixed_window.lua
 var fixedWindowLua string
 
-// countersChargedAt is where the counters (FixedWindow, SlidingCounter)
-// charged a take: the start of the current window.
+// countersChargedAt is where the sliding counter charged a take: the
+// start of the current window.
 func countersChargedAt(s *State, _ int64) int64 { return s.counters().start }
 
-// fixedWindowRefund gives units back to the window that took them, while
-// it is the current one.
-func fixedWindowRefund(s *State, at, _, _, cost int64) {
-	if c := s.counters(); c.start == at {
-		c.current -= min(cost, c.current)
+// fixedWindowChargedAt is where a fixed window charged a take at now: the
+// start of the window holding now, the latest kept unless that starts
+// after now (a take in the window before it).
+func fixedWindowChargedAt(s *State, now int64) int64 {
+	if f := s.fixedWindow(); f.start > now {
+		return f.previousStart
+	}
+	return s.fixedWindow().start
+}
+
+// The fixed window counts units per window aligned to the Unix epoch,
+// [k*w, (k+1)*w), each request in the window holding its own time: the
+// Redis stores keep one counter per window (a key named by the window's
+// start, INCRBY and an expiry), as envoyproxy/ratelimit does. State
+// (fixedWindowState): the latest window counted in and the one counted in
+// before it (a request whose time falls in the window before the latest,
+// such as one from a host whose clock is a little behind, counts there).
+// A window older than both counts from zero, and takes the place of the
+// one before; Redis keeps every window's key until it expires, two windows
+// after its end.
+
+// fixedWindowState is a fixed window's view of a State's words.
+type fixedWindowState struct {
+	start, current, previousStart, previous int64
+}
+
+// fixedWindow returns the State's words as a fixed window's.
+func (s *State) fixedWindow() *fixedWindowState {
+	return (*fixedWindowState)(unsafe.Pointer(&s.words))
+}
+
+// count returns the units counted in the window starting at ws.
+func (f *fixedWindowState) count(ws int64) int64 {
+	switch ws {
+	case f.start:
+		return f.current
+	case f.previousStart:
+		return f.previous
+	}
+	return 0
+}
+
+// add counts n units in the window starting at ws: one of the two kept,
+// a later one (the latest becomes the one before), or an earlier one,
+// which takes the place of the one before (so that what it admits is
+// counted while it is asked about).
+func (f *fixedWindowState) add(ws, n int64) {
+	switch {
+	case ws == f.start:
+		f.current += n
+	case ws == f.previousStart:
+		f.previous += n
+	case ws > f.start:
+		f.previousStart, f.previous = f.start, f.current
+		f.start, f.current = ws, n
+	default:
+		f.previousStart, f.previous = ws, n
 	}
 }
 
-// fixedWindowGiveBack gives units back to the window holding now, while
-// it is the recorded one.
+// fixedWindowRefund gives units back to the window that took them (at, its
+// start), while it is kept.
+func fixedWindowRefund(s *State, at, _, _, cost int64) {
+	f := s.fixedWindow()
+	if c := f.count(at); c > 0 {
+		f.add(at, -min(cost, c))
+	}
+}
+
+// fixedWindowGiveBack gives units back to the window holding now.
 func fixedWindowGiveBack(s *State, now, w, limit, cost int64) {
 	fixedWindowRefund(s, now-now%w, w, limit, cost)
 }
 
-// The fixed window counts units per window aligned to the Unix epoch:
-// [k*w, (k+1)*w). State (counters): start (the window's start) and current
-// (units admitted in it). A request carrying a time in an earlier window than the one
-// recorded (the clock went back) is counted against the recorded window.
-
-func fixedWindowRoll(start, current, now, w int64) (int64, int64) {
-	if ws := windowStart(start, now, w); ws > start {
-		return ws, 0
-	}
-	return start, current
-}
-
 func fixedWindowTake(s *State, now, w, limit, cost int64) Outcome {
-	c := s.counters()
-	c.start, c.current = fixedWindowRoll(c.start, c.current, now, w)
-	return fixedWindowDecide(c, now, w, limit, cost, true)
+	return fixedWindowDecide(s.fixedWindow(), now, w, limit, cost, true)
 }
 
 func fixedWindowPeek(s *State, now, w, limit, cost int64) Outcome {
-	c := s.counters()
-	var view counters
-	view.start, view.current = fixedWindowRoll(c.start, c.current, now, w)
-	return fixedWindowDecide(&view, now, w, limit, cost, false)
+	return fixedWindowDecide(s.fixedWindow(), now, w, limit, cost, false)
 }
 
-func fixedWindowDecide(c *counters, now, w, limit, cost int64, consume bool) Outcome {
-	end := c.start + w - now
-	if cost > limit-c.current {
-		return Outcome{Remaining: max(limit-c.current, 0), RetryAfter: end, ResetAfter: end}
+// fixedWindowDecide decides a request at now against the window holding
+// it, as the Redis stores do from the count INCRBY returns: admitted when
+// the count after adding cost is within limit.
+func fixedWindowDecide(f *fixedWindowState, now, w, limit, cost int64, consume bool) Outcome {
+	ws := now - now%w
+	current := max(f.count(ws), 0)
+	end := ws + w - now
+	if cost > limit-current {
+		return Outcome{Remaining: max(limit-current, 0), RetryAfter: end, ResetAfter: end}
 	}
 	if consume {
-		c.current += cost
+		f.add(ws, cost)
+		current += cost
 	}
-	out := Outcome{Allowed: true, Remaining: limit - c.current}
-	if c.current > 0 {
+	out := Outcome{Allowed: true, Remaining: limit - current}
+	if current > 0 {
 		out.ResetAfter = end
 	}
 	return out

@@ -2,61 +2,69 @@
 -- (fixed_window.go). Keep the two in step: the conformance suite compares
 -- them decision by decision.
 --
--- KEYS[1]  the key's state: the string "start:current" (window start in ms,
---          units admitted in it), absent when the key is new.
--- The body of step(key, now, w, limit, cost, take, refund); see prelude.lua.
+-- State: one integer per window, the units admitted in it, in a key of its
+-- own: KEYS[1] followed by ':' and the window's start in ms when KEYS[1]
+-- ends in the algorithm's suffix, own_suffix (':fw': the library's keys),
+-- else KEYS[1] itself, a window's key
+-- named exactly by the caller (backend.ExactKey, for the window holding
+-- now). The same keys the stores' native path counts in with INCRBY and an
+-- expiry (internal/redisscript/native.go): this script serves what that
+-- path cannot (server time, replica acknowledgement, a TakeAll mixing
+-- algorithms, Peek, give back). Keys of the old format ("start:current" in
+-- KEYS[1] itself) are never read again and expire.
+-- The body of step(key, now, w, limit, cost, take, refund, at); see
+-- prelude.lua.
 
-local start, current = 0, 0
-local v = redis.call('GET', key)
-if v then
-  local a, b = string.match(v, '^(%d+):(%d+)$')
-  if not a then
-    return redis.error_reply('limitkit: unreadable fixed_window state')
-  end
-  start, current = tonumber(a), tonumber(b)
+local ws = now - now % w
+local wk, library = key, string.sub(key, -#own_suffix) == own_suffix
+if library then
+  wk = key .. ':' .. string.format('%d', ws)
 end
 
 -- Refund: give cost back to the window the take counted it in (at, the
--- fifth value of its reply), if that is still the recorded one.
--- Give back by time (a negative at): to the window holding now, as a
--- refund of a take made now would.
-if refund and at < 0 then
-  at = now - now % w
-end
+-- fifth value of its reply). Give back by time (a negative at): to the
+-- window holding now. Never below zero.
 if refund then
-  if v and start == at and current > 0 then
-    current = current - math.min(cost, current)
-    redis.call('SET', key, string.format('%d:%d', start, current), 'KEEPTTL')
+  if at < 0 then
+    at = ws
+  end
+  local rk = wk
+  if library then
+    rk = key .. ':' .. string.format('%d', at)
+  end
+  local held = tonumber(redis.call('GET', rk) or '0')
+  if held == nil then
+    return redis.error_reply('limitkit: unreadable fixed_window count')
+  end
+  if held > 0 then
+    redis.call('DECRBY', rk, math.min(cost, held))
   end
   take = false
 end
 
--- Roll to the window holding now (windowStart: the recorded window while
--- now is inside it, else the aligned one); a time in an earlier window (the
--- clock went back) counts against the recorded one.
-local ws = window_start(start, now, w)
-if ws > start then
-  start, current = ws, 0
+local current = tonumber(redis.call('GET', wk) or '0')
+if current == nil then
+  return redis.error_reply('limitkit: unreadable fixed_window count')
 end
-
-local finish = start + w - now
+if current < 0 then
+  current = 0
+end
+local finish = ws + w - now
 if cost > limit - current then
   local remaining = limit - current
   if remaining < 0 then
     remaining = 0
   end
-  -- A denial never follows a roll (a rolled window is empty and cost <=
-  -- limit), so there is nothing to write.
-  return {0, remaining, finish, finish, start}
+  return {0, remaining, finish, finish, ws}
 end
 if not take then
   local reset = 0
   if current > 0 then
     reset = finish
   end
-  return {1, limit - current, 0, reset, start}
+  return {1, limit - current, 0, reset, ws}
 end
-current = current + cost
-redis.call('SET', key, string.format('%d:%d', start, current),
-  'PX', key_ttl_px(finish, w))
-return {1, limit - current, 0, finish, start}
+-- A count below zero (give backs beyond what was taken) is read as zero.
+current = math.max(redis.call('INCRBY', wk, cost), current + cost)
+redis.call('PEXPIRE', wk, key_ttl_px(finish, w))
+return {1, limit - current, 0, finish, ws}

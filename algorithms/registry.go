@@ -54,6 +54,13 @@ type Algorithm struct {
 	// LimitNote ends the error for a limit above LimitBound: why, and what
 	// to use instead.
 	LimitNote string
+	// PerWindow marks an algorithm that counts each request in the window
+	// aligned to the epoch that holds its own time, a Redis key per window
+	// (FixedWindow): a request stamped in an earlier window counts there,
+	// a take is charged at its window's start (Rule.ChargedAt), and its
+	// Lua twin appends ':' and the window's start to a key that ends in
+	// its Suffix (own_suffix in its body).
+	PerWindow bool
 	// anyWindowBound is LimitBound(0), the bound whatever the window,
 	// which Validate checks on every request.
 	anyWindowBound int64

@@ -79,6 +79,9 @@ type Request struct {
 	// Stores ignore it; wrappers that report decisions (package
 	// limiter/observe) tell shadow denials apart by it.
 	Shadow bool
+	// Exact, when its Base is set, names the Redis keys of a FixedWindow
+	// rule exactly (see ExactKey); other stores ignore it.
+	Exact ExactKey
 }
 
 // Validate reports whether the request can be decided. Errors wrap
@@ -96,6 +99,9 @@ func (r *Request) Validate() error {
 	if r.Now.UnixMilli() > algorithms.MaxLeaseMillis && r.Rule.HoldsLeases() {
 		return fmt.Errorf("%w: time %v is after %v, the last a %s rule can decide at (its lease ids count 1/1000 ms below 2^53); check the clock",
 			algorithms.ErrInvalidRequest, r.Now.UTC(), time.UnixMilli(algorithms.MaxLeaseMillis).UTC(), r.Rule.Algorithm)
+	}
+	if err := r.Exact.Check(r.Rule); err != nil {
+		return err
 	}
 	return r.Rule.ValidateCost(r.Cost)
 }

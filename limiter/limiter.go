@@ -261,7 +261,9 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if err := c.checkRequest(keys[:], 1); err != nil {
 		return err
 	}
-	return c.reset(ctx, l.store, keys[:])
+	// The stores that name keys by time (Redis' fixed windows) delete
+	// those around the limiter's time.
+	return c.reset(backend.WithResetTime(ctx, l.clock.Now()), l.store, keys[:])
 }
 
 // Wait blocks until one request for key is admitted, and returns that

@@ -78,6 +78,9 @@ func (s *Service) groups(rules *Rules, req *rlsv3.RateLimitRequest, now time.Tim
 		hits uint64
 		neg  bool
 		m    match
+		// fixed is the number of fixed windows among the descriptor's
+		// limits (sharesReferenceKey).
+		fixed int
 	}
 	var cands []candidate
 	replaced := map[string]bool{}
@@ -98,7 +101,7 @@ func (s *Service) groups(rules *Rules, req *rlsv3.RateLimitRequest, now time.Tim
 				return nil, err
 			}
 			r.override = true
-			cands = append(cands, candidate{i, r, hits, d.GetIsNegativeHits(), match{}})
+			cands = append(cands, candidate{i, r, hits, d.GetIsNegativeHits(), match{}, 1})
 			continue
 		}
 		m := rules.lookup(req.GetDomain(), d)
@@ -110,11 +113,17 @@ func (s *Service) groups(rules *Rules, req *rlsv3.RateLimitRequest, now time.Tim
 			resp.Statuses[i].LimitRemaining = math.MaxUint32
 			continue
 		}
+		fixed := 0
+		for _, r := range n.limits {
+			if r.alg.Algorithm == algorithms.FixedWindow {
+				fixed++
+			}
+		}
 		for _, r := range n.limits {
 			for _, name := range r.limit.Replaces {
 				replaced[name] = true
 			}
-			cands = append(cands, candidate{i, r, hits, d.GetIsNegativeHits(), m})
+			cands = append(cands, candidate{i, r, hits, d.GetIsNegativeHits(), m, fixed})
 		}
 	}
 	var groups []*group
@@ -132,7 +141,8 @@ func (s *Service) groups(rules *Rules, req *rlsv3.RateLimitRequest, now time.Tim
 			id = append(id, prefix...)
 			prefix = overridePrefix
 		}
-		id = appendID(id, req.GetDomain(), sharedEntries(d.GetEntries(), c.m.shared))
+		entries := sharedEntries(d.GetEntries(), c.m.shared)
+		id = appendID(id, req.GetDomain(), entries)
 		key := backend.Key{Prefix: s.opts.prefix + prefix, ID: string(id)}
 		check := c.hits == 0 || c.neg
 		state := key.Prefix + "\x00" + string(c.rule.alg.Algorithm) + "\x00" + strconv.FormatBool(check) +
@@ -153,6 +163,10 @@ func (s *Service) groups(rules *Rules, req *rlsv3.RateLimitRequest, now time.Tim
 			descs:  []int{c.desc},
 			req: backend.Request{Key: key, Rule: c.rule.alg, Now: now, Cost: addCost(0, c.hits),
 				OnFailure: policy, Shadow: c.rule.shadow},
+		}
+		if sharesReferenceKey(c.rule, c.fixed) {
+			// Counted where envoyproxy/ratelimit counts it (keys.go).
+			g.req.Exact = backend.ExactKey{Base: referenceKey(s.opts.prefix, req.GetDomain(), entries), Expiry: referenceExpiry(c.rule)}
 		}
 		if check {
 			g.req.Cost = 1

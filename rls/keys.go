@@ -119,3 +119,38 @@ func descriptorKey(domain string, d *ratelimitv3.RateLimitDescriptor) string {
 	}
 	return b.String()
 }
+
+// referenceKey returns the base of the Redis key envoyproxy/ratelimit
+// counts a fixed window of a descriptor in (src/limiter/cache_key.go):
+// the cache key prefix (CACHE_KEY_PREFIX), the domain and '_', then each
+// entry's key and value, each followed by '_'. The window's start in
+// seconds since the epoch completes it (backend.ExactKey.Name), so that
+// limitkit-rls and the reference, on one Redis, count in the same key.
+func referenceKey(prefix, domain string, entries []*ratelimitv3.RateLimitDescriptor_Entry) string {
+	var b strings.Builder
+	b.WriteString(prefix)
+	b.WriteString(domain)
+	b.WriteByte('_')
+	for _, e := range entries {
+		b.WriteString(e.GetKey())
+		b.WriteByte('_')
+		b.WriteString(e.GetValue())
+		b.WriteByte('_')
+	}
+	return b.String()
+}
+
+// sharesReferenceKey reports whether a limit counts in the reference's key:
+// a fixed window of whole seconds, the only fixed window among its
+// descriptor's limits (the reference has one limit per descriptor, and
+// the key names the window's start only: two fixed windows of one
+// descriptor would share it at every start they have in common).
+func sharesReferenceKey(r *rule, fixedWindows int) bool {
+	return r.alg.Algorithm == algorithms.FixedWindow && fixedWindows == 1 &&
+		r.alg.Window%time.Second == 0 && r.alg.Window >= time.Second
+}
+
+// referenceExpiry is how long a key shared with the reference is kept after
+// each take: its window, as the reference's EXPIRE of the unit's seconds
+// (its EXPIRATION_JITTER_MAX_SECONDS is not applied).
+func referenceExpiry(r *rule) time.Duration { return r.alg.Window }

@@ -66,17 +66,19 @@ func take(t *testing.T, s backend.Store, req backend.Request) backend.Result {
 	return d
 }
 
-// rollingReload is the issue's case: A at 5 per 60 s and B at 5 per 90 s
-// on one prefix. A fills the fixed window at 60 s; B is denied at 100 s
-// (its window started at 60 s, so it retries at 150 s); A rolls the shared
-// counter at 120 s; from 125 s the store admits B. It returns whether B's
-// cache ever disagreed with its store (only the control may) and how many
-// denials B's cache answered.
+// rollingReload is the issue's case, on sliding_counter (one key whose
+// windows roll; since issue 30 a fixed window keeps a key per window, so
+// no other rule's write moves it): A at 5 per 20 s and B at 5 per 90 s on
+// one prefix. A fills the window at 20 s; B is denied at 30 s (its window
+// [20 s, 110 s) is full) and caches it; at 61 s A's write rolls the
+// counter two of its windows on, so the count starts afresh, and from 62 s
+// the store admits B. It returns whether B's cache ever disagreed with its
+// store (only the control may) and how many denials B's cache answered.
 func rollingReload(t *testing.T, mk makeProcess, prefix string, control bool) (disagreed bool, hits uint64) {
 	srv := redistest.Start(t)
 	a, b := mk(t, srv.Addr(), denycache.WithProbeInterval(exactProbe)), mk(t, srv.Addr(), denycache.WithProbeInterval(exactProbe))
-	ruleA := algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 5, Window: time.Minute}
-	ruleB := algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 5, Window: 90 * time.Second}
+	ruleA := algorithms.Rule{Algorithm: algorithms.SlidingCounter, Limit: 5, Window: 20 * time.Second}
+	ruleB := algorithms.Rule{Algorithm: algorithms.SlidingCounter, Limit: 5, Window: 90 * time.Second}
 	key := backend.Key{Prefix: prefix, ID: "user"}
 	at := func(rule algorithms.Rule, s time.Duration) backend.Request {
 		return backend.Request{Key: key, Rule: rule, Now: exactBase.Add(s), Cost: 1}
@@ -91,18 +93,21 @@ func rollingReload(t *testing.T, mk makeProcess, prefix string, control bool) (d
 		return got
 	}
 	for range 5 {
-		require.True(t, take(t, a.cache, at(ruleA, 60*time.Second)).Allowed)
+		require.True(t, take(t, a.cache, at(ruleA, 20*time.Second)).Allowed)
 	}
 	if !control {
-		waitSeen(t, b, prefix, algorithms.FixedWindow, "B hears of A's rule", func(n int, _ time.Time) bool { return n >= 1 })
+		waitSeen(t, b, prefix, algorithms.SlidingCounter, "B hears of A's rule", func(n int, _ time.Time) bool { return n >= 1 })
 	}
-	require.False(t, check(at(ruleB, 100*time.Second)).Allowed)
-	require.False(t, check(at(ruleB, 101*time.Second)).Allowed)
-	require.True(t, take(t, a.cache, at(ruleA, 120*time.Second)).Allowed, "A rolls the counter")
+	require.False(t, check(at(ruleB, 30*time.Second)).Allowed)
+	require.False(t, check(at(ruleB, 31*time.Second)).Allowed)
+	require.True(t, take(t, a.cache, at(ruleA, 61*time.Second)).Allowed, "A rolls the counter")
 	if !control { // A's rule may have expired meanwhile: then B hears it anew
-		waitSeen(t, b, prefix, algorithms.FixedWindow, "B hears of A's rule again", func(n int, _ time.Time) bool { return n >= 2 })
+		waitSeen(t, b, prefix, algorithms.SlidingCounter, "B hears of A's rule again", func(n int, _ time.Time) bool { return n >= 2 })
 	}
-	for s := 125 * time.Second; s < 150*time.Second; s += time.Second {
+	want, err := b.store.Peek(t.Context(), at(ruleB, 62*time.Second))
+	require.NoError(t, err)
+	require.True(t, want.Allowed, "the store admits B once A rolled the counter: the scenario holds")
+	for s := 62 * time.Second; s < 110*time.Second; s += time.Second {
 		check(at(ruleB, s))
 	}
 	return disagreed, b.cache.Stats().Hits
@@ -158,16 +163,18 @@ func TestReloadEndsCachingResumes(t *testing.T) {
 	require.True(t, agree(t, b, req(ruleB, "k")).Cached, "with one rule in force the cache answers again")
 }
 
-// clockAhead: A and B share 5 per 60 s. A (clock in step) takes 3 at 5 s,
-// B 2 at 10 s, and B is denied from 30 s (retry at 60 s) and cached. Then
-// A's clock jumps 31 s ahead: its request at (true) 32 s is stamped 63 s
-// and rolls the window, so from then on the store admits B (its requests
-// count against the window A opened). It returns whether B's cache ever
-// disagreed with its store and whether it answered before the jump.
+// clockAhead, on sliding_counter (see rollingReload): A and B share 5 per
+// 60 s. A (clock in step) takes 3 at 5 s, B 2 at 10 s, and B is denied from
+// 30 s (retry at 72 s, once the full window has weighed down) and cached.
+// Then A's clock jumps ahead: its request at (true) 32 s is stamped 130 s,
+// two windows on, and starts the count afresh, so from then on the store
+// admits B (its requests, stamped before that window, count against it).
+// It returns whether B's cache ever disagreed with its store and whether it
+// answered before the jump.
 func clockAhead(t *testing.T, mk makeProcess, prefix string, control bool) (disagreed, cachedBefore bool) {
 	srv := redistest.Start(t)
 	a, b := mk(t, srv.Addr(), denycache.WithProbeInterval(exactProbe)), mk(t, srv.Addr(), denycache.WithProbeInterval(exactProbe))
-	rule := algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 5, Window: time.Minute}
+	rule := algorithms.Rule{Algorithm: algorithms.SlidingCounter, Limit: 5, Window: time.Minute}
 	key := backend.Key{Prefix: prefix, ID: "user"}
 	at := func(s time.Duration) backend.Request {
 		return backend.Request{Key: key, Rule: rule, Now: exactBase.Add(s), Cost: 1}
@@ -188,17 +195,20 @@ func clockAhead(t *testing.T, mk makeProcess, prefix string, control bool) (disa
 		require.True(t, take(t, b.cache, at(10*time.Second)).Allowed)
 	}
 	if !control {
-		waitSeen(t, b, prefix, algorithms.FixedWindow, "B hears of A's clock", func(_ int, c time.Time) bool { return !c.IsZero() })
+		waitSeen(t, b, prefix, algorithms.SlidingCounter, "B hears of A's clock", func(_ int, c time.Time) bool { return !c.IsZero() })
 	}
 	require.False(t, check(at(30*time.Second)).Allowed)
 	cachedBefore = check(at(31 * time.Second)).Cached
 
-	require.True(t, take(t, a.cache, at(63*time.Second)).Allowed, "A, ahead, rolls the window")
+	require.True(t, take(t, a.cache, at(130*time.Second)).Allowed, "A, ahead, rolls the window")
 	if !control {
-		waitSeen(t, b, prefix, algorithms.FixedWindow, "B hears A's clock is ahead", func(_ int, c time.Time) bool {
-			return !c.Before(exactBase.Add(63 * time.Second))
+		waitSeen(t, b, prefix, algorithms.SlidingCounter, "B hears A's clock is ahead", func(_ int, c time.Time) bool {
+			return !c.Before(exactBase.Add(130 * time.Second))
 		})
 	}
+	want, err := b.store.Peek(t.Context(), at(35*time.Second))
+	require.NoError(t, err)
+	require.True(t, want.Allowed, "the store admits B once A's write started the count afresh: the scenario holds")
 	for s := 35 * time.Second; s < 60*time.Second; s += time.Second {
 		check(at(s))
 	}
@@ -247,13 +257,15 @@ func TestOtherRuleInOneProcess(t *testing.T) {
 		}
 		require.False(t, agree(t, one, at(ninety, 75*time.Second)).Allowed)
 		require.True(t, agree(t, one, at(ninety, 76*time.Second)).Cached)
-		require.True(t, agree(t, one, at(sixty, 76*time.Second)).Allowed, "the 60 s rule rolls to its window at 60 s")
-		want, err := p.store.Peek(t.Context(), at(ninety, 77*time.Second))
-		require.NoError(t, err)
-		require.True(t, want.Allowed, "the store has room in the window opened at 60 s")
+		require.True(t, agree(t, one, at(sixty, 76*time.Second)).Allowed, "the 60 s rule counts in its window at 60 s")
 		return deaf.Take(t.Context(), at(ninety, 77*time.Second))
 	}
 	got, err := run("own-rule:")
 	require.NoError(t, err)
-	require.True(t, got.Allowed, "the cache denied what its store admits: %+v", got)
+	// Since fixed windows count in a key per window (issue 30), the 60 s
+	// rule's take no longer touches the 90 s rule's count: the store still
+	// denies at 77 s, and the cache must say what the store says.
+	want, err := p.store.Peek(t.Context(), backend.Request{Key: backend.Key{Prefix: "own-rule:", ID: "k"}, Rule: ninety, Now: exactBase.Add(77 * time.Second), Cost: 1})
+	require.NoError(t, err)
+	require.Equal(t, want.Allowed, got.Allowed, "the cache's answer differs from its store's: %+v, store %+v", got, want)
 }

@@ -5,7 +5,14 @@
 //
 // Each decision is one Lua script (the algorithm's Lua twin, see package
 // algorithms) run atomically by Redis on one key, so concurrent callers in
-// any number of processes never admit more than the limit. Keys are
+// any number of processes never admit more than the limit. Fixed windows
+// are counted with native commands instead (a Take of one unit, and a
+// TakeAll of fixed windows only): INCRBY and PEXPIRE on a key per window,
+// pipelined, admitted when every count after its increment is within its
+// limit, a refused request's increments given back (SET NX, DECRBY) before
+// it returns; never over the limit, though a concurrent request can be
+// refused while a refund is in flight. Server time and replica
+// acknowledgement keep them on the script (docs/redis.md). Keys are
 // prefix + "{" + id + "}" + suffix; ids that are huge, contain braces or
 // start with '#' are replaced by their SHA-256 digest, so every id works,
 // stays in one cluster slot and keeps a bounded key size.
@@ -403,4 +410,66 @@ func nilError(err error) error {
 
 func (conn) IsNoScript(err error) bool {
 	return redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// IncrExpire implements redisscript.NativeConn: INCRBY and PEXPIRE per key
+// in one pipeline (split per node by a cluster client), sent at most once.
+func (a conn) IncrExpire(ctx context.Context, keys []string, by, expiry []int64) ([]int64, []error, error) {
+	incrs := make([]*redis.Cmd, len(keys))
+	pipe := a.c.Pipeline()
+	for i, k := range keys {
+		incrs[i] = redis.NewCmd(ctx, "INCRBY", k, by[i])
+		_ = pipe.Process(ctx, noRetry{incrs[i]})
+		_ = pipe.Process(ctx, noRetry{redis.NewCmd(ctx, "PEXPIRE", k, expiry[i])})
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !isReply(err) {
+		a.failed(ctx, err)
+		return nil, nil, err
+	}
+	counts := make([]int64, len(keys))
+	var errs []error
+	for i, c := range incrs {
+		n, err := c.Int64()
+		if err != nil {
+			if !isReply(err) {
+				a.failed(ctx, err)
+				return nil, nil, err
+			}
+			if errs == nil {
+				errs = make([]error, len(keys))
+			}
+			errs[i] = err
+		}
+		counts[i] = n
+	}
+	return counts, errs, nil
+}
+
+// Refund implements redisscript.NativeConn: SET NX PX and DECRBY per key in
+// one pipeline, sent at most once.
+func (a conn) Refund(ctx context.Context, keys []string, by, expiry []int64) error {
+	decrs := make([]*redis.Cmd, len(keys))
+	pipe := a.c.Pipeline()
+	for i, k := range keys {
+		_ = pipe.Process(ctx, noRetry{redis.NewCmd(ctx, "SET", k, by[i], "NX", "PX", expiry[i])})
+		decrs[i] = redis.NewCmd(ctx, "DECRBY", k, by[i])
+		_ = pipe.Process(ctx, noRetry{decrs[i]})
+	}
+	_, _ = pipe.Exec(ctx) // a SET NX that finds its key answers nil; the DECRBYs tell
+	for _, c := range decrs {
+		if err := c.Err(); err != nil {
+			if !isReply(err) {
+				a.failed(ctx, err)
+			}
+			return fmt.Errorf("DECRBY: %w", err)
+		}
+	}
+	return nil
+}
+
+// isReply reports whether err is the server's error reply to one command
+// (a failure of that command alone).
+func isReply(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply) && !errors.Is(err, redis.Nil)
 }

@@ -4,7 +4,14 @@
 //
 // Each decision is one Lua script (the algorithm's Lua twin, see package
 // algorithms) run atomically by Redis on one key, so concurrent callers in
-// any number of processes never admit more than the limit. Keys are
+// any number of processes never admit more than the limit. Fixed windows
+// are counted with native commands instead (a Take of one unit, and a
+// TakeAll of fixed windows only): INCRBY and PEXPIRE on a key per window,
+// pipelined, admitted when every count after its increment is within its
+// limit, a refused request's increments given back (SET NX, DECRBY) before
+// it returns; never over the limit, though a concurrent request can be
+// refused while a refund is in flight. Server time and replica
+// acknowledgement keep them on the script (docs/redis.md). Keys are
 // prefix + "{" + id + "}" + suffix; ids that are huge, contain braces or
 // start with '#' are replaced by their SHA-256 digest, so every id works,
 // stays in one cluster slot and keeps a bounded key size.
@@ -360,4 +367,55 @@ func (a conn) Del(ctx context.Context, key string) error {
 func (conn) IsNoScript(err error) bool {
 	e, ok := rueidis.IsRedisErr(err)
 	return ok && e.IsNoScript()
+}
+
+// IncrExpire implements redisscript.NativeConn: INCRBY and PEXPIRE per key
+// in one DoMulti (split per node by a cluster client; rueidis never
+// retries them).
+func (a conn) IncrExpire(ctx context.Context, keys []string, by, expiry []int64) ([]int64, []error, error) {
+	cmds := make(rueidis.Commands, 0, 2*len(keys))
+	for i, k := range keys {
+		cmds = append(cmds,
+			a.c.B().Incrby().Key(k).Increment(by[i]).Build(),
+			a.c.B().Pexpire().Key(k).Milliseconds(expiry[i]).Build())
+	}
+	resps := a.c.DoMulti(ctx, cmds...)
+	counts := make([]int64, len(keys))
+	var errs []error
+	for i := range keys {
+		n, err := resps[2*i].AsInt64()
+		if err != nil {
+			if _, reply := rueidis.IsRedisErr(err); !reply || rueidis.IsRedisNil(err) {
+				a.failed(err)
+				return nil, nil, err
+			}
+			if errs == nil {
+				errs = make([]error, len(keys))
+			}
+			errs[i] = err
+		}
+		counts[i] = n
+	}
+	return counts, errs, nil
+}
+
+// Refund implements redisscript.NativeConn: SET NX PX and DECRBY per key in
+// one DoMulti, never retried.
+func (a conn) Refund(ctx context.Context, keys []string, by, expiry []int64) error {
+	cmds := make(rueidis.Commands, 0, 2*len(keys))
+	for i, k := range keys {
+		cmds = append(cmds,
+			a.c.B().Set().Key(k).Value(strconv.FormatInt(by[i], 10)).Nx().PxMilliseconds(expiry[i]).Build(),
+			a.c.B().Decrby().Key(k).Decrement(by[i]).Build())
+	}
+	for i, resp := range a.c.DoMulti(ctx, cmds...) {
+		if err := resp.Error(); err != nil && (i%2 == 1 || !rueidis.IsRedisNil(err)) {
+			a.failed(err)
+			if i%2 == 0 {
+				return fmt.Errorf("SET NX: %w", err)
+			}
+			return fmt.Errorf("DECRBY: %w", err)
+		}
+	}
+	return nil
 }

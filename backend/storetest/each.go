@@ -32,11 +32,13 @@ func takeAllEach(c *checker) {
 	}
 	states := map[string]*algorithms.State{}
 	now := 5 * time.Second
+	latest := now
 	admitted, denied := 0, 0
 	for step := range 300 {
 		var parts []part
 		var cost int64
 		now, parts, cost = replay{stay: 40, creep: 95, maxCreep: 250, maxBack: 2000, minParts: 2, moreParts: 2, anyCostOneIn: 3}.next(rng, pool, now)
+		now, latest = floorFixed(now, latest, poolRules(pool)...)
 		nowMs := base.Add(now).UnixMilli()
 		want := make([]backend.Result, len(parts))
 		all := true

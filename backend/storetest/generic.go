@@ -116,13 +116,13 @@ func peekDoesNotConsume(c *checker, rule algorithms.Rule) {
 }
 
 func reset(c *checker, rule algorithms.Rule) {
-	if !c.takeN("k", rule, at, rule.Limit+1, rule.Limit) || !c.reset("k", rule) {
+	if !c.takeN("k", rule, at, rule.Limit+1, rule.Limit) || !c.reset("k", rule, at) {
 		return
 	}
 	if !c.takeN("k", rule, at, rule.Limit+1, rule.Limit) {
 		return
 	}
-	c.reset("never-used", rule)
+	c.reset("never-used", rule, at)
 }
 
 func independentKeys(c *checker, rule algorithms.Rule) {
@@ -165,6 +165,15 @@ func clockBack(c *checker, rule algorithms.Rule) {
 	if !c.takeN("full", rule, t, rule.Limit, rule.Limit) {
 		return
 	}
+	if rule.PerWindow() {
+		// A fixed window counts each request in the window holding its
+		// time (one key per window in Redis, as envoyproxy/ratelimit
+		// counts): 5 s back is the window before, counted apart.
+		if c.takeN("full", rule, t-5*time.Second, rule.Limit+1, rule.Limit) {
+			c.takeN("full", rule, t, 1, 0)
+		}
+		return
+	}
 	// Going back 5 s gives no extra allowance.
 	if !c.takeN("full", rule, t-5*time.Second, 2, 0) {
 		return
@@ -185,6 +194,11 @@ func clockForward(c *checker, rule algorithms.Rule) {
 	}
 	hour := at + time.Hour
 	if !c.takeN("k", rule, hour, 1, rule.Limit) {
+		return
+	}
+	if rule.PerWindow() {
+		// 5 s back is the window before, counted apart (see clockBack).
+		c.takeN("k", rule, hour-5*time.Second, rule.Limit+1, rule.Limit)
 		return
 	}
 	// Back 5 s from there: the request recorded an hour on still counts.
@@ -217,7 +231,7 @@ func hostileIDs(c *checker, rule algorithms.Rule) {
 			c.r.Errorf("peek %q: remaining %d, want 0", short(id), got.Remaining)
 			return
 		}
-		if !c.reset(id, rule) {
+		if !c.reset(id, rule, at) {
 			return
 		}
 	}
@@ -286,6 +300,7 @@ func sameAsGoEngine(c *checker, rule algorithms.Rule) {
 	states := map[string]*algorithms.State{}
 	leases := map[string][]int64{} // the leases granted per id
 	now := 5 * time.Second
+	latest, windowChanged := now, false
 	for i := range 600 {
 		switch p := rng.IntN(100); {
 		case p < 30:
@@ -299,8 +314,14 @@ func sameAsGoEngine(c *checker, rule algorithms.Rule) {
 			rule.Limit = int64(3 + rng.IntN(8))
 		default:
 			rule.Window = time.Duration(700+rng.IntN(3000)) * time.Millisecond
+			windowChanged = true
 		}
 		now = max(now, 0)
+		floorRule := rule
+		if windowChanged {
+			floorRule.Window = 0 // the window changed: never back again
+		}
+		now, latest = floorFixed(now, latest, floorRule)
 		id := ids[rng.IntN(len(ids))]
 		st := states[id]
 		if st == nil {
@@ -319,7 +340,7 @@ func sameAsGoEngine(c *checker, rule algorithms.Rule) {
 		switch p := rng.IntN(100); {
 		case p < 4:
 			delete(states, id)
-			if !c.reset(id, rule) {
+			if !c.reset(id, rule, now) {
 				return
 			}
 			continue

@@ -41,6 +41,7 @@ func giveBackSameAsGoEngine(c *checker) {
 			id := fmt.Sprintf("give:%s:%d", alg, limit)
 			var st algorithms.State
 			now := at
+			latest := now
 			gave := 0
 			for step := range 200 {
 				switch p := rng.IntN(100); {
@@ -50,6 +51,7 @@ func giveBackSameAsGoEngine(c *checker) {
 				default:
 					now = max(now-time.Duration(rng.IntN(1500))*time.Millisecond, 0)
 				}
+				now, latest = floorFixed(now, latest, rule)
 				cost := 1 + rng.Int64N(limit)
 				if rng.IntN(2) == 0 {
 					cost = 1 + rng.Int64N(min(limit, 3))

@@ -226,7 +226,7 @@ func leaseRenew(c *checker) {
 // held after it.
 func leaseReset(c *checker) {
 	ids, ok := c.acquireN("k", at, 3)
-	if !ok || !c.reset("k", leaseRule) {
+	if !ok || !c.reset("k", leaseRule, at) {
 		return
 	}
 	if !c.wantHeld("release after a reset", "k", at+time.Second, ids[0], false) {

@@ -119,10 +119,12 @@ func takeAllSameAsGoEngine(c *checker) {
 		return states[k]
 	}
 	now := 5 * time.Second
+	latest := now
 	for i := range 400 {
 		var parts []part
 		var cost int64
 		now, parts, cost = replay{stay: 30, creep: 92, maxCreep: 300, maxBack: 3000, minParts: 1, moreParts: 3, anyCostOneIn: 4}.next(rng, pool, now)
+		now, latest = floorFixed(now, latest, poolRules(pool)...)
 		nowMs := base.Add(now).UnixMilli()
 		results := make([]backend.Result, len(parts))
 		all := true
@@ -258,4 +260,13 @@ func (r replay) next(rng *rand.Rand, pool []part, now time.Duration) (time.Durat
 		cost = 1 + rng.Int64N(minLimit)
 	}
 	return now, parts, cost
+}
+
+// poolRules returns the rules of pool's parts.
+func poolRules(pool []part) []algorithms.Rule {
+	rules := make([]algorithms.Rule, len(pool))
+	for i := range pool {
+		rules[i] = pool[i].rule
+	}
+	return rules
 }

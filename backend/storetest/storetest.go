@@ -144,8 +144,10 @@ func (c *checker) peek(id string, rule algorithms.Rule, at time.Duration, cost i
 	return res, true
 }
 
-func (c *checker) reset(id string, rule algorithms.Rule) bool {
-	if err := c.store.Reset(c.ctx, c.key(id), rule); err != nil {
+// reset resets id at the time when (backend.WithResetTime: a store whose
+// keys are named by time deletes those around it).
+func (c *checker) reset(id string, rule algorithms.Rule, when time.Duration) bool {
+	if err := c.store.Reset(backend.WithResetTime(c.ctx, base.Add(when)), c.key(id), rule); err != nil {
 		c.r.Errorf("Reset(%q, %v): unexpected error: %v", short(id), rule, err)
 		return false
 	}
@@ -189,4 +191,40 @@ func cases() []testCase {
 	all = append(all, leaseCases()...)
 	all = append(all, testCase{name: "invalid_input", run: invalidInput})
 	return all
+}
+
+// FixedWindowFloor returns the earliest time (ms) a random sequence may go
+// back to while it drives a fixed window of w ms: the start of the window
+// before the one holding latest, the latest time it reached. The Go engine
+// keeps those two windows; Redis keeps every window's key until it
+// expires, so a sequence going further back would compare a window one
+// engine forgot with one the other kept.
+//
+// After the window's length changed, the two windows the Go engine keeps
+// need not be those two: pass latest for w then (FixedWindowFloor(latest,
+// 0) is latest), and the sequence does not go back at all.
+func FixedWindowFloor(latest, w int64) int64 {
+	if w <= 0 {
+		return latest
+	}
+	return max(latest-latest%w-w, 0)
+}
+
+// floorFixed clamps now (a sequence's time, from base) to FixedWindowFloor
+// of latest for the fixed windows among rules, and returns it with the new
+// latest.
+//
+// fixedW is the window FixedWindowFloor is given for r: 0 (no going back)
+// once a sequence changed r's window (see sameAsGoEngine).
+var fixedW = func(r algorithms.Rule) int64 { return r.Window.Milliseconds() }
+
+func floorFixed(now, latest time.Duration, rules ...algorithms.Rule) (time.Duration, time.Duration) {
+	for _, r := range rules {
+		if !r.PerWindow() {
+			continue
+		}
+		floor := time.UnixMilli(FixedWindowFloor(base.Add(latest).UnixMilli(), fixedW(r))).Sub(base)
+		now = max(now, floor)
+	}
+	return now, max(latest, now)
 }

@@ -26,6 +26,21 @@ func suffixes() map[string]string {
 	return m
 }
 
+// windowKeySuffix returns the suffix of a fixed window's key, which keeps
+// a key per window: its suffix, ':' and the window's start in ms.
+func windowKeySuffix(rest string) (string, bool) {
+	i := strings.LastIndexByte(rest, ':')
+	if i <= 0 || i == len(rest)-1 {
+		return "", false
+	}
+	for _, c := range rest[i+1:] {
+		if c < '0' || c > '9' {
+			return "", false
+		}
+	}
+	return rest[:i], true
+}
+
 // nodes returns the servers holding keys: every master of a cluster, or
 // the one server.
 func nodes(ctx context.Context, c redis.UniversalClient) ([]*redis.Client, error) {
@@ -173,6 +188,8 @@ func (r *Report) page(ctx context.Context, n *redis.Client, keys []string, sfx m
 		if i := strings.LastIndexByte(k, '}'); i >= 0 {
 			if _, ok := sfx[k[i+1:]]; ok {
 				suffix = k[i+1:]
+			} else if s, ok := windowKeySuffix(k[i+1:]); ok && sfx[s] == string(algorithms.FixedWindow) {
+				suffix = s
 			}
 		}
 		r.BySuffix[suffix]++

@@ -3,6 +3,7 @@ package benchmarks
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
@@ -102,6 +103,8 @@ func RedisContenders(addr string) []Contender {
 		Contender{Name: RedisRate, Group: "peer", Client: "go-redis", New: func(w Workload) (Decider, func(), error) { return redisRate(addr, w) }},
 		Contender{Name: UluleRedis, Group: "peer", Client: "go-redis", New: func(w Workload) (Decider, func(), error) { return ululeRedis(addr, w) }},
 		Contender{Name: "throttled goredisstore.v9", Group: "peer", Client: "go-redis", New: func(w Workload) (Decider, func(), error) { return throttledRedis(addr, w) }},
+		Contender{Name: ReferenceRueidis, Group: "peer", Client: "rueidis", Aligned: true, New: func(w Workload) (Decider, func(), error) { return referenceRueidis(addr, w) }},
+		Contender{Name: ReferenceGoRedis, Group: "peer", Client: "go-redis", Aligned: true, New: func(w Workload) (Decider, func(), error) { return referenceGoRedis(addr, w) }},
 		Contender{Name: SeedRueidis, Group: "seed", Client: "rueidis",
 			New: func(w Workload) (Decider, func(), error) { return seedRueidis(addr, w) }},
 		Contender{Name: SeedGoRedis, Group: "seed", Client: "go-redis",
@@ -345,5 +348,67 @@ func goRedisFloor(addr string, script bool) (Decider, func(), error) {
 	}
 	return func(ctx context.Context, id string) (bool, error) {
 		return true, c.EvalSha(ctx, sha, []string{floorKey(id)}).Err()
+	}, func() { _ = c.Close() }, nil
+}
+
+// The names of envoyproxy/ratelimit's algorithm (src/redis/fixed_cache_impl.go)
+// on each client: a fixed window, one INCRBY and one EXPIRE per decision in
+// one pipeline, the same algorithm as limitkit's fixed_window on Redis.
+const (
+	ReferenceRueidis = "envoy ratelimit rueidis INCRBY+EXPIRE"
+	ReferenceGoRedis = "envoy ratelimit go-redis INCRBY+EXPIRE"
+)
+
+// referenceWindow returns the workload's fixed window as the reference
+// counts it: its limit and its length in whole seconds.
+func referenceWindow(w Workload) (int64, int64) {
+	if w.Deny {
+		l, win := w.DenyRule()
+		return l, int64(win / time.Second)
+	}
+	return NeverDenyLimit, int64(NeverDenyWindow / time.Second)
+}
+
+// referenceKey is the reference's key for id in the window holding now
+// (its domain, the entry, the window's start in seconds).
+func referenceKey(id string, now, divider int64) string {
+	return "reference_user_" + id + "_" + strconv.FormatInt(now/divider*divider, 10)
+}
+
+func referenceRueidis(addr string, w Workload) (Decider, func(), error) {
+	c, err := rueidis.NewClient(RueidisOptions(addr))
+	if err != nil {
+		return nil, nil, err
+	}
+	limit, divider := referenceWindow(w)
+	return func(ctx context.Context, id string) (bool, error) {
+		k := referenceKey(id, time.Now().Unix(), divider)
+		res := c.DoMulti(ctx, c.B().Incrby().Key(k).Increment(1).Build(), c.B().Expire().Key(k).Seconds(divider).Build())
+		n, err := res[0].AsInt64()
+		if err != nil {
+			return false, err
+		}
+		return n <= limit, res[1].Error()
+	}, c.Close, nil
+}
+
+func referenceGoRedis(addr string, w Workload) (Decider, func(), error) {
+	c, err := newGoRedis(GoRedisOptions(addr))
+	if err != nil {
+		return nil, nil, err
+	}
+	limit, divider := referenceWindow(w)
+	return func(ctx context.Context, id string) (bool, error) {
+		k := referenceKey(id, time.Now().Unix(), divider)
+		var incr *redis.IntCmd
+		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			incr = p.IncrBy(ctx, k, 1)
+			p.Expire(ctx, k, time.Duration(divider)*time.Second)
+			return nil
+		})
+		if err != nil {
+			return false, err
+		}
+		return incr.Val() <= limit, nil
 	}, func() { _ = c.Close() }, nil
 }

@@ -149,6 +149,11 @@ type Contender struct {
 	Client string
 	// Algorithm is the limitkit algorithm, empty for peers and floors.
 	Algorithm algorithms.Name
+	// Aligned marks a peer that counts per window aligned to the epoch, as
+	// fixed_window does: its over-admissions are counted per aligned
+	// window (a fixed window admits up to twice its limit across a
+	// boundary, which a sliding count would report).
+	Aligned bool
 	// New sets the contender up for a workload and returns its decider and
 	// a function releasing what New acquired.
 	New func(w Workload) (Decider, func(), error)

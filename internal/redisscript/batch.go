@@ -39,9 +39,10 @@ type batcher struct {
 type batchKind uint8
 
 const (
-	kindTake  batchKind = iota // Take: BatchScript
-	kindPeek                   // Peek: PeekBatchScript, read-only
-	kindGroup                  // TakeAll: GroupsScript
+	kindTake   batchKind = iota // Take: BatchScript
+	kindPeek                    // Peek: PeekBatchScript, read-only
+	kindGroup                   // TakeAll: GroupsScript
+	kindNative                  // fixed windows' Takes and TakeAlls: native commands (native.go)
 	kinds
 )
 
@@ -69,6 +70,9 @@ type pendingTake struct {
 	err  error
 	// lead, when set, is the batch this call must send (itself included).
 	lead []*pendingTake
+	// all: a native call (reqs, keys) is a TakeAll, decided all or
+	// nothing, rather than one Take.
+	all bool
 }
 
 // weight is how many requests c adds to a batch.
@@ -88,7 +92,7 @@ var pendingPool = sync.Pool{New: func() any { return &pendingTake{done: make(cha
 // the latest deadline of its calls, see batchContext).
 func (b *batcher) take(ctx context.Context, req *backend.Request) (backend.Result, error) {
 	c := pendingPool.Get().(*pendingTake)
-	c.req, c.key, c.ctx = *req, Key(req.Key, req.Rule), ctx
+	c.req, c.key, c.ctx = *req, StateKey(req), ctx
 	return b.submit(ctx, c)
 }
 
@@ -258,6 +262,10 @@ func (b *batcher) run(batch []*pendingTake) {
 func (b *batcher) send(batch []*pendingTake) {
 	ctx, cancel := batchContext(sender(batch).ctx)
 	defer cancel()
+	if b.kind == kindNative {
+		b.r.runNative(ctx, batch)
+		return
+	}
 	sc := scratchPool.Get().(*scratch)
 	defer sc.put()
 	keys, args, buf := sc.keys, sc.args, sc.buf

@@ -26,7 +26,7 @@ func (r *Runner) take(ctx context.Context, req *backend.Request) (backend.Result
 // record). It returns where an admission was recorded.
 func (r *Runner) single(ctx context.Context, req *backend.Request, mode Mode, now, at int64) (backend.Result, int64, error) {
 	s := r.scripts[req.Rule.Algorithm]
-	keys := []string{Key(req.Key, req.Rule)}
+	keys := []string{StateKey(req)}
 	var args []string
 	switch mode {
 	case ModeRefund:

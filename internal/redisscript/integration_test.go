@@ -405,9 +405,14 @@ func TestMemoryUsage(t *testing.T) {
 	for _, alg := range []algorithms.Name{algorithms.SlidingCounter, algorithms.FixedWindow} {
 		r := algorithms.Rule{Algorithm: alg, Limit: algorithms.MaxLimit, Window: time.Hour}
 		key := backend.Key{Prefix: prefix, ID: "counter"}
-		_, err := store.Take(t.Context(), backend.Request{Key: key, Rule: r, Now: time.Now(), Cost: 1 << 40})
+		req := backend.Request{Key: key, Rule: r, Now: time.Now(), Cost: 1 << 40}
+		_, err := store.Take(t.Context(), req)
 		require.NoError(t, err)
-		bytes, enc := scripttest.MemoryUsage(t, srv, redisscript.Key(key, r))
+		name := redisscript.Key(key, r)
+		if alg == algorithms.FixedWindow {
+			name, _, _ = redisscript.NativeKey(&req) // a key per window
+		}
+		bytes, enc := scripttest.MemoryUsage(t, srv, name)
 		fmt.Fprintf(&table, "%s key: %d bytes (%s)\n", alg, bytes, enc)
 	}
 	t.Logf("MEMORY USAGE on redis-server:\n%s", table.String())

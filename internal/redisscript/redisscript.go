@@ -20,6 +20,8 @@
 //     retried by the client library.
 //   - A reply that is not exactly the four integers the scripts return, each
 //     in range, is an error wrapping ErrBadReply, never a panic.
+//   - Fixed windows go on native commands where nothing needs a script
+//     (native.go): INCRBY and PEXPIRE, sent once, never retried.
 package redisscript
 
 import (
@@ -28,6 +30,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -157,6 +160,10 @@ type Runner struct {
 	// elsewhere.
 	nodes *nodeBatchers
 
+	// native decides fixed windows with native commands (native.go); nil
+	// when they go by script.
+	native NativeConn
+
 	failedRefunds atomic.Uint64
 }
 
@@ -191,6 +198,9 @@ func New(conn Conn, name string, opts Options) (*Runner, error) {
 		r.local = newBatchers(r, false, batchesInFlight)
 		r.batcher = r.local[kindTake]
 	}
+	if nc, ok := conn.(NativeConn); ok && !opts.ServerTime && opts.Ack.Replicas == 0 {
+		r.native = nc
+	}
 	if loc, ok := conn.(NodeLocator); ok && opts.Batch > 1 && opts.Ack.Replicas == 0 && conn.Cluster() {
 		r.nodes = &nodeBatchers{r: r, loc: loc}
 	}
@@ -219,6 +229,17 @@ func Key(key backend.Key, rule algorithms.Rule) string {
 	return rediskey.Build(key.Prefix, key.ID, rule.KeySuffix())
 }
 
+// StateKey returns the key req's script is called with: the Redis key of
+// req's state (Key), or, for a request naming its keys exactly
+// (backend.ExactKey), the key of the window holding req.Now, which the
+// fixed window's script counts in as given.
+func StateKey(req *backend.Request) string {
+	if req.Exact.Base != "" {
+		return req.Exact.Name(req.Millis(), req.Rule.Window)
+	}
+	return Key(req.Key, req.Rule)
+}
+
 // Take implements backend.Store.Take.
 func (r *Runner) Take(ctx context.Context, req backend.Request) (backend.Result, error) {
 	if err := r.check(&req); err != nil {
@@ -228,10 +249,15 @@ func (r *Runner) Take(ctx context.Context, req backend.Request) (backend.Result,
 }
 
 // takeOne takes a checked request, in a batch where batching applies.
-// Lease takes go alone: the batch replies carry no lease ids.
+// Lease takes go alone: the batch replies carry no lease ids. A fixed
+// window of one unit goes on the native path where it applies (native.go;
+// see nativeTake).
 func (r *Runner) takeOne(ctx context.Context, req *backend.Request) (backend.Result, error) {
+	if nativeTake(r, req) {
+		return r.takeNative(ctx, []backend.Request{*req}, false)
+	}
 	if !req.Rule.HoldsLeases() {
-		if b := r.batcherFor(kindTake, Key(req.Key, req.Rule)); b != nil {
+		if b := r.batcherFor(kindTake, StateKey(req)); b != nil {
 			return b.take(ctx, req)
 		}
 	}
@@ -267,7 +293,7 @@ func (r *Runner) Peek(ctx context.Context, req backend.Request) (backend.Result,
 	if err := r.check(&req); err != nil {
 		return backend.Result{}, err
 	}
-	if b := r.batcherFor(kindPeek, Key(req.Key, req.Rule)); b != nil {
+	if b := r.batcherFor(kindPeek, StateKey(&req)); b != nil {
 		return b.take(ctx, &req)
 	}
 	res, _, err := r.single(ctx, &req, ModePeek, r.now(&req), 0)
@@ -282,16 +308,47 @@ func (r *Runner) Reset(ctx context.Context, key backend.Key, rule algorithms.Rul
 	if r.scripts[rule.Algorithm] == nil {
 		return rule.Validate() // names the unknown algorithm
 	}
-	if err := r.conn.Del(ctx, Key(key, rule)); err != nil {
-		return fmt.Errorf("%s: DEL: %w", r.name, err)
+	keys := []string{Key(key, rule)}
+	if rule.PerWindow() {
+		keys = append(keys, fixedWindowKeys(ctx, keys[0], rule)...)
+	}
+	for _, k := range keys {
+		if err := r.conn.Del(ctx, k); err != nil {
+			return fmt.Errorf("%s: DEL: %w", r.name, err)
+		}
 	}
 	return nil
+}
+
+// fixedWindowKeys returns the keys of a fixed window's counts (its key
+// then ':' and a window's start) that Reset deletes: the windows before,
+// at and after the time of the reset (backend.ResetTime), where the
+// requests of a fleet whose clocks differ by less than a window count.
+// (The key the script used before the counts had a key per window, key
+// itself, is deleted too.)
+func fixedWindowKeys(ctx context.Context, key string, rule algorithms.Rule) []string {
+	now, w := backend.ResetTime(ctx).UnixMilli(), rule.Window.Milliseconds()
+	if w <= 0 || now < 0 {
+		return nil // Reset takes any rule of the algorithm: no window, no window keys
+	}
+	start := now - now%w
+	keys := make([]string, 0, 3)
+	for _, s := range [...]int64{start - w, start, start + w} {
+		if s >= 0 {
+			keys = append(keys, key+":"+strconv.FormatInt(s, 10))
+		}
+	}
+	return keys
 }
 
 // check validates a request and the time it can be sent with.
 func (r *Runner) check(req *backend.Request) error {
 	if err := req.Validate(); err != nil {
 		return err
+	}
+	if r.opts.ServerTime && req.Exact.Base != "" {
+		return fmt.Errorf("%w: an exact key (backend.ExactKey) names its window by the request's time; a store with server time cannot use it",
+			algorithms.ErrInvalidRequest)
 	}
 	if !r.opts.ServerTime && req.Millis() > MaxTime {
 		return fmt.Errorf("%w: time %v is after the latest time Redis stores accept (%d ms since the epoch)",

@@ -33,15 +33,20 @@ func (r *Runner) TakeAll(ctx context.Context, reqs []backend.Request) (backend.R
 	if err := backend.ValidateAll(reqs); err != nil {
 		return backend.Result{}, err
 	}
-	if err := r.check(&reqs[0]); err != nil {
-		return backend.Result{}, err
+	for i := range reqs {
+		if err := r.check(&reqs[i]); err != nil {
+			return backend.Result{}, err
+		}
 	}
 	if len(reqs) == 1 {
 		return r.takeOne(ctx, &reqs[0])
 	}
+	if r.nativeAll(reqs) {
+		return r.takeNative(ctx, reqs, true)
+	}
 	keys := make([]string, len(reqs))
 	for i := range reqs {
-		keys[i] = Key(reqs[i].Key, reqs[i].Rule)
+		keys[i] = StateKey(&reqs[i])
 	}
 	// A TakeAll holding a lease goes alone: the batch replies carry no
 	// lease ids.

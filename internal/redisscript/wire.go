@@ -45,9 +45,9 @@ func buildScripts() *scriptSet {
 	table := "local STEPS = {}\n"
 	var steps string
 	for _, a := range algorithms.Algorithms() {
-		set.single[a.Name] = prelude + luaStep("step", a.Lua) + singleLua
+		set.single[a.Name] = prelude + luaStep("step", a) + singleLua
 		fn := "step_" + string(a.Name)
-		steps += luaStep(fn, a.Lua)
+		steps += luaStep(fn, a)
 		table += "STEPS['" + string(a.Name) + "'] = " + fn + "\n"
 	}
 	// The TakeAll scripts read each key twice (check, then take): their
@@ -74,9 +74,26 @@ type scriptSet struct {
 // line for clusterBatchHead.
 const batchHead = "local K, KO, A, AO, N = KEYS, 0, ARGV, 0, #KEYS\n"
 
-// luaStep wraps an algorithm's body as the local function fn.
-func luaStep(fn, body string) string {
-	return "local function " + fn + "(key, now, w, limit, cost, take, refund, at)\n" + body + "end\n"
+// luaStep wraps an algorithm's body as the local function fn, with its key
+// suffix in own_suffix (a fixed window names a key per window after it).
+func luaStep(fn string, a *algorithms.Algorithm) string {
+	return "local function " + fn + "(key, now, w, limit, cost, take, refund, at)\nlocal own_suffix = " +
+		luaString(a.Suffix) + "\n" + a.Lua + "end\n"
+}
+
+// luaString quotes s as a Lua string literal: every byte as a three-digit
+// decimal escape but letters, digits, ':' and '_'.
+func luaString(s string) string {
+	b := []byte{'"'}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == ':' || c == '_' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') {
+			b = append(b, c)
+			continue
+		}
+		b = append(b, '\\', '0'+c/100, '0'+c/10%10, '0'+c%10)
+	}
+	return string(append(b, '"'))
 }
 
 // Script returns the source of the named algorithm's single-request

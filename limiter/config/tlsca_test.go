@@ -68,7 +68,7 @@ var aclClientCommands = []string{
 // aclScriptCommands are what the Lua scripts call: Redis checks a script's
 // commands against the user's ACL too.
 var aclScriptCommands = []string{
-	"get", "getrange", "pexpire", "set", "setrange", "time", "zadd", "zcard", "zcount", "zrange",
+	"decrby", "get", "getrange", "incrby", "pexpire", "set", "setrange", "time", "zadd", "zcard", "zcount", "zrange",
 	"zrangebyscore", "zrem", "zremrangebyrank", "zremrangebyscore", "zscore",
 }
 

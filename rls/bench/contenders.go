@@ -184,7 +184,9 @@ func dialPool(c *redis.Client) error {
 	return nil
 }
 
-func startLimitkit(client, addr string, spec Spec, alg algorithms.Name) (Caller, func(), error) {
+// startLimitkit serves rls.New on client's store, with opts after the
+// harness's own.
+func startLimitkit(client, addr string, spec Spec, alg algorithms.Name, opts ...rls.Option) (Caller, func(), error) {
 	var store backend.Store
 	closeClient := func() {}
 	switch client {
@@ -216,7 +218,7 @@ func startLimitkit(client, addr string, spec Spec, alg algorithms.Name) (Caller,
 		return nil, nil, err
 	}
 	// A store error is a gRPC error here, so the harness counts it.
-	svc, err := rls.New(store, rules, rls.WithErrorOnFailure(true))
+	svc, err := rls.New(store, rules, append([]rls.Option{rls.WithErrorOnFailure(true)}, opts...)...)
 	if err != nil {
 		closeClient()
 		return nil, nil, err

@@ -166,7 +166,12 @@ func measureRedis(ctx context.Context, addr redisTarget, cfg config, rows []row,
 			if err := fill(ctx, gstore, key, r, n, now); err != nil {
 				return err
 			}
-			bytes, err := gc.MemoryUsage(ctx, redisscript.Key(key, r), 0).Result()
+			name := redisscript.Key(key, r)
+			if alg == algorithms.FixedWindow {
+				// A key per window: the one of the last take.
+				name, _, _ = redisscript.NativeKey(&backend.Request{Key: key, Rule: r, Now: time.UnixMilli(now + int64(n) - 1)})
+			}
+			bytes, err := gc.MemoryUsage(ctx, name, 0).Result()
 			if err != nil {
 				return err
 			}

@@ -25,10 +25,16 @@
 //     its window has passed since the time its id names (the grant's ms,
 //     in 1/1000 ms, so at most 1 ms late; a renewal moves it to a new id).
 //     An acquire is admitted iff held+c <= L: compared exactly.
-//   - fixed_window, sliding_counter, gcra (approximate by design): checked
-//     by invariants only, on one window per run: fixed_window never admits
-//     more than the largest limit in one aligned window; sliding_counter and
-//     gcra never more than twice the largest limit in any window.
+//   - fixed_window: a request at now counts the units in the aligned
+//     window [k*w, (k+1)*w) holding now and is admitted iff count+c <= L;
+//     compared exactly (the runs' requests never go back in time, and one
+//     window is in force), so a refused request that left its units
+//     counted (a missing refund on the Redis stores' native path) is caught
+//     at the next request it wrongly denies; and checked by the invariant
+//     that one aligned window never holds more than the largest limit.
+//   - sliding_counter, gcra (approximate by design): checked by invariants
+//     only, on one window per run: never more than twice the largest limit
+//     in any window.
 //
 // GiveBack (by time, Envoy's negative hits) is driven on the exact logs,
 // whose model drops its newest units that count at now. The other
@@ -112,6 +118,35 @@ func (l *Log) Decide(now, w, limit, cost int64, take bool) backend.Result {
 	}
 	if len(live) > 0 {
 		r.ResetAfter = ms(newest + w - now)
+	}
+	return r
+}
+
+// DecideFixed returns what an exact fixed window decides for a request
+// (take: a Take, else a Peek) over the log's units: those in the aligned
+// window [k*w, (k+1)*w) holding now count, and the request is admitted iff
+// they and its cost are within limit. It records nothing.
+func (l *Log) DecideFixed(now, w, limit, cost int64, take bool) backend.Result {
+	start := now - now%w
+	n := int64(0)
+	for _, u := range l.units {
+		if u >= start && u < start+w {
+			n++
+		}
+	}
+	end := ms(start + w - now)
+	r := backend.Result{Limit: limit, Allowed: n+cost <= limit}
+	if !r.Allowed {
+		r.Remaining, r.RetryAfter, r.ResetAfter = max(limit-n, 0), end, end
+		return r
+	}
+	r.Remaining = limit - n
+	if take {
+		r.Remaining -= cost
+		n += cost
+	}
+	if n > 0 {
+		r.ResetAfter = end
 	}
 	return r
 }

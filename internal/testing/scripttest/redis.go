@@ -148,10 +148,14 @@ func HostileIDsSpread(t *testing.T, store backend.Store, c *redistest.Cluster) {
 		slot := -1
 		for _, alg := range algorithms.Names() {
 			rule := algorithms.Rule{Algorithm: alg, Limit: 3, Window: time.Minute}
-			res, err := store.Take(t.Context(), backend.Request{Key: key, Rule: rule, Now: time.Now(), Cost: 1})
+			req := backend.Request{Key: key, Rule: rule, Now: time.Now(), Cost: 1}
+			res, err := store.Take(t.Context(), req)
 			require.NoError(t, err)
 			require.True(t, res.Allowed)
-			name := redisscript.Key(key, rule)
+			name := redisscript.StateKey(&req)
+			if alg == algorithms.FixedWindow {
+				name, _, _ = redisscript.NativeKey(&req) // a key per window
+			}
 			require.LessOrEqual(t, len(name), len(prefix)+70)
 			s := redistest.KeySlot(name)
 			if slot >= 0 {

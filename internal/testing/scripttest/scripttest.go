@@ -14,6 +14,7 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/backend/storetest"
 	"github.com/limitkit/limitkit/internal/redisscript"
 )
 
@@ -66,12 +67,20 @@ func DifferentialOf(ctx context.Context, r Reporter, store backend.Store, seed u
 		states := map[string]*algorithms.State{}
 		granted := map[string][]int64{} // lease ids, for the lease algorithms
 		now := starts[rng.IntN(len(starts))] + rng.Int64N(3*rule.Window.Milliseconds()+1)
+		latest, fixedW := now, rule.Window.Milliseconds()
 		for range 1 + rng.IntN(60) {
 			step++
 			if rng.IntN(20) == 0 {
 				pick(&rule)
+				if fixedW != rule.Window.Milliseconds() {
+					fixedW = 0 // the window changed: never back again this round
+				}
 			}
 			now = WalkTime(rng, now, rule.Window.Milliseconds(), 2)
+			if rule.PerWindow() {
+				now = max(now, storetest.FixedWindowFloor(latest, fixedW))
+			}
+			latest = max(latest, now)
 			if rule.HoldsLeases() {
 				now = min(now, algorithms.MaxLeaseMillis) // lease ids count 1/1000 ms
 			}

@@ -88,7 +88,7 @@ func (c *comparison) redisRound(ctx context.Context, srv *benchmarks.Server, cel
 			// them on the sample of the last caller count.
 			k := cellKey{"redis", rc.ct.Name, rc.w.String(), c.lastCallers()}
 			ss := c.samples[k]
-			ss[len(ss)-1].over = float64(cell.OverAdmissions(rc.ct.Algorithm == algorithms.FixedWindow))
+			ss[len(ss)-1].over = float64(cell.OverAdmissions(rc.ct.Algorithm == algorithms.FixedWindow || rc.ct.Aligned))
 		}
 		cell.Close()
 	}
