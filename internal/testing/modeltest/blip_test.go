@@ -20,21 +20,15 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os"
-	"os/exec"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
-	"github.com/redis/rueidis"
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/backend/rueidisstore"
 	"github.com/limitkit/limitkit/fallback"
-	"github.com/limitkit/limitkit/internal/testing/redistest"
 )
 
 // switchable is a primary that fails every call while down is set, as a
@@ -266,19 +260,10 @@ func newBlipRun(t *testing.T, primary backend.Store, alg algorithms.Name, seed u
 // store, and Redis through each client when redis-server is installed.
 func blipPrimaries(t *testing.T) map[string]backend.Store {
 	out := map[string]backend.Store{"memory": newMemory(t)}
-	if _, err := exec.LookPath("redis-server"); err != nil && os.Getenv("LIMITKIT_REQUIRE_REDIS") != "1" {
-		t.Log("redis-server not found: the memory primary alone")
+	gc, rc, ok := redisClients(t)
+	if !ok {
 		return out
 	}
-	redistest.Require(t)
-	srv := redistest.Start(t)
-	gc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { _ = gc.Close() })
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, ForceSingleClient: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rc.Close)
 	gs, err := goredisstore.New(gc)
 	if err != nil {
 		t.Fatal(err)

@@ -70,20 +70,7 @@ func stacks(t *testing.T) []stack {
 		t.Fatal(err)
 	}
 	out := []stack{{name: "memory", store: mem}}
-	if _, err := exec.LookPath("redis-server"); err != nil && os.Getenv("LIMITKIT_REQUIRE_REDIS") != "1" {
-		t.Log("redis-server not found: the memory store alone (install redis-server for the Redis stacks)")
-		return out
-	}
-	redistest.Require(t)
-	{
-		srv := redistest.Start(t)
-		gc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-		t.Cleanup(func() { _ = gc.Close() })
-		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, ForceSingleClient: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(rc.Close)
+	if gc, rc, ok := redisClients(t); ok {
 		gs, err := goredisstore.New(gc)
 		if err != nil {
 			t.Fatal(err)
@@ -119,6 +106,26 @@ func stacks(t *testing.T) []stack {
 		)
 	}
 	return out
+}
+
+// redisClients starts a redis-server and returns a client of each kind on
+// it; ok is false (the memory store alone) when redis-server is missing
+// and not required.
+func redisClients(t *testing.T) (gc *redis.Client, rc rueidis.Client, ok bool) {
+	if _, err := exec.LookPath("redis-server"); err != nil && os.Getenv("LIMITKIT_REQUIRE_REDIS") != "1" {
+		t.Log("redis-server not found: the memory store alone (install redis-server for the Redis stacks)")
+		return nil, nil, false
+	}
+	redistest.Require(t)
+	srv := redistest.Start(t)
+	gc = redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = gc.Close() })
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, ForceSingleClient: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	return gc, rc, true
 }
 
 // TestModel drives every algorithm on every store and stack against the
