@@ -61,9 +61,8 @@ type blipOutcome struct {
 
 // stallKind freezes and thaws a server.
 type stallKind struct {
-	name         string
-	stall, thaw  func(t *testing.T, srv *redistest.Server)
-	onlyIfClient string
+	name        string
+	stall, thaw func(t *testing.T, srv *redistest.Server)
 }
 
 var stallKinds = []stallKind{

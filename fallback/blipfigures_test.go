@@ -33,11 +33,11 @@ import (
 // figureLoad runs callers goroutines taking from keys through fb until
 // stopped or limit passes, pacing each call by pace.
 type figureLoad struct {
-	stop                 atomic.Bool
-	wg                   sync.WaitGroup
-	mu                   sync.Mutex
-	fresh, degraded      []time.Time // ends of the decisions of each kind
-	calls, failed, admit atomic.Int64
+	stop            atomic.Bool
+	wg              sync.WaitGroup
+	mu              sync.Mutex
+	fresh, degraded []time.Time // ends of the decisions of each kind
+	calls, failed   atomic.Int64
 }
 
 func startFigureLoad(fb *fallback.Store, rule algorithms.Rule, callers, keys int, pace, limit time.Duration) *figureLoad {

@@ -14,19 +14,19 @@ import (
 
 // runFails runs the service with env and returns its error and logs; it
 // fails the test when the service starts instead.
-func runFails(t *testing.T, env map[string]string) (error, string) {
+func runFails(t *testing.T, env map[string]string) (logs string, err error) {
 	t.Helper()
-	logs := &syncBuffer{}
+	out := &syncBuffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	started := make(chan struct{}, 1)
-	err := run(ctx, lookupOf(env), logs, func(addrs) { started <- struct{}{}; cancel() })
+	err = run(ctx, lookupOf(env), out, func(addrs) { started <- struct{}{}; cancel() })
 	select {
 	case <-started:
-		t.Fatalf("the service started; want a refusal\nlogs:\n%s", logs)
+		t.Fatalf("the service started; want a refusal\nlogs:\n%s", out)
 	default:
 	}
-	return err, logs.String()
+	return out.String(), err
 }
 
 // TestBadRedisSettingsFailStart: a wrong REDIS_AUTH, a missing one, and
@@ -65,7 +65,7 @@ func TestBadRedisSettingsFailStart(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			err, logs := runFails(t, c.env)
+			logs, err := runFails(t, c.env)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("run: %v; want the cause %q", err, c.want)
 			}

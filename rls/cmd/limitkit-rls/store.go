@@ -297,12 +297,12 @@ func checkStart(ctx context.Context, c redis.UniversalClient, s *settings.Settin
 			return nil
 		}
 		if hint := refusal(err, s.RedisTLS); hint != "" {
-			return fmt.Errorf("Redis at REDIS_URL refused the connection: %w; %s", err, hint)
+			return fmt.Errorf("the Redis at REDIS_URL refused the connection: %w; %s", err, hint)
 		}
 		// A plain server stays silent before a TLS handshake: ask it in
 		// plain text.
 		if s.RedisTLS && s.RedisSocketType != "unix" && speaksPlain(ctx, c) {
-			return fmt.Errorf("Redis at REDIS_URL did not answer the TLS handshake (%w) but answers in plain text: set REDIS_TLS=false (or write redis:// instead of rediss://), or turn TLS on in the server", err)
+			return fmt.Errorf("the Redis at REDIS_URL did not answer the TLS handshake (%w) but answers in plain text: set REDIS_TLS=false (or write redis:// instead of rediss://), or turn TLS on in the server", err)
 		}
 	}
 	log.Warn("Redis does not answer at start; starting anyway, limiting by LIMITKIT_ON_FAILURE until it does", "attempts", startCheckAttempts, "err", err)
