@@ -165,8 +165,12 @@ func (s *Service) groups(rules *Rules, req *rlsv3.RateLimitRequest, now time.Tim
 				OnFailure: policy, Shadow: c.rule.shadow},
 		}
 		if sharesReferenceKey(c.rule, c.fixed) {
-			// Counted where envoyproxy/ratelimit counts it (keys.go).
-			g.req.Exact = backend.ExactKey{Base: referenceKey(s.opts.prefix, req.GetDomain(), entries), Expiry: referenceExpiry(c.rule)}
+			// Counted where envoyproxy/ratelimit counts it (keys.go),
+			// unless the values make that key longer than a store takes:
+			// then in limitkit's key, whose id is bounded.
+			if base := referenceKey(s.opts.prefix, req.GetDomain(), entries); len(base) <= backend.MaxExactKey {
+				g.req.Exact = backend.ExactKey{Base: base, Expiry: referenceExpiry(c.rule)}
+			}
 		}
 		if check {
 			g.req.Cost = 1

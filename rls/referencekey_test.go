@@ -3,8 +3,11 @@ package rls
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/limitkit/limitkit/backend"
 )
@@ -20,7 +23,11 @@ func (r *exactRecorder) note(reqs ...backend.Request) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, q := range reqs {
-		r.keys = append(r.keys, q.Exact.Name(q.Now.UnixMilli(), q.Rule.Window))
+		name := ""
+		if q.Exact.Base != "" {
+			name = q.Exact.Name(q.Now.UnixMilli(), q.Rule.Window)
+		}
+		r.keys = append(r.keys, name)
 	}
 }
 
@@ -66,6 +73,33 @@ descriptors:
 	for i := range want {
 		if rec.keys[i] != want[i] {
 			t.Errorf("key %d = %q; want %q", i, rec.keys[i], want[i])
+		}
+	}
+}
+
+// A reference key longer than a store takes (values of hostile size)
+// counts in limitkit's bounded key instead of failing the request.
+func TestReferenceKeyTooLong(t *testing.T) {
+	const yaml = `domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 1}
+`
+	rec := &exactRecorder{Store: memStore(t)}
+	h := newHarness(t, rec, yaml)
+	huge := strings.Repeat("v", backend.MaxExactKey)
+	codes := []rlsv3.RateLimitResponse_Code{
+		h.call(request("d", 0, desc("k", huge))).OverallCode,
+		h.call(request("d", 0, desc("k", huge))).OverallCode,
+	}
+	if codes[0] != ok || codes[1] != over {
+		t.Fatalf("codes %v; want OK then OVER_LIMIT", codes)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, k := range rec.keys {
+		if k != "" {
+			t.Fatalf("an exact key of %d bytes was sent", len(k))
 		}
 	}
 }
