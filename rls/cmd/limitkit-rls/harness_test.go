@@ -15,6 +15,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -91,6 +92,13 @@ func lookupOf(env map[string]string) func(string) (string, bool) {
 // start runs the service with env and connects a client to it.
 func start(t *testing.T, env map[string]string) *instance {
 	t.Helper()
+	return startWith(t, env, insecure.NewCredentials())
+}
+
+// startWith runs the service with env and connects a client to it over
+// creds.
+func startWith(t *testing.T, env map[string]string, creds credentials.TransportCredentials) *instance {
+	t.Helper()
 	in := &instance{t: t, done: make(chan error, 1), logs: &syncBuffer{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	in.cancel = cancel
@@ -105,7 +113,7 @@ func start(t *testing.T, env map[string]string) *instance {
 		cancel()
 		t.Fatalf("not listening within 30s\nlogs:\n%s", in.logs)
 	}
-	conn, err := grpc.NewClient(in.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(in.GRPC, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -138,32 +138,7 @@ func egEnv(pki *testpki.PKI, redisAddr, xdsAddr string) map[string]string {
 // startTLS runs the service with env and connects to it with client.
 func startTLS(t *testing.T, env map[string]string, client *tls.Config) *instance {
 	t.Helper()
-	in := &instance{t: t, done: make(chan error, 1), logs: &syncBuffer{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	in.cancel = cancel
-	ready := make(chan addrs, 1)
-	go func() { in.done <- run(ctx, lookupOf(env), in.logs, func(a addrs) { ready <- a }) }()
-	select {
-	case in.addrs = <-ready:
-	case err := <-in.done:
-		cancel()
-		t.Fatalf("run: %v\nlogs:\n%s", err, in.logs)
-	case <-time.After(30 * time.Second):
-		cancel()
-		t.Fatalf("not listening within 30s\nlogs:\n%s", in.logs)
-	}
-	conn, err := grpc.NewClient(in.GRPC, grpc.WithTransportCredentials(credentials.NewTLS(client)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	in.conn, in.rl, in.health = conn, rlsv3.NewRateLimitServiceClient(conn), healthpb.NewHealthClient(conn)
-	t.Cleanup(func() {
-		in.stop()
-		if t.Failed() {
-			t.Logf("server logs:\n%s", in.logs)
-		}
-	})
-	return in
+	return startWith(t, env, credentials.NewTLS(client))
 }
 
 // The route and its descriptors as Envoy Gateway's translator
