@@ -193,32 +193,18 @@ func TestServerRotationKeepsConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := tls.Listen("tcp", "127.0.0.1:0", r.ServerConfig(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
+	l := serveTLS(t, r.ServerConfig(nil), func(c *tls.Conn) { // echo
+		buf := make([]byte, 64)
 		for {
-			c, err := l.Accept()
+			n, err := c.Read(buf)
 			if err != nil {
 				return
 			}
-			go func() { // echo
-				defer c.Close()
-				buf := make([]byte, 64)
-				for {
-					n, err := c.Read(buf)
-					if err != nil {
-						return
-					}
-					if _, err := c.Write(buf[:n]); err != nil {
-						return
-					}
-				}
-			}()
+			if _, err := c.Write(buf[:n]); err != nil {
+				return
+			}
 		}
-	}()
+	})
 	dial := func(p *testpki.PKI) (*tls.Conn, error) {
 		conf := p.Client.Clone()
 		conf.ServerName = testpki.ServerName
@@ -284,20 +270,7 @@ func TestClientConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := tls.Listen("tcp", "127.0.0.1:0", srv.ServerConfig(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _ = c.(*tls.Conn).Handshake(); _, _ = c.Write([]byte("x")); c.Close() }()
-		}
-	}()
+	l := serveTLS(t, srv.ServerConfig(nil), func(c *tls.Conn) { _ = c.Handshake(); _, _ = c.Write([]byte("x")) })
 	try := func(name string) error {
 		c, err := tls.Dial("tcp", l.Addr().String(), r.ClientConfig(name))
 		if err != nil {
@@ -335,25 +308,12 @@ func TestClientCertificateRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := make(chan []byte, 4)
-	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair}, ClientAuth: tls.RequireAnyClientCert})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			tc := c.(*tls.Conn)
-			if tc.Handshake() == nil {
-				seen <- tc.ConnectionState().PeerCertificates[0].Raw
-			}
-			_, _ = c.Write([]byte("x"))
-			c.Close()
+	l := serveTLS(t, &tls.Config{Certificates: []tls.Certificate{pair}, ClientAuth: tls.RequireAnyClientCert}, func(c *tls.Conn) {
+		if c.Handshake() == nil {
+			seen <- c.ConnectionState().PeerCertificates[0].Raw
 		}
-	}()
+		_, _ = c.Write([]byte("x"))
+	})
 	presented := func() []byte {
 		conf := r.ClientConfig("")
 		conf.InsecureSkipVerify = true // this test is about the client's certificate
@@ -383,4 +343,29 @@ func TestClientCertificateRotation(t *testing.T) {
 	if !bytes.Equal(presented(), clientLeaf(b)) {
 		t.Fatal("the rotated client certificate not presented")
 	}
+}
+
+// serveTLS listens on a loopback port with conf and hands every connection
+// to handle, each in a goroutine of its own, closing it after; the
+// listener closes when the test ends.
+func serveTLS(t *testing.T, conf *tls.Config, handle func(*tls.Conn)) net.Listener {
+	t.Helper()
+	l, err := tls.Listen("tcp", "127.0.0.1:0", conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				handle(c.(*tls.Conn))
+			}()
+		}
+	}()
+	return l
 }
