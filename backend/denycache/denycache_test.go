@@ -463,19 +463,18 @@ func (c *counting) Take(ctx context.Context, req backend.Request) (backend.Resul
 	return d, err
 }
 
-// TestBrokenSubscription: while the bus is down the cache answers nothing
-// and holds nothing; it answers again once its probe comes back.
-func TestBrokenSubscription(t *testing.T) {
+// cacheHoldingOneDenial returns a deny cache over a memory store and a
+// bus that can go down, holding the denial of req (its second take under
+// a limit of 1).
+func cacheHoldingOneDenial(t *testing.T, ctx context.Context) (*denycache.Store, *flakyBus, backend.Request) {
+	t.Helper()
 	bus := &flakyBus{}
 	mem, err := memorystore.New()
 	require.NoError(t, err)
 	cache, err := denycache.New(mem, bus, denycache.WithProbeInterval(20*time.Millisecond))
 	require.NoError(t, err)
-	defer cache.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
+	t.Cleanup(func() { _ = cache.Close() })
 	require.NoError(t, cache.Ready(ctx))
-
 	rule := algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Hour}
 	req := backend.Request{Key: backend.Key{Prefix: "b:", ID: "k"}, Rule: rule, Now: time.UnixMilli(1_700_000_000_000), Cost: 1}
 	for range 2 {
@@ -483,6 +482,15 @@ func TestBrokenSubscription(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Equal(t, 1, cache.Stats().Entries)
+	return cache, bus, req
+}
+
+// TestBrokenSubscription: while the bus is down the cache answers nothing
+// and holds nothing; it answers again once its probe comes back.
+func TestBrokenSubscription(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	cache, bus, req := cacheHoldingOneDenial(t, ctx)
 
 	bus.setDown(true)
 	for cache.Stats().Listening {

@@ -103,22 +103,9 @@ func TestBrokenSubscriptionStats(t *testing.T) {
 			if control {
 				denycache.UnlockedStatsForTest(t)
 			}
-			bus := &flakyBus{}
-			mem, err := memorystore.New()
-			require.NoError(t, err)
-			cache, err := denycache.New(mem, bus, denycache.WithProbeInterval(20*time.Millisecond))
-			require.NoError(t, err)
-			defer cache.Close()
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
-			require.NoError(t, cache.Ready(ctx))
-			rule := algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Hour}
-			req := backend.Request{Key: backend.Key{Prefix: "b:", ID: "k"}, Rule: rule, Now: time.UnixMilli(1_700_000_000_000), Cost: 1}
-			for range 2 {
-				_, err := cache.Take(ctx, req)
-				require.NoError(t, err)
-			}
-			require.Equal(t, 1, cache.Stats().Entries)
+			cache, bus, _ := cacheHoldingOneDenial(t, ctx)
 			bus.setDown(true)
 			var st denycache.Stats
 			for st = cache.Stats(); st.Listening; st = cache.Stats() {
