@@ -8,7 +8,7 @@
 -- else KEYS[1] itself, a window's key
 -- named exactly by the caller (backend.ExactKey, for the window holding
 -- now). The same keys the stores' native path counts in with INCRBY and an
--- expiry (internal/redisscript/native.go): this script serves what that
+-- expiry (backend/internal/redisengine/native.go): this script serves what that
 -- path cannot (server time, replica acknowledgement, a TakeAll mixing
 -- algorithms, Peek, give back). Keys of the old format ("start:current" in
 -- KEYS[1] itself) are never read again and expire.

@@ -8,7 +8,7 @@ import (
 // Each algorithm's Lua twin (its descriptor's Lua) is the body of a
 // function step(key, now, w, limit, cost, take, refund, at) that runs
 // after the prelude the bodies share (prelude.lua, with key_ttl generated
-// from Rule.KeyTTL's constants). The script runner (internal/redisscript)
+// from Rule.KeyTTL's constants). The script runner (backend/internal/redisengine)
 // wraps them into the scripts it sends; this package holds no transport.
 
 //go:embed prelude.lua

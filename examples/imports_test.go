@@ -88,7 +88,7 @@ func TestExamplesUsePublicAPI(t *testing.T) {
 func TestBadImportsCatches(t *testing.T) {
 	dir := t.TempDir()
 	files := map[string]string{
-		"a/main.go":      "package main\n\nimport (\n\t\"fmt\"\n\n\t\"github.com/limitkit/limitkit/internal/redisscript\"\n\t\"github.com/limitkit/limitkit/limiter\"\n)\n",
+		"a/main.go":      "package main\n\nimport (\n\t\"fmt\"\n\n\t\"github.com/limitkit/limitkit/internal/rediswire\"\n\t\"github.com/limitkit/limitkit/limiter\"\n)\n",
 		"a/redis.go":     "//go:build redis\n\npackage main\n\nimport \"github.com/limitkit/limitkit/examples/internal/stores\"\n",
 		"b/main.go":      "package main\n\nimport \"github.com/limitkit/limitkit/backend/storetest\"\n",
 		"b/main_test.go": "package main\n\nimport \"github.com/limitkit/limitkit/internal/testing/redistest\"\n",
@@ -107,7 +107,7 @@ func TestBadImportsCatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		filepath.FromSlash("a/main.go") + " imports github.com/limitkit/limitkit/internal/redisscript: an internal package, which users cannot import",
+		filepath.FromSlash("a/main.go") + " imports github.com/limitkit/limitkit/internal/rediswire: an internal package, which users cannot import",
 		filepath.FromSlash("a/redis.go") + " imports github.com/limitkit/limitkit/examples/internal/stores: an internal package, which users cannot import",
 		filepath.FromSlash("b/main.go") + " imports github.com/limitkit/limitkit/backend/storetest: a test package",
 	}

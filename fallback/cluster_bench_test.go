@@ -32,7 +32,7 @@ import (
 //	go test -run '^$' -bench BenchmarkClusterTake -benchtime 40000x ./fallback
 //
 // For figures at steady state, see BenchmarkServerCPU in
-// internal/redisscript.
+// backend/internal/redisengine.
 func BenchmarkClusterTake(b *testing.B) {
 	rule := algorithms.Rule{Algorithm: algorithms.SlidingLog, Limit: 100, Window: time.Minute}
 	for _, client := range []string{"goredis", "rueidis"} {

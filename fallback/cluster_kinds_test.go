@@ -13,7 +13,7 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/internal/redisscript"
+	"github.com/limitkit/limitkit/internal/rediswire"
 	"github.com/limitkit/limitkit/internal/testing/redistest"
 )
 
@@ -74,7 +74,7 @@ func reshardKinds(t *testing.T, c *redistest.Cluster, s backend.Store, from, to 
 	find := func(base string, key func(string) backend.Key, rule algorithms.Rule, move bool) string {
 		for i := 0; ; i++ {
 			id := base + strconv.Itoa(i)
-			k := redisscript.Key(key(id), rule)
+			k := rediswire.Key(key(id), rule)
 			if owner[redistest.KeySlot(k)] == from && moves(k) == move {
 				return id
 			}
@@ -152,7 +152,7 @@ func reshardKinds(t *testing.T, c *redistest.Cluster, s backend.Store, from, to 
 	require.Empty(t, errs, "errors to callers")
 	require.Positive(t, during.Load(), "no TakeAll ran while the slots moved")
 	k0 := keysOf(0)
-	require.Same(t, to, c.MasterOf(redistest.KeySlot(redisscript.Key(groupKey(k0.groups[0]), group))), "the moving group did not move")
+	require.Same(t, to, c.MasterOf(redistest.KeySlot(rediswire.Key(groupKey(k0.groups[0]), group))), "the moving group did not move")
 
 	epochsMu.Lock()
 	defer epochsMu.Unlock()

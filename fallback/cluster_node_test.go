@@ -16,7 +16,7 @@ import (
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/fallback"
-	"github.com/limitkit/limitkit/internal/redisscript"
+	"github.com/limitkit/limitkit/internal/rediswire"
 	"github.com/limitkit/limitkit/internal/testing/redistest"
 )
 
@@ -125,7 +125,7 @@ func TestClusterDeadMasterOnlyItsKeysDegrade(t *testing.T) {
 		var victimKeys int
 		for i := range keys {
 			keys[i] = backend.Key{Prefix: prefix, ID: "k" + strconv.Itoa(i)}
-			slot := redistest.KeySlot(redisscript.Key(keys[i], rule))
+			slot := redistest.KeySlot(rediswire.Key(keys[i], rule))
 			if owner[slot] == nil {
 				owner[slot] = c.MasterOf(slot)
 			}
@@ -231,7 +231,7 @@ func TestClusterMasterFailoverPerNode(t *testing.T) {
 		owner := map[int]*redistest.Server{}
 		for i := range keys {
 			keys[i] = backend.Key{Prefix: prefix, ID: "k" + strconv.Itoa(i)}
-			slot := redistest.KeySlot(redisscript.Key(keys[i], rule))
+			slot := redistest.KeySlot(rediswire.Key(keys[i], rule))
 			if owner[slot] == nil {
 				owner[slot] = c.MasterOf(slot)
 			}

@@ -17,7 +17,7 @@ import (
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/fallback"
-	"github.com/limitkit/limitkit/internal/redisscript"
+	"github.com/limitkit/limitkit/internal/rediswire"
 	"github.com/limitkit/limitkit/internal/testing/redistest"
 )
 
@@ -58,7 +58,7 @@ func TestClusterReshardAndFailover(t *testing.T) {
 		reshardErrs := h.primary.errorCounts()
 		owners := make([]*redistest.Server, len(h.keys))
 		for k, key := range h.keys {
-			owners[k] = c.MasterOf(redistest.KeySlot(redisscript.Key(key, rule)))
+			owners[k] = c.MasterOf(redistest.KeySlot(rediswire.Key(key, rule)))
 		}
 		for k := range 8 {
 			require.Same(t, dst, owners[k], "key %d (slot below %d) was not moved by the reshard", k, reshardSlots)
@@ -192,7 +192,7 @@ func clusterKeys(h *harness, rule algorithms.Rule, moved, others int) []backend.
 	var low, rest []backend.Key
 	for i := 0; len(low) < moved || len(rest) < others; i++ {
 		key := backend.Key{Prefix: prefix, ID: "k" + strconv.Itoa(i)}
-		if redistest.KeySlot(redisscript.Key(key, rule)) < reshardSlots {
+		if redistest.KeySlot(rediswire.Key(key, rule)) < reshardSlots {
 			if len(low) < moved {
 				low = append(low, key)
 			}
@@ -246,7 +246,7 @@ func replicaCounts(t *testing.T, replica *redistest.Server, h *harness, keys []i
 	defer rc.Close()
 	out := make(map[int]int64, len(keys))
 	for _, k := range keys {
-		n, err := rc.ZCount(t.Context(), redisscript.Key(h.keys[k], h.rule), "("+strconv.FormatInt(fromMs, 10), "+inf").Result()
+		n, err := rc.ZCount(t.Context(), rediswire.Key(h.keys[k], h.rule), "("+strconv.FormatInt(fromMs, 10), "+inf").Result()
 		require.NoError(t, err)
 		out[k] = n
 	}
@@ -286,7 +286,7 @@ func TestClusterFailoverGoRedisDefaultReload(t *testing.T) {
 	victim := c.Masters[1]
 	for i := 0; len(h.keys) == 0; i++ {
 		key := backend.Key{Prefix: fmt.Sprintf("fbit:repro:%d:", time.Now().UnixNano()), ID: strconv.Itoa(i)}
-		if c.MasterOf(redistest.KeySlot(redisscript.Key(key, rule))) == victim {
+		if c.MasterOf(redistest.KeySlot(rediswire.Key(key, rule))) == victim {
 			h.keys = append(h.keys, key)
 		}
 	}

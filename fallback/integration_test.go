@@ -40,7 +40,7 @@ import (
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/backend/rueidisstore"
 	"github.com/limitkit/limitkit/fallback"
-	"github.com/limitkit/limitkit/internal/redisscript"
+	"github.com/limitkit/limitkit/internal/rediswire"
 	"github.com/limitkit/limitkit/internal/testing/redistest"
 	"github.com/limitkit/limitkit/internal/testing/scripttest"
 )
@@ -775,7 +775,7 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 		require.Empty(t, h.stateChanges(), "the breaker moved")
 		for k, key := range h.keys {
 			require.Equal(t, rule.Limit, allowed[k], "key %d: admissions", k)
-			require.Equal(t, rule.Limit, scripttest.Count(t, srv, redisscript.Key(key, rule)), "key %d: the server's count", k)
+			require.Equal(t, rule.Limit, scripttest.Count(t, srv, rediswire.Key(key, rule)), "key %d: the server's count", k)
 		}
 		evals := scripttest.EvalCalls(t, srv) - evalsBefore
 		require.Greater(t, evals, 1, "the flushes never forced a fallback to EVAL")

@@ -9,7 +9,7 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/internal/redisscript"
+	"github.com/limitkit/limitkit/internal/rediswire"
 	"github.com/limitkit/limitkit/internal/testing/redistest"
 )
 
@@ -58,7 +58,7 @@ func nativeRefusal(t *testing.T, mk makeProcess, prefix string, announce bool) b
 		require.True(t, take(t, b.cache, k).Allowed)
 	}
 	// A's increment in flight: the window is full for a moment.
-	key, _, _ := redisscript.NativeKey(&k)
+	key, _, _ := rediswire.NativeKey(&k)
 	require.NoError(t, raw.IncrBy(t.Context(), key, 1).Err())
 	denied := take(t, b.cache, k)
 	require.False(t, denied.Allowed)

@@ -6,8 +6,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitkit/limitkit/backend/internal/redisengine/conntest"
 	"github.com/limitkit/limitkit/internal/testing/redistest"
-	"github.com/limitkit/limitkit/internal/testing/scripttest"
 )
 
 // TestConnMalformedReplies: replies of the wrong shape through the adapter
@@ -16,7 +16,7 @@ func TestConnMalformedReplies(t *testing.T) {
 	mr := miniredis.RunT(t)
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer client.Close()
-	scripttest.ConnRejectsMalformedReplies(t, conn{client})
+	conntest.RejectsMalformedReplies(t, conn{client})
 }
 
 // TestConnBatchReplies: a failed request in a batch reply fails alone.
@@ -24,5 +24,5 @@ func TestConnBatchReplies(t *testing.T) {
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer client.Close()
-	scripttest.ConnBatchReplies(t, conn{client}, srv)
+	conntest.BatchReplies(t, conn{client}, srv)
 }

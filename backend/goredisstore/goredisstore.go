@@ -85,14 +85,14 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/internal/rediskey"
-	"github.com/limitkit/limitkit/internal/redisopt"
-	"github.com/limitkit/limitkit/internal/redisscript"
+	"github.com/limitkit/limitkit/backend/internal/redisengine"
+	"github.com/limitkit/limitkit/backend/internal/redisopt"
+	"github.com/limitkit/limitkit/internal/rediswire"
 )
 
 // Store is a backend.Store in Redis. It is safe for concurrent use.
 type Store struct {
-	runner  *redisscript.Runner
+	runner  *redisengine.Runner
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // nil unless a cluster client
 }
@@ -116,7 +116,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := redisscript.New(conn{client}, "goredisstore", ropts)
+	r, err := redisengine.New(conn{client}, "goredisstore", ropts)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +134,7 @@ func (s *Store) NodeOf(ctx context.Context, key backend.Key) string {
 		return ""
 	}
 	// The slot depends on the hash tag alone.
-	return masterOf(ctx, s.cluster, rediskey.Build("", key.ID, ""))
+	return masterOf(ctx, s.cluster, rediswire.Build("", key.ID, ""))
 }
 
 // masterOf returns the address of the master of key's slot, or "".
@@ -261,7 +261,7 @@ func (noRetry) NoRetry() bool { return true }
 
 // evalCmd builds cmd as a go-redis command, sent at most once unless it is
 // read-only.
-func evalCmd(ctx context.Context, cmd redisscript.Command, script string, keys, args []string) (*redis.Cmd, redis.Cmder) {
+func evalCmd(ctx context.Context, cmd redisengine.Command, script string, keys, args []string) (*redis.Cmd, redis.Cmder) {
 	argv := make([]any, 3, 3+len(keys)+len(args))
 	argv[0], argv[1], argv[2] = cmd.String(), script, len(keys)
 	for _, k := range keys {
@@ -277,12 +277,12 @@ func evalCmd(ctx context.Context, cmd redisscript.Command, script string, keys, 
 	return c, noRetry{c}
 }
 
-func (a conn) Eval(ctx context.Context, cmd redisscript.Command, script string, keys, args []string) ([]int64, error) {
+func (a conn) Eval(ctx context.Context, cmd redisengine.Command, script string, keys, args []string) ([]int64, error) {
 	c, send := evalCmd(ctx, cmd, script, keys, args)
 	return a.reply(ctx, c, a.c.Process(ctx, send))
 }
 
-func (a conn) EvalBatch(ctx context.Context, cmd redisscript.Command, script string, keys, args []string) ([]int64, []error, error) {
+func (a conn) EvalBatch(ctx context.Context, cmd redisengine.Command, script string, keys, args []string) ([]int64, []error, error) {
 	c, send := evalCmd(ctx, cmd, script, keys, args)
 	if err := a.c.Process(ctx, send); err != nil {
 		if errors.Is(err, redis.Nil) {
@@ -293,7 +293,7 @@ func (a conn) EvalBatch(ctx context.Context, cmd redisscript.Command, script str
 	}
 	arr, err := c.Slice()
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", redisscript.ErrBadReply, err)
+		return nil, nil, fmt.Errorf("%w: %v", rediswire.ErrBadReply, err)
 	}
 	vals := make([]int64, len(arr))
 	var errs []error
@@ -307,7 +307,7 @@ func (a conn) EvalBatch(ctx context.Context, cmd redisscript.Command, script str
 			}
 			errs[i] = v
 		default:
-			return nil, nil, fmt.Errorf("%w: element %d is %T, not an integer", redisscript.ErrBadReply, i, v)
+			return nil, nil, fmt.Errorf("%w: element %d is %T, not an integer", rediswire.ErrBadReply, i, v)
 		}
 	}
 	return vals, errs, nil
@@ -319,7 +319,7 @@ func (a conn) EvalBatch(ctx context.Context, cmd redisscript.Command, script str
 // deadline cut it, or the connection broke) confirms nothing: 0 acknowledgements, so the
 // admission is refused and refunded or admitted unconfirmed as the store's
 // OnShortAck says, never lost with its units taken.
-func (a conn) EvalWait(ctx context.Context, cmd redisscript.Command, script string, keys, args []string, replicas int, timeout time.Duration) ([]int64, int64, error) {
+func (a conn) EvalWait(ctx context.Context, cmd redisengine.Command, script string, keys, args []string, replicas int, timeout time.Duration) ([]int64, int64, error) {
 	c, _ := evalCmd(ctx, cmd, script, keys, args)
 	wait := redis.NewIntCmd(ctx, "WAIT", replicas, timeout.Milliseconds())
 	pipe := a.c.Pipeline()
@@ -364,7 +364,7 @@ func (a conn) reply(ctx context.Context, c *redis.Cmd, err error) ([]int64, erro
 	}
 	vals, err := c.Int64Slice()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", redisscript.ErrBadReply, err)
+		return nil, fmt.Errorf("%w: %v", rediswire.ErrBadReply, err)
 	}
 	return vals, nil
 }
@@ -375,7 +375,7 @@ func (a conn) Cluster() bool {
 }
 
 // NodeOf returns the master of key's slot, for batching per node
-// (redisscript.NodeLocator); "" for a single-master client. It waits on
+// (redisengine.NodeLocator); "" for a single-master client. It waits on
 // the network only for the client's first slot map.
 func (a conn) NodeOf(key string) string {
 	cluster, ok := a.c.(*redis.ClusterClient)
@@ -402,7 +402,7 @@ func (a conn) Del(ctx context.Context, key string) error {
 // GET-MASTER-ADDR-BY-NAME, for they monitor no master by that name.
 func nilError(err error) error {
 	if err == redis.Nil { //nolint:errorlint // the reply itself, not a wrapped dial error
-		return fmt.Errorf("%w: nil", redisscript.ErrBadReply)
+		return fmt.Errorf("%w: nil", rediswire.ErrBadReply)
 	}
 	return fmt.Errorf("the sentinels know no master by that name; check master_name "+
 		"(redis.FailoverOptions.MasterName) against the name the sentinels monitor: %w", err)
@@ -412,7 +412,7 @@ func (conn) IsNoScript(err error) bool {
 	return redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
-// IncrExpire implements redisscript.NativeConn: INCRBY and PEXPIRE per key
+// IncrExpire implements redisengine.NativeConn: INCRBY and PEXPIRE per key
 // in one pipeline (split per node by a cluster client), sent at most once.
 func (a conn) IncrExpire(ctx context.Context, keys []string, by, expiry []int64) ([]int64, []error, error) {
 	incrs := make([]*redis.Cmd, len(keys))
@@ -445,7 +445,7 @@ func (a conn) IncrExpire(ctx context.Context, keys []string, by, expiry []int64)
 	return counts, errs, nil
 }
 
-// Refund implements redisscript.NativeConn: SET NX PX and DECRBY per key in
+// Refund implements redisengine.NativeConn: SET NX PX and DECRBY per key in
 // one pipeline, sent at most once.
 func (a conn) Refund(ctx context.Context, keys []string, by, expiry []int64) error {
 	decrs := make([]*redis.Cmd, len(keys))

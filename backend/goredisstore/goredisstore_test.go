@@ -12,7 +12,7 @@ import (
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/backend/storetest"
-	"github.com/limitkit/limitkit/internal/redisscript"
+	"github.com/limitkit/limitkit/internal/rediswire"
 	"github.com/limitkit/limitkit/internal/testing/redistest"
 	"github.com/limitkit/limitkit/internal/testing/scripttest"
 )
@@ -96,7 +96,7 @@ func sentOnce(t *testing.T, client redis.UniversalClient, serverOf func(key stri
 	rule := algorithms.Rule{Algorithm: algorithms.SlidingLog, Limit: 100, Window: time.Hour}
 	now := time.Now()
 	store := backend.Request{Key: backend.Key{Prefix: "retry:", ID: "k"}, Rule: rule, Now: now, Cost: 1}
-	storeKey := redisscript.Key(store.Key, rule)
+	storeKey := rediswire.Key(store.Key, rule)
 	controlKey := storeKey + ":control" // same hash tag: same server
 	srv := serverOf(storeKey)
 	// Load the script so that the calls below are plain EVALSHAs.
@@ -119,7 +119,7 @@ func sentOnce(t *testing.T, client redis.UniversalClient, serverOf func(key stri
 	_, err = s.Take(t.Context(), store)
 	require.Error(t, err)
 	sha := scripttest.SHA1(t, algorithms.SlidingLog)
-	err = client.EvalSha(t.Context(), sha, []string{controlKey}, scripttest.Args(t, rule, now.UnixMilli(), 1, redisscript.ModeTake)).Err()
+	err = client.EvalSha(t.Context(), sha, []string{controlKey}, scripttest.Args(t, rule, now.UnixMilli(), 1, rediswire.ModeTake)).Err()
 	require.Error(t, err)
 	srv.Resume()
 

@@ -11,7 +11,7 @@ import (
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/goredisstore"
-	"github.com/limitkit/limitkit/internal/redisscript"
+	"github.com/limitkit/limitkit/internal/rediswire"
 	"github.com/limitkit/limitkit/internal/testing/redistest"
 )
 
@@ -36,7 +36,7 @@ func TestWrongMasterNameSaysSo(t *testing.T) {
 		resetErr := s.Reset(ctx, req.Key, rule)
 		for _, err := range []error{takeErr, peekErr, resetErr} {
 			require.Error(t, err)
-			require.NotErrorIs(t, err, redisscript.ErrBadReply)
+			require.NotErrorIs(t, err, rediswire.ErrBadReply)
 			require.ErrorContains(t, err, "no master by that name")
 			require.ErrorContains(t, err, "master_name")
 		}

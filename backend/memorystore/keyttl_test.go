@@ -13,7 +13,7 @@ import (
 
 // TestKeyLivesAsKeyTTLSays checks the memory store's half of the key
 // lifetime both engines share: after every take, a key expires at now +
-// Rule.KeyTTL(ResetAfter). The scripts' half is in internal/redisscript.
+// Rule.KeyTTL(ResetAfter). The scripts' half is in backend/internal/redisengine.
 func TestKeyLivesAsKeyTTLSays(t *testing.T) {
 	s, err := New()
 	require.NoError(t, err)

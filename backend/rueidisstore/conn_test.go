@@ -6,9 +6,9 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
-	"github.com/limitkit/limitkit/internal/redisscript"
+	"github.com/limitkit/limitkit/backend/internal/redisengine"
+	"github.com/limitkit/limitkit/backend/internal/redisengine/conntest"
 	"github.com/limitkit/limitkit/internal/testing/redistest"
-	"github.com/limitkit/limitkit/internal/testing/scripttest"
 )
 
 // TestConnMalformedReplies: replies of the wrong shape through the adapter
@@ -18,8 +18,8 @@ func TestConnMalformedReplies(t *testing.T) {
 	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
 	require.NoError(t, err)
 	defer client.Close()
-	scripttest.ConnRejectsMalformedReplies(t, conn{c: client})
-	scripttest.ConnBatchReplies(t, conn{c: client}, srv)
-	_, err = conn{c: client}.Eval(t.Context(), redisscript.Command(9), "", []string{"k"}, nil)
+	conntest.RejectsMalformedReplies(t, conn{c: client})
+	conntest.BatchReplies(t, conn{c: client}, srv)
+	_, err = conn{c: client}.Eval(t.Context(), redisengine.Command(9), "", []string{"k"}, nil)
 	require.Error(t, err)
 }

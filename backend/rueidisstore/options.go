@@ -4,12 +4,12 @@ import (
 	"time"
 
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/internal/redisopt"
+	"github.com/limitkit/limitkit/backend/internal/redisopt"
 )
 
-// The options are defined once, in internal/redisopt, for both Redis
+// The options are defined once, in backend/internal/redisopt, for both Redis
 // stores; this file is their typed face, and its doc comments match the
-// other store's word for word (a test in internal/redisopt checks).
+// other store's word for word (a test in backend/internal/redisopt checks).
 
 // Option configures a Store.
 type Option func(*redisopt.Config)

@@ -75,14 +75,14 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/internal/rediskey"
-	"github.com/limitkit/limitkit/internal/redisopt"
-	"github.com/limitkit/limitkit/internal/redisscript"
+	"github.com/limitkit/limitkit/backend/internal/redisengine"
+	"github.com/limitkit/limitkit/backend/internal/redisopt"
+	"github.com/limitkit/limitkit/internal/rediswire"
 )
 
 // Store is a backend.Store in Redis. It is safe for concurrent use.
 type Store struct {
-	runner *redisscript.Runner
+	runner *redisengine.Runner
 	slots  *slotMap // nil unless a cluster client
 }
 
@@ -109,7 +109,7 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 	if client.Mode() == rueidis.ClientModeCluster {
 		slots = &slotMap{client: client}
 	}
-	r, err := redisscript.New(conn{client, slots}, "rueidisstore", ropts)
+	r, err := redisengine.New(conn{client, slots}, "rueidisstore", ropts)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +127,7 @@ func (s *Store) NodeOf(_ context.Context, key backend.Key) string {
 		return ""
 	}
 	// The slot depends on the hash tag alone.
-	return s.slots.nodeOf(rediskey.Build("", key.ID, ""))
+	return s.slots.nodeOf(rediswire.Build("", key.ID, ""))
 }
 
 // Take implements backend.Store.
@@ -203,12 +203,12 @@ func ServerTime(client rueidis.Client) func(context.Context) (time.Time, error) 
 			return time.Time{}, fmt.Errorf("rueidisstore: TIME: %w", err)
 		}
 		if len(parts) != 2 {
-			return time.Time{}, fmt.Errorf("rueidisstore: TIME: %w: %d parts, want 2", redisscript.ErrBadReply, len(parts))
+			return time.Time{}, fmt.Errorf("rueidisstore: TIME: %w: %d parts, want 2", rediswire.ErrBadReply, len(parts))
 		}
 		sec, err1 := strconv.ParseInt(parts[0], 10, 64)
 		usec, err2 := strconv.ParseInt(parts[1], 10, 64)
 		if err := errors.Join(err1, err2); err != nil {
-			return time.Time{}, fmt.Errorf("rueidisstore: TIME: %w: %v", redisscript.ErrBadReply, err)
+			return time.Time{}, fmt.Errorf("rueidisstore: TIME: %w: %v", rediswire.ErrBadReply, err)
 		}
 		return time.Unix(sec, usec*1000), nil
 	}
@@ -238,23 +238,23 @@ func (a conn) failed(err error) {
 
 // evalCmd builds cmd as a rueidis command. rueidis never retries a
 // command that is not read-only, so a writing script is sent at most once.
-func (a conn) evalCmd(cmd redisscript.Command, script string, keys, args []string) (rueidis.Completed, error) {
+func (a conn) evalCmd(cmd redisengine.Command, script string, keys, args []string) (rueidis.Completed, error) {
 	b := a.c.B()
 	n := int64(len(keys))
 	switch cmd {
-	case redisscript.EvalSHA:
+	case redisengine.EvalSHA:
 		return b.Evalsha().Sha1(script).Numkeys(n).Key(keys...).Arg(args...).Build(), nil
-	case redisscript.Eval:
+	case redisengine.Eval:
 		return b.Eval().Script(script).Numkeys(n).Key(keys...).Arg(args...).Build(), nil
-	case redisscript.EvalSHARO:
+	case redisengine.EvalSHARO:
 		return b.EvalshaRo().Sha1(script).Numkeys(n).Key(keys...).Arg(args...).Build(), nil
-	case redisscript.EvalRO:
+	case redisengine.EvalRO:
 		return b.EvalRo().Script(script).Numkeys(n).Key(keys...).Arg(args...).Build(), nil
 	}
 	return rueidis.Completed{}, fmt.Errorf("rueidisstore: unknown command %v", cmd)
 }
 
-func (a conn) Eval(ctx context.Context, cmd redisscript.Command, script string, keys, args []string) ([]int64, error) {
+func (a conn) Eval(ctx context.Context, cmd redisengine.Command, script string, keys, args []string) ([]int64, error) {
 	c, err := a.evalCmd(cmd, script, keys, args)
 	if err != nil {
 		return nil, err
@@ -264,7 +264,7 @@ func (a conn) Eval(ctx context.Context, cmd redisscript.Command, script string, 
 	return vals, err
 }
 
-func (a conn) EvalBatch(ctx context.Context, cmd redisscript.Command, script string, keys, args []string) ([]int64, []error, error) {
+func (a conn) EvalBatch(ctx context.Context, cmd redisengine.Command, script string, keys, args []string) ([]int64, []error, error) {
 	c, err := a.evalCmd(cmd, script, keys, args)
 	if err != nil {
 		return nil, nil, err
@@ -276,7 +276,7 @@ func (a conn) EvalBatch(ctx context.Context, cmd redisscript.Command, script str
 	}
 	arr, err := resp.ToArray()
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", redisscript.ErrBadReply, err)
+		return nil, nil, fmt.Errorf("%w: %v", rediswire.ErrBadReply, err)
 	}
 	vals := make([]int64, len(arr))
 	var errs []error
@@ -292,7 +292,7 @@ func (a conn) EvalBatch(ctx context.Context, cmd redisscript.Command, script str
 			continue
 		}
 		if vals[i], err = arr[i].AsInt64(); err != nil {
-			return nil, nil, fmt.Errorf("%w: element %d: %v", redisscript.ErrBadReply, i, err)
+			return nil, nil, fmt.Errorf("%w: element %d: %v", rediswire.ErrBadReply, i, err)
 		}
 	}
 	return vals, errs, nil
@@ -305,7 +305,7 @@ func (a conn) EvalBatch(ctx context.Context, cmd redisscript.Command, script str
 // acknowledgements, so the admission is refused and refunded or admitted
 // unconfirmed as the store's OnShortAck says, never lost with its units
 // taken. (A WAIT the server refuses, for want of the ACL, is an error.)
-func (a conn) EvalWait(ctx context.Context, cmd redisscript.Command, script string, keys, args []string, replicas int, timeout time.Duration) ([]int64, int64, error) {
+func (a conn) EvalWait(ctx context.Context, cmd redisengine.Command, script string, keys, args []string, replicas int, timeout time.Duration) ([]int64, int64, error) {
 	c, err := a.evalCmd(cmd, script, keys, args)
 	if err != nil {
 		return nil, 0, err
@@ -331,19 +331,19 @@ func (a conn) EvalWait(ctx context.Context, cmd redisscript.Command, script stri
 func ints(resp rueidis.RedisResult) ([]int64, error) {
 	if err := resp.Error(); err != nil {
 		if rueidis.IsRedisNil(err) {
-			return nil, fmt.Errorf("%w: nil", redisscript.ErrBadReply)
+			return nil, fmt.Errorf("%w: nil", rediswire.ErrBadReply)
 		}
 		return nil, err
 	}
 	// Not AsIntSlice: it reads a nested array as its length.
 	arr, err := resp.ToArray()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", redisscript.ErrBadReply, err)
+		return nil, fmt.Errorf("%w: %v", rediswire.ErrBadReply, err)
 	}
 	vals := make([]int64, len(arr))
 	for i := range arr {
 		if vals[i], err = arr[i].AsInt64(); err != nil {
-			return nil, fmt.Errorf("%w: element %d: %v", redisscript.ErrBadReply, i, err)
+			return nil, fmt.Errorf("%w: element %d: %v", rediswire.ErrBadReply, i, err)
 		}
 	}
 	return vals, nil
@@ -352,7 +352,7 @@ func ints(resp rueidis.RedisResult) ([]int64, error) {
 func (a conn) Cluster() bool { return a.c.Mode() == rueidis.ClientModeCluster }
 
 // NodeOf returns the master of key's slot, for batching per node
-// (redisscript.NodeLocator); "" for a single-master client.
+// (redisengine.NodeLocator); "" for a single-master client.
 func (a conn) NodeOf(key string) string {
 	if a.slots == nil {
 		return ""
@@ -369,7 +369,7 @@ func (conn) IsNoScript(err error) bool {
 	return ok && e.IsNoScript()
 }
 
-// IncrExpire implements redisscript.NativeConn: INCRBY and PEXPIRE per key
+// IncrExpire implements redisengine.NativeConn: INCRBY and PEXPIRE per key
 // in one DoMulti (split per node by a cluster client; rueidis never
 // retries them).
 func (a conn) IncrExpire(ctx context.Context, keys []string, by, expiry []int64) ([]int64, []error, error) {
@@ -399,7 +399,7 @@ func (a conn) IncrExpire(ctx context.Context, keys []string, by, expiry []int64)
 	return counts, errs, nil
 }
 
-// Refund implements redisscript.NativeConn: SET NX PX and DECRBY per key in
+// Refund implements redisengine.NativeConn: SET NX PX and DECRBY per key in
 // one DoMulti, never retried.
 func (a conn) Refund(ctx context.Context, keys []string, by, expiry []int64) error {
 	cmds := make(rueidis.Commands, 0, 2*len(keys))

@@ -12,7 +12,7 @@ import (
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/rueidisstore"
 	"github.com/limitkit/limitkit/backend/storetest"
-	"github.com/limitkit/limitkit/internal/redisscript"
+	"github.com/limitkit/limitkit/internal/rediswire"
 	"github.com/limitkit/limitkit/internal/testing/redistest"
 	"github.com/limitkit/limitkit/internal/testing/scripttest"
 )
@@ -80,19 +80,19 @@ func TestWritingScriptIsSentOnce(t *testing.T) {
 	}
 	_, err := s.Take(t.Context(), req("warm"))
 	require.NoError(t, err)
-	src, err := redisscript.Script(algorithms.SlidingLog) // the control's script
+	src, err := rediswire.Script(algorithms.SlidingLog) // the control's script
 	require.NoError(t, err)
 	_, err = srv.Do("SCRIPT", "LOAD", src)
 	require.NoError(t, err)
 
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	controlKey := redisscript.Key(req("control").Key, rule)
+	controlKey := rediswire.Key(req("control").Key, rule)
 	control := make(chan error, 1)
 	srv.Pause()
 	go func() {
 		cmd := client.B().Evalsha().Sha1(scripttest.SHA1(t, algorithms.SlidingLog)).Numkeys(1).Key(controlKey).
-			Arg(scripttest.Args(t, rule, now.UnixMilli(), 1, redisscript.ModeTake)...).Build().ToRetryable()
+			Arg(scripttest.Args(t, rule, now.UnixMilli(), 1, rediswire.ModeTake)...).Build().ToRetryable()
 		control <- client.Do(ctx, cmd).Error()
 	}()
 	time.Sleep(50 * time.Millisecond) // let the control reach the socket first (not required)
@@ -105,7 +105,7 @@ func TestWritingScriptIsSentOnce(t *testing.T) {
 	require.NoError(t, <-control, "the control was not retried: the test cannot see a retry")
 
 	controlRuns := scripttest.WaitCount(t, srv, controlKey, func(n int64) bool { return n >= 1 })
-	got := scripttest.WaitCount(t, srv, redisscript.Key(req("store").Key, rule), func(int64) bool { return true })
+	got := scripttest.WaitCount(t, srv, rediswire.Key(req("store").Key, rule), func(int64) bool { return true })
 	require.LessOrEqual(t, got, int64(1), "the store's script ran %d times for one Take", got)
 	t.Logf("one EVALSHA on a dropped connection: store ran it once, the retryable control %d times", controlRuns)
 }
@@ -126,7 +126,7 @@ func TestTimedOutTakeRunsAtMostOnce(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	srv.Resume()
-	n := scripttest.WaitCount(t, srv, redisscript.Key(req.Key, rule), func(n int64) bool { return n >= 1 })
+	n := scripttest.WaitCount(t, srv, rediswire.Key(req.Key, rule), func(n int64) bool { return n >= 1 })
 	require.LessOrEqual(t, n, int64(2))
 }
 

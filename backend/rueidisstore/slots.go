@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/limitkit/limitkit/internal/rediskey"
+	"github.com/limitkit/limitkit/internal/rediswire"
 )
 
 // rueidis keeps its slot map to itself, so the store keeps its own copy,
@@ -27,7 +27,7 @@ const (
 type slotMap struct {
 	client rueidis.Client
 	// table is nil until the first refresh succeeds.
-	table atomic.Pointer[[rediskey.NumSlots]string]
+	table atomic.Pointer[[rediswire.NumSlots]string]
 	// due is when the next refresh may start (Unix ns).
 	due        atomic.Int64
 	refreshing atomic.Bool
@@ -45,7 +45,7 @@ func (m *slotMap) nodeOf(key string) string {
 	if t == nil {
 		return ""
 	}
-	return t[rediskey.Slot(key)]
+	return t[rediswire.Slot(key)]
 }
 
 // failed brings the next refresh closer after an error.
@@ -77,12 +77,12 @@ func (m *slotMap) refresh() {
 }
 
 // clusterSlots reads one node's CLUSTER SLOTS into a slot table.
-func clusterSlots(ctx context.Context, c rueidis.Client) (*[rediskey.NumSlots]string, error) {
+func clusterSlots(ctx context.Context, c rueidis.Client) (*[rediswire.NumSlots]string, error) {
 	ranges, err := c.Do(ctx, c.B().ClusterSlots().Build()).ToArray()
 	if err != nil {
 		return nil, err
 	}
-	t := new([rediskey.NumSlots]string)
+	t := new([rediswire.NumSlots]string)
 	for _, r := range ranges {
 		f, err := r.ToArray()
 		if err != nil || len(f) < 3 {
@@ -91,7 +91,7 @@ func clusterSlots(ctx context.Context, c rueidis.Client) (*[rediskey.NumSlots]st
 		start, err1 := f[0].AsInt64()
 		end, err2 := f[1].AsInt64()
 		master, err3 := f[2].ToArray()
-		if err1 != nil || err2 != nil || err3 != nil || len(master) < 2 || start < 0 || end < start || end >= rediskey.NumSlots {
+		if err1 != nil || err2 != nil || err3 != nil || len(master) < 2 || start < 0 || end < start || end >= rediswire.NumSlots {
 			return nil, fmt.Errorf("rueidisstore: CLUSTER SLOTS: malformed range %d-%d", start, end)
 		}
 		host, err1 := master[0].ToString()

@@ -73,9 +73,9 @@ import (
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/denycache"
 	"github.com/limitkit/limitkit/backend/goredisstore"
+	"github.com/limitkit/limitkit/backend/internal/redisopt"
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/backend/rueidisstore"
-	"github.com/limitkit/limitkit/internal/redisopt"
 )
 
 // Client libraries for Redis, the values of WithClient.

@@ -18,7 +18,7 @@ import (
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/backend/rueidisstore"
-	"github.com/limitkit/limitkit/internal/redisscript"
+	"github.com/limitkit/limitkit/internal/rediswire"
 	"github.com/limitkit/limitkit/internal/testing/redistest"
 	"github.com/limitkit/limitkit/limiter"
 )
@@ -255,7 +255,7 @@ func TestInspectCluster(t *testing.T) {
 
 func TestMatchScript(t *testing.T) {
 	known := scripts()
-	body, err := redisscript.Script(algorithms.SlidingCounter)
+	body, err := rediswire.Script(algorithms.SlidingCounter)
 	require.NoError(t, err)
 	shortened := body[:128] + fmt.Sprintf("... (%d more bytes)", len(body)-128)
 	for _, tc := range []struct {

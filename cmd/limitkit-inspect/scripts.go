@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitkit/limitkit/algorithms"
-	"github.com/limitkit/limitkit/internal/redisscript"
+	"github.com/limitkit/limitkit/internal/rediswire"
 )
 
 // script is one limitkit Lua script as Redis sees it.
@@ -37,14 +37,14 @@ func scripts() []script {
 		out = append(out, script{name: name, body: body, sha: hex.EncodeToString(sum[:])})
 	}
 	for _, name := range algorithms.Names() {
-		if body, err := redisscript.Script(name); err == nil {
+		if body, err := rediswire.Script(name); err == nil {
 			add(string(name), body)
 		}
 	}
-	add(multiScript, redisscript.MultiScript())
-	add(batchScript, redisscript.BatchScript())
-	add(peekBatchScript, redisscript.PeekBatchScript())
-	add(groupsScript, redisscript.GroupsScript())
+	add(multiScript, rediswire.MultiScript())
+	add(batchScript, rediswire.BatchScript())
+	add(peekBatchScript, rediswire.PeekBatchScript())
+	add(groupsScript, rediswire.GroupsScript())
 	return out
 }
 

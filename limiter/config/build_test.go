@@ -15,7 +15,7 @@ import (
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/fallback"
-	"github.com/limitkit/limitkit/internal/redisscript"
+	"github.com/limitkit/limitkit/internal/rediswire"
 	"github.com/limitkit/limitkit/internal/testing/redistest"
 	"github.com/limitkit/limitkit/limiter"
 )
@@ -301,7 +301,7 @@ policies:
 // batch: 1 each goes alone through its algorithm's script, and the batch
 // script is never loaded.
 func TestBuildBatch(t *testing.T) {
-	batchSHA := fmt.Sprintf("%x", sha1.Sum([]byte(redisscript.BatchScript())))
+	batchSHA := fmt.Sprintf("%x", sha1.Sum([]byte(rediswire.BatchScript())))
 	for _, client := range []string{GoRedis, Rueidis} {
 		for _, batch := range []int{0, 1} {
 			t.Run(fmt.Sprint(client, " batch=", batch), func(t *testing.T) {

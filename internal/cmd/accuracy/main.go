@@ -38,7 +38,7 @@ import (
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/backend/rueidisstore"
-	"github.com/limitkit/limitkit/internal/redisscript"
+	"github.com/limitkit/limitkit/internal/rediswire"
 	"github.com/limitkit/limitkit/internal/testing/accuracy"
 )
 
@@ -166,10 +166,10 @@ func measureRedis(ctx context.Context, addr redisTarget, cfg config, rows []row,
 			if err := fill(ctx, gstore, key, r, n, now); err != nil {
 				return err
 			}
-			name := redisscript.Key(key, r)
+			name := rediswire.Key(key, r)
 			if alg == algorithms.FixedWindow {
 				// A key per window: the one of the last take.
-				name, _, _ = redisscript.NativeKey(&backend.Request{Key: key, Rule: r, Now: time.UnixMilli(now + int64(n) - 1)})
+				name, _, _ = rediswire.NativeKey(&backend.Request{Key: key, Rule: r, Now: time.UnixMilli(now + int64(n) - 1)})
 			}
 			bytes, err := gc.MemoryUsage(ctx, name, 0).Result()
 			if err != nil {

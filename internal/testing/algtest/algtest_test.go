@@ -15,7 +15,7 @@ import (
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/backend/storetest"
-	"github.com/limitkit/limitkit/internal/redisscript"
+	"github.com/limitkit/limitkit/internal/rediswire"
 	"github.com/limitkit/limitkit/internal/testing/docscheck"
 	"github.com/limitkit/limitkit/internal/testing/scripttest"
 )
@@ -104,11 +104,11 @@ func (r *recorder) Errorf(format string, args ...any) {
 
 func TestDifferentialPicksItUp(t *testing.T) {
 	for _, alg := range []algorithms.Name{twin.Name, broken.Name} {
-		src, err := redisscript.Script(alg)
+		src, err := rediswire.Script(alg)
 		require.NoError(t, err)
 		require.Contains(t, src, twin.Lua)
-		require.Contains(t, redisscript.BatchScript(), "STEPS['"+string(alg)+"']")
-		require.Contains(t, redisscript.MultiScript(), "STEPS['"+string(alg)+"']")
+		require.Contains(t, rediswire.BatchScript(), "STEPS['"+string(alg)+"']")
+		require.Contains(t, rediswire.MultiScript(), "STEPS['"+string(alg)+"']")
 	}
 	mr := miniredis.RunT(t)
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})

@@ -13,12 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitkit/limitkit/internal/rediskey"
+	"github.com/limitkit/limitkit/internal/rediswire"
 )
 
 const (
 	// NumSlots is the number of hash slots of a Redis Cluster.
-	NumSlots = rediskey.NumSlots
+	NumSlots = rediswire.NumSlots
 
 	// ClusterNodeTimeout is the cluster-node-timeout, in milliseconds, of
 	// StartCluster's nodes: a master unreachable for that long is failed
@@ -196,7 +196,7 @@ func (c *Cluster) WaitOK() {
 }
 
 // KeySlot returns the cluster hash slot of a key, as CLUSTER KEYSLOT does.
-func KeySlot(key string) int { return rediskey.Slot(key) }
+func KeySlot(key string) int { return rediswire.Slot(key) }
 
 // createCluster runs redis-cli --cluster create over the nodes.
 func createCluster(nodes []*Server, replicasPerMaster int, tls *tlsOptions) (string, error) {

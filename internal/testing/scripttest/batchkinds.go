@@ -13,7 +13,7 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/internal/redisscript"
+	"github.com/limitkit/limitkit/internal/rediswire"
 	"github.com/limitkit/limitkit/internal/testing/redistest"
 )
 
@@ -92,10 +92,10 @@ func runKinds(t *testing.T, s backend.Store, nodes []*redistest.Server, nodeOf f
 	// Users of each group: ids whose key is on the group's node.
 	users := make([][]string, kindsGroups)
 	for g := range kindsGroups {
-		gk := redisscript.Key(groupKey(g), group)
+		gk := rediswire.Key(groupKey(g), group)
 		for i := 0; len(users[g]) < kindsUsers; i++ {
 			id := "g" + strconv.Itoa(g) + "u" + strconv.Itoa(i)
-			uk := redisscript.Key(userKey(id), user)
+			uk := rediswire.Key(userKey(id), user)
 			if nodeOf == nil || nodeOf(uk) == nodeOf(gk) && redistest.KeySlot(uk) != redistest.KeySlot(gk) {
 				users[g] = append(users[g], id)
 			}

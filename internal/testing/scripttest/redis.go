@@ -17,15 +17,15 @@ import (
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/storetest"
-	"github.com/limitkit/limitkit/internal/redisscript"
+	"github.com/limitkit/limitkit/internal/rediswire"
 	"github.com/limitkit/limitkit/internal/testing/redistest"
 )
 
-// Args returns the ARGV of one call of rule's script (redisscript.Args),
+// Args returns the ARGV of one call of rule's script (rediswire.Args),
 // failing t on a bad mode.
-func Args(t testing.TB, rule algorithms.Rule, now, cost int64, mode redisscript.Mode) []string {
+func Args(t testing.TB, rule algorithms.Rule, now, cost int64, mode rediswire.Mode) []string {
 	t.Helper()
-	args, err := redisscript.Args(rule, now, cost, mode)
+	args, err := rediswire.Args(rule, now, cost, mode)
 	require.NoError(t, err)
 	return args
 }
@@ -38,7 +38,7 @@ func SHA1(t testing.TB, alg algorithms.Name) string {
 
 // Source returns alg's script.
 func Source(t testing.TB, alg algorithms.Name) string {
-	src, err := redisscript.Script(alg)
+	src, err := rediswire.Script(alg)
 	require.NoError(t, err)
 	return src
 }
@@ -152,9 +152,9 @@ func HostileIDsSpread(t *testing.T, store backend.Store, c *redistest.Cluster) {
 			res, err := store.Take(t.Context(), req)
 			require.NoError(t, err)
 			require.True(t, res.Allowed)
-			name := redisscript.StateKey(&req)
+			name := rediswire.StateKey(&req)
 			if alg == algorithms.FixedWindow {
-				name, _, _ = redisscript.NativeKey(&req) // a key per window
+				name, _, _ = rediswire.NativeKey(&req) // a key per window
 			}
 			require.LessOrEqual(t, len(name), len(prefix)+70)
 			s := redistest.KeySlot(name)
@@ -183,7 +183,7 @@ func HostileIDsSpread(t *testing.T, store backend.Store, c *redistest.Cluster) {
 //	redis-benchmark -p PORT -c 64 -P 16 -n 200000 -r 10000 -q \
 //	  EVALSHA $sha 1 'bench:{__rand_int__}:sl' $(date +%s%3N) 60000 100 1 1
 //
-// (the same ARGV as redisscript.Args: now, window, limit, cost, take; suffix
+// (the same ARGV as rediswire.Args: now, window, limit, cost, take; suffix
 // :sc or :fw with the other scripts; FLUSHALL between runs so each starts
 // from empty keys, as each benchmark here uses a new prefix).
 func BenchmarkTake(b *testing.B, store backend.Store) {

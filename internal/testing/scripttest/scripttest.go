@@ -15,7 +15,7 @@ import (
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/storetest"
-	"github.com/limitkit/limitkit/internal/redisscript"
+	"github.com/limitkit/limitkit/internal/rediswire"
 )
 
 // Reporter receives failures; *testing.T is one.
@@ -45,7 +45,7 @@ func DifferentialOf(ctx context.Context, r Reporter, store backend.Store, seed u
 	logLimits := []int64{1, 2, 5, 128, 2000, algorithms.MaxSlidingLogLimit}
 	starts := []int64{
 		0, 1, 1_767_225_600_000, 1_767_225_600_000 + 123_457,
-		redisscript.MaxTime - 2*algorithms.MaxWindow.Milliseconds(),
+		rediswire.MaxTime - 2*algorithms.MaxWindow.Milliseconds(),
 	}
 	ids := []string{"a", "b{", "}c"}
 	pick := func(rule *algorithms.Rule) {
@@ -162,5 +162,5 @@ func WalkTime(rng *rand.Rand, now, w, drift int64) int64 {
 	default:
 		now += rng.Int64N(3*w + 1)
 	}
-	return min(max(now, 0), redisscript.MaxTime)
+	return min(max(now, 0), rediswire.MaxTime)
 }

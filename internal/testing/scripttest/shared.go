@@ -14,7 +14,6 @@ import (
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/clock"
-	"github.com/limitkit/limitkit/internal/redisscript"
 	"github.com/limitkit/limitkit/internal/testing/redistest"
 )
 
@@ -91,75 +90,4 @@ func ServerTimeProbe(t *testing.T, probe func(context.Context) (time.Time, error
 	cancel()
 	_, err = probe(ctx)
 	require.Error(t, err)
-}
-
-// ConnRejectsMalformedReplies runs scripts that reply with the wrong shapes
-// through a store's adapter: each is an error wrapping ErrBadReply, or the
-// script's own error, never a panic.
-func ConnRejectsMalformedReplies(t *testing.T, a redisscript.Conn) {
-	t.Helper()
-	bad := []string{
-		"return nil",
-		"return 'x'",
-		"return {1, 'a', 3, 4}",
-		"return {1, {2}, 3, 4}",
-		"return {ok = 'fine'}",
-	}
-	for _, src := range bad {
-		_, err := a.Eval(t.Context(), redisscript.Eval, src, []string{"k"}, nil)
-		require.ErrorIs(t, err, redisscript.ErrBadReply, src)
-	}
-	_, err := a.Eval(t.Context(), redisscript.Eval, "return redis.error_reply('boom')", []string{"k"}, nil)
-	require.ErrorContains(t, err, "boom")
-	require.NotErrorIs(t, err, redisscript.ErrBadReply)
-	vals, err := a.Eval(t.Context(), redisscript.EvalRO, "return {1, 2, 3, 4, 5}", []string{"k"}, nil)
-	require.NoError(t, err) // the runner, not the adapter, checks the length
-	require.Equal(t, []int64{1, 2, 3, 4, 5}, vals)
-
-	_, err = a.Eval(t.Context(), redisscript.EvalSHA, "0000000000000000000000000000000000000000", []string{"k"}, nil)
-	require.True(t, a.IsNoScript(err), "%v", err)
-	require.False(t, a.IsNoScript(redisscript.ErrBadReply))
-	require.NoError(t, a.Del(t.Context(), "k"))
-}
-
-// ConnBatchReplies runs the batch script through a store's adapter on srv:
-// four takes, the second on a key of the wrong type, the third naming no
-// algorithm the script knows, the fourth under another rule. The second
-// and third fail alone, with the server's error; the others are decided as
-// single takes would be, each under its own rule.
-func ConnBatchReplies(t *testing.T, a redisscript.Conn, srv *redistest.Server) {
-	t.Helper()
-	_, err := srv.Do("SET", "batch:bad", "a string")
-	require.NoError(t, err)
-	rule := algorithms.Rule{Algorithm: algorithms.SlidingLog, Limit: 10, Window: time.Minute}
-	other := algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 5, Window: 30 * time.Second}
-	now := time.Now().UnixMilli()
-	var args []string
-	var buf []byte
-	for range 3 {
-		args, buf = redisscript.BatchArgs(args, buf, rule, now, 1)
-	}
-	args, _ = redisscript.BatchArgs(args, buf, other, now, 2)
-	args[2*5+1] = "no_such_algorithm"
-	keys := []string{"batch:a", "batch:bad", "batch:c", "batch:d"}
-	vals, errs, err := a.EvalBatch(t.Context(), redisscript.Eval, redisscript.BatchScript(), keys, args)
-	require.NoError(t, err)
-	require.Len(t, vals, 4*redisscript.ReplyLen)
-	require.Len(t, errs, 4*redisscript.ReplyLen)
-	admitted := []int64{1, 9, 0, rule.Window.Milliseconds(), now}
-	require.Equal(t, admitted, vals[0:5])
-	require.ErrorContains(t, errs[5], "WRONGTYPE")
-	require.ErrorContains(t, errs[10], "no script step for algorithm no_such_algorithm")
-	window := now - now%other.Window.Milliseconds()
-	require.Equal(t, []int64{1, 3, 0, window + other.Window.Milliseconds() - now, window}, vals[15:20])
-	for i, e := range errs {
-		if i != 5 && i != 10 {
-			require.NoError(t, e, "element %d", i)
-		}
-	}
-	// Without failures there is no error slice.
-	vals, errs, err = a.EvalBatch(t.Context(), redisscript.Eval, redisscript.BatchScript(), keys[:1], args[:5])
-	require.NoError(t, err)
-	require.Nil(t, errs)
-	require.Equal(t, []int64{1, 8, 0, rule.Window.Milliseconds(), now}, vals)
 }

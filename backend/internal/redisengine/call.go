@@ -1,0 +1,89 @@
+package redisengine
+
+// One script call: the EVALSHA/EVAL policy and the check of its reply.
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/internal/rediswire"
+)
+
+// take runs req's script in take mode, waits for replicas when configured,
+// and applies the short-acknowledgement policy. It returns where the
+// admission was recorded, for a refund.
+func (r *Runner) take(ctx context.Context, req *backend.Request) (backend.Result, int64, error) {
+	res, at, err := r.single(ctx, req, rediswire.ModeTake, r.now(req), 0)
+	if err != nil || !res.Unconfirmed || r.opts.Ack.OnShort == backend.AdmitUnconfirmed {
+		return res, at, err
+	}
+	res, err = r.refuse(ctx, []backend.Request{*req}, []int64{at}, res)
+	return res, at, err
+}
+
+// single runs req's script once in the given mode at now (at: a refund's
+// record). It returns where an admission was recorded.
+func (r *Runner) single(ctx context.Context, req *backend.Request, mode rediswire.Mode, now, at int64) (backend.Result, int64, error) {
+	s := r.scripts[req.Rule.Algorithm]
+	keys := []string{rediswire.StateKey(req)}
+	var args []string
+	switch mode {
+	case rediswire.ModeRefund:
+		args = rediswire.RefundArgs(req.Rule, now, at, req.Cost)
+	case rediswire.ModeRenew:
+		args = rediswire.RenewArgs(req.Rule, now, at, req.Cost)
+	default:
+		var err error
+		if args, err = rediswire.Args(req.Rule, now, req.Cost, mode); err != nil {
+			return backend.Result{}, 0, fmt.Errorf("%s: %w", r.name, err)
+		}
+	}
+	grants := mode == rediswire.ModeTake || mode == rediswire.ModeRenew
+	reply, acked, cmd, err := r.eval(ctx, s, keys, args, grants, mode != rediswire.ModePeek)
+	if err != nil {
+		return backend.Result{}, 0, fmt.Errorf("%s: %s %s: %w", r.name, cmd, req.Rule.Algorithm, err)
+	}
+	out, err := rediswire.Decode(req.Rule, reply)
+	if err != nil {
+		return backend.Result{}, 0, fmt.Errorf("%s: %s %s: %w", r.name, cmd, req.Rule.Algorithm, err)
+	}
+	res := backend.ResultOf(req.Rule, out)
+	res.Unconfirmed = out.Allowed && grants && acked < int64(r.opts.Ack.Replicas)
+	if out.Allowed && grants && req.Rule.HoldsLeases() {
+		res.Lease = reply[rediswire.ReplyAt]
+	}
+	return res, reply[rediswire.ReplyAt], nil
+}
+
+// eval sends one script, by digest and, after NOSCRIPT only, by source. A
+// writing call waits for replicas when configured (wait).
+func (r *Runner) eval(ctx context.Context, s *script, keys, args []string, wait, write bool) ([]int64, int64, Command, error) {
+	var reply []int64
+	var acked int64
+	cmd, err := r.send(s, write, func(cmd Command, sc string) error {
+		var err error
+		if wait && r.opts.Ack.Replicas > 0 {
+			reply, acked, err = r.conn.EvalWait(ctx, cmd, sc, keys, args, r.opts.Ack.Replicas, r.opts.Ack.Timeout)
+		} else {
+			reply, err = r.conn.Eval(ctx, cmd, sc, keys, args)
+		}
+		return err
+	})
+	return reply, acked, cmd, err
+}
+
+// send calls do with the script's digest and, when the server answers
+// NOSCRIPT (which proves the script did not run), once more with its
+// source. It returns the command do was last called with.
+func (r *Runner) send(s *script, write bool, do func(cmd Command, script string) error) (Command, error) {
+	bySHA, bySource := EvalSHARO, EvalRO
+	if write {
+		bySHA, bySource = EvalSHA, Eval
+	}
+	err := do(bySHA, s.sha)
+	if err != nil && r.conn.IsNoScript(err) {
+		return bySource, do(bySource, s.src)
+	}
+	return bySHA, err
+}

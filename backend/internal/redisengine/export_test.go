@@ -1,0 +1,27 @@
+package redisengine
+
+// SendWithFirstTake makes batches go with the deadline of their first Take
+// and no least wait, as they did before sender and batchMinWait, for a
+// control; it returns the undo.
+func SendWithFirstTake() (undo func()) {
+	oldSender, oldWait := sender, batchMinWait
+	sender = func(batch []*pendingTake) *pendingTake { return batch[0] }
+	batchMinWait = 0
+	return func() { sender, batchMinWait = oldSender, oldWait }
+}
+
+// SetNodeBatchesInFlight sets how many batches of one kind a runner made
+// from now on keeps in flight per cluster node; it returns the undo.
+func SetNodeBatchesInFlight(n int) (undo func()) {
+	old := nodeBatchesInFlight
+	nodeBatchesInFlight = n
+	return func() { nodeBatchesInFlight = old }
+}
+
+// SetSkipNativeRefunds turns the native path's refunds off (skip) or back
+// on, and returns a function that restores the previous setting.
+func SetSkipNativeRefunds(skip bool) (restore func()) {
+	old := skipNativeRefunds
+	skipNativeRefunds = skip
+	return func() { skipNativeRefunds = old }
+}

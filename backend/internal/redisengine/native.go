@@ -1,0 +1,208 @@
+package redisengine
+
+// Fixed windows on native commands: per limit an INCRBY of its cost on the
+// key of the window holding the request's time and a PEXPIRE, the limits
+// of a request (and of the concurrent requests batched with it) in one
+// pipeline; a refused request gives back what it incremented, in a second
+// pipeline, before its call returns.
+//
+// Why not a script: a fixed window is a counter, and a script that wraps
+// the counter's two commands costs Redis more than the commands sent
+// plainly (rls/bench/README.md: a script of only a GET and a SET per key
+// costs 1.5-2x the reference's pipelined INCRBY+EXPIRE). Atomicity is not
+// lost: INCRBY is atomic, and a request is admitted only when every count
+// after its increment is within its limit, so under any interleaving no
+// window admits more than its limit. What it costs: a request refused by
+// one limit holds its increments on the others until its refund lands, and
+// a concurrent request can be refused by them meanwhile.
+//
+// The keys are the script's (fixed_window.lua): the library's key, ':'
+// and the window's start in ms, or an exact key (backend.ExactKey). So a
+// Take on this path and a TakeAll mixing algorithms, a Peek, a give back
+// or a Take under server time on the script path count in the same keys.
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/internal/rediswire"
+)
+
+// NativeConn is a Conn that can also send the fixed windows' native
+// commands. Both stores' Conns implement it; a Conn without it has every
+// fixed window decided by its script.
+type NativeConn interface {
+	// IncrExpire sends, in one pipeline, for every i INCRBY keys[i]
+	// by[i] then PEXPIRE keys[i] expiry[i] (ms), and returns each count
+	// after its INCRBY. errs is nil when no INCRBY failed, else errs[i]
+	// is the error of the one in place of counts[i]. Like a writing
+	// script it is sent at most once: never again after it may have
+	// reached the server. Keys may be in different cluster slots.
+	IncrExpire(ctx context.Context, keys []string, by, expiry []int64) (counts []int64, errs []error, err error)
+	// Refund sends, in one pipeline and at most once, for every i
+	// SET keys[i] by[i] NX PX expiry[i] then DECRBY keys[i] by[i]: it
+	// gives back an increment, and a key deleted meanwhile (Reset) ends
+	// at 0 rather than below it with no expiry.
+	Refund(ctx context.Context, keys []string, by, expiry []int64) error
+}
+
+// skipNativeRefunds makes the native path forget its refunds: a control
+// for the tests that must catch it.
+var skipNativeRefunds = false
+
+// nativeTake reports whether a Take (not a TakeAll) goes on the native
+// path: a fixed window of one unit. A refused Take of one unit found its
+// window full before its increment, so the increment it holds until its
+// refund makes no other request see a full window that is not. A refused
+// Take of more units can: while its refund is in flight, a one-unit
+// request is refused with nothing left, which a deny cache
+// (backend/denycache) would remember until the window's end, and nothing
+// tells it otherwise (a TakeAll's refusal is announced by the deny cache,
+// a Take's is not). So those go by script, which decides before it
+// writes.
+func nativeTake(r *Runner, req *backend.Request) bool {
+	return r.native != nil && req.Rule.Algorithm == algorithms.FixedWindow && req.Cost == 1
+}
+
+// nativeAll reports whether reqs go on the native path: all fixed windows.
+func (r *Runner) nativeAll(reqs []backend.Request) bool {
+	if r.native == nil {
+		return false
+	}
+	for i := range reqs {
+		if reqs[i].Rule.Algorithm != algorithms.FixedWindow {
+			return false
+		}
+	}
+	return true
+}
+
+// takeNative decides reqs (checked, all fixed windows) on the native path:
+// all or nothing when all (a TakeAll), else the one Take in reqs. It is
+// batched with concurrent calls where batching applies.
+func (r *Runner) takeNative(ctx context.Context, reqs []backend.Request, all bool) (backend.Result, error) {
+	c := pendingPool.Get().(*pendingTake)
+	c.reqs, c.all, c.ctx = append(c.reqs[:0], reqs...), all, ctx
+	for i := range c.reqs {
+		key, _, _ := rediswire.NativeKey(&c.reqs[i])
+		c.keys = append(c.keys, key)
+	}
+	if b := r.batcherFor(kindNative, c.keys[0]); b != nil {
+		return b.submit(ctx, c)
+	}
+	r.runNative(ctx, []*pendingTake{c})
+	<-c.done
+	res, err := c.res, c.err
+	clear(c.reqs)
+	clear(c.keys)
+	*c = pendingTake{done: c.done, reqs: c.reqs[:0], keys: c.keys[:0]}
+	pendingPool.Put(c)
+	return res, err
+}
+
+// runNative sends the native calls of batch in one pipeline, then the
+// refunds of those refused in another, and hands each call its decision.
+func (r *Runner) runNative(ctx context.Context, batch []*pendingTake) {
+	var keys []string
+	var by, exp []int64
+	for _, c := range batch {
+		for i := range c.reqs {
+			_, _, e := rediswire.NativeKey(&c.reqs[i])
+			keys, by, exp = append(keys, c.keys[i]), append(by, c.reqs[i].Cost), append(exp, e)
+		}
+	}
+	counts, errs, err := r.native.IncrExpire(ctx, keys, by, exp)
+	if err == nil && len(counts) != len(keys) {
+		err = fmt.Errorf("%w: %d counts for %d keys", rediswire.ErrBadReply, len(counts), len(keys))
+	}
+	var refundKeys []string
+	var refundBy, refundExp []int64
+	at := 0
+	for _, c := range batch {
+		n := len(c.reqs)
+		first := at
+		at += n
+		if err != nil {
+			c.res, c.err = backend.Result{}, fmt.Errorf("%s: INCRBY: %w", r.name, err)
+			continue
+		}
+		var callErr error
+		admitted := true
+		for i := range n {
+			if errs != nil && errs[first+i] != nil {
+				callErr = fmt.Errorf("%s: INCRBY %s: %w", r.name, c.reqs[i].Rule.Algorithm, errs[first+i])
+				continue
+			}
+			admitted = admitted && counts[first+i] <= c.reqs[i].Rule.Limit
+		}
+		if callErr != nil || !admitted {
+			// Give back every increment the call made: a refused (or
+			// failed) call consumes nothing.
+			for i := range n {
+				if errs == nil || errs[first+i] == nil {
+					refundKeys = append(refundKeys, keys[first+i])
+					refundBy, refundExp = append(refundBy, by[first+i]), append(refundExp, exp[first+i])
+				}
+			}
+		}
+		if callErr != nil {
+			c.res, c.err = backend.Result{}, callErr
+			continue
+		}
+		c.res, c.err = nativeResult(c, counts[first:at], admitted), nil
+	}
+	if len(refundKeys) > 0 && !skipNativeRefunds {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RefundTimeout)
+		if err := r.native.Refund(rctx, refundKeys, refundBy, refundExp); err != nil {
+			// The denials stand; the units stay taken until their keys
+			// expire.
+			r.failedRefunds.Add(uint64(len(refundKeys)))
+		}
+		cancel()
+	}
+	for _, c := range batch {
+		c.done <- struct{}{}
+	}
+}
+
+// nativeResult is c's decision from its counts after the increments:
+// admitted, or refused with each request's result as a Peek of its cost
+// before the increments would give it.
+func nativeResult(c *pendingTake, counts []int64, admitted bool) backend.Result {
+	var one [1]backend.Result
+	results := one[:]
+	if len(c.reqs) > 1 {
+		results = make([]backend.Result, len(c.reqs))
+	}
+	for i := range c.reqs {
+		results[i] = backend.ResultOf(c.reqs[i].Rule, nativeOutcome(&c.reqs[i], counts[i], admitted))
+	}
+	if !c.all {
+		return results[0]
+	}
+	return backend.CombineEach(c.ctx, results)
+}
+
+// nativeOutcome is the outcome of req, whose window's count after its
+// increment is count: when admitted, what it took; when refused, what a
+// Peek of its cost would have said before the increment (Allowed when
+// this limit alone would have let it pass). A count below zero (give backs
+// beyond what was taken) is read as zero, as the script reads it.
+func nativeOutcome(req *backend.Request, count int64, admitted bool) algorithms.Outcome {
+	now, w, limit, cost := req.Millis(), req.Rule.Window.Milliseconds(), req.Rule.Limit, req.Cost
+	finish := (now - now%w) + w - now
+	before := max(count-cost, 0)
+	if admitted {
+		return algorithms.Outcome{Allowed: true, Remaining: min(max(limit-count, 0), limit-cost), ResetAfter: finish}
+	}
+	if cost > limit-before {
+		return algorithms.Outcome{Remaining: max(limit-before, 0), RetryAfter: finish, ResetAfter: finish}
+	}
+	out := algorithms.Outcome{Allowed: true, Remaining: limit - before}
+	if before > 0 {
+		out.ResetAfter = finish
+	}
+	return out
+}
