@@ -269,6 +269,31 @@ func (b *batcher) send(batch []*pendingTake) {
 	}
 	sc := scratchPool.Get().(*scratch)
 	defer sc.put()
+	b.buildCall(sc, batch)
+	s, callKeys, callArgs := b.r.batchScript(b.cluster, b.kind), sc.keys, sc.args
+	if b.cluster {
+		callKeys, sc.call = rediswire.ClusterBatchCall(sc.call, sc.keys, sc.args)
+		callArgs = sc.call
+	}
+	var vals []int64
+	var errs []error
+	cmd, err := b.r.send(s, b.kind != kindPeek, func(cmd Command, script string) error {
+		var err error
+		vals, errs, err = b.r.conn.EvalBatch(ctx, cmd, script, callKeys, callArgs)
+		return err
+	})
+	if want := replyLen(batch); err == nil && len(vals) != want {
+		err = fmt.Errorf("%w: %d values, want %d for %d calls", rediswire.ErrBadReply, len(vals), want, len(batch))
+	}
+	alone := b.hand(batch, cmd, vals, errs, err)
+	for _, c := range alone {
+		b.sendAlone(ctx, c)
+		c.done <- struct{}{}
+	}
+}
+
+// buildCall puts the batch's keys and ARGV in sc.keys and sc.args.
+func (b *batcher) buildCall(sc *scratch, batch []*pendingTake) {
 	keys, args, buf := sc.keys, sc.args, sc.buf
 	switch {
 	case b.kind == kindGroup:
@@ -292,22 +317,12 @@ func (b *batcher) send(batch []*pendingTake) {
 		}
 	}
 	sc.keys, sc.args, sc.buf = keys, args, buf
-	s, callKeys, callArgs := b.r.batchScript(b.cluster, b.kind), keys, args
-	if b.cluster {
-		callKeys, sc.call = rediswire.ClusterBatchCall(sc.call, keys, args)
-		callArgs = sc.call
-	}
-	var vals []int64
-	var errs []error
-	cmd, err := b.r.send(s, b.kind != kindPeek, func(cmd Command, script string) error {
-		var err error
-		vals, errs, err = b.r.conn.EvalBatch(ctx, cmd, script, callKeys, callArgs)
-		return err
-	})
-	if want := replyLen(batch); err == nil && len(vals) != want {
-		err = fmt.Errorf("%w: %d values, want %d for %d calls", rediswire.ErrBadReply, len(vals), want, len(batch))
-	}
-	var alone []*pendingTake
+}
+
+// hand gives each call of the batch its decision from the batch's reply
+// (or its error), and returns the calls whose slot moved, which must go
+// again alone.
+func (b *batcher) hand(batch []*pendingTake, cmd Command, vals []int64, errs []error, err error) (alone []*pendingTake) {
 	at := 0 // where c's reply starts
 	for _, c := range batch {
 		first, n := at, c.replyLen()
@@ -330,16 +345,18 @@ func (b *batcher) send(batch []*pendingTake) {
 		}
 		c.done <- struct{}{}
 	}
-	for _, c := range alone {
-		switch b.kind {
-		case kindTake:
-			c.res, _, c.err = b.r.take(ctx, &c.req)
-		case kindPeek:
-			c.res, _, c.err = b.r.single(ctx, &c.req, rediswire.ModePeek, b.r.now(&c.req), 0)
-		default:
-			c.res, c.err = b.r.takeAllAlone(ctx, c.reqs, c.keys)
-		}
-		c.done <- struct{}{}
+	return alone
+}
+
+// sendAlone decides c in a call of its own.
+func (b *batcher) sendAlone(ctx context.Context, c *pendingTake) {
+	switch b.kind {
+	case kindTake:
+		c.res, _, c.err = b.r.take(ctx, &c.req)
+	case kindPeek:
+		c.res, _, c.err = b.r.single(ctx, &c.req, rediswire.ModePeek, b.r.now(&c.req), 0)
+	default:
+		c.res, c.err = b.r.takeAllAlone(ctx, c.reqs, c.keys)
 	}
 }
 

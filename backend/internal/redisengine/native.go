@@ -105,45 +105,37 @@ func (r *Runner) takeNative(ctx context.Context, reqs []backend.Request, all boo
 // runNative sends the native calls of batch in one pipeline, then the
 // refunds of those refused in another, and hands each call its decision.
 func (r *Runner) runNative(ctx context.Context, batch []*pendingTake) {
-	var keys []string
-	var by, exp []int64
+	var incr nativeCalls
 	for _, c := range batch {
 		for i := range c.reqs {
 			_, _, e := rediswire.NativeKey(&c.reqs[i])
-			keys, by, exp = append(keys, c.keys[i]), append(by, c.reqs[i].Cost), append(exp, e)
+			incr.add(c.keys[i], c.reqs[i].Cost, e)
 		}
 	}
-	counts, errs, err := r.native.IncrExpire(ctx, keys, by, exp)
-	if err == nil && len(counts) != len(keys) {
-		err = fmt.Errorf("%w: %d counts for %d keys", rediswire.ErrBadReply, len(counts), len(keys))
+	counts, errs, err := r.native.IncrExpire(ctx, incr.keys, incr.by, incr.exp)
+	if err == nil && len(counts) != len(incr.keys) {
+		err = fmt.Errorf("%w: %d counts for %d keys", rediswire.ErrBadReply, len(counts), len(incr.keys))
 	}
-	var refundKeys []string
-	var refundBy, refundExp []int64
+	var refunds nativeCalls
 	at := 0
 	for _, c := range batch {
-		n := len(c.reqs)
 		first := at
-		at += n
+		at += len(c.reqs)
 		if err != nil {
 			c.res, c.err = backend.Result{}, fmt.Errorf("%s: INCRBY: %w", r.name, err)
 			continue
 		}
-		var callErr error
-		admitted := true
-		for i := range n {
-			if errs != nil && errs[first+i] != nil {
-				callErr = fmt.Errorf("%s: INCRBY %s: %w", r.name, c.reqs[i].Rule.Algorithm, errs[first+i])
-				continue
-			}
-			admitted = admitted && counts[first+i] <= c.reqs[i].Rule.Limit
+		var callErrs []error
+		if errs != nil {
+			callErrs = errs[first:at]
 		}
+		admitted, callErr := r.nativeAdmitted(c, counts[first:at], callErrs)
 		if callErr != nil || !admitted {
 			// Give back every increment the call made: a refused (or
 			// failed) call consumes nothing.
-			for i := range n {
-				if errs == nil || errs[first+i] == nil {
-					refundKeys = append(refundKeys, keys[first+i])
-					refundBy, refundExp = append(refundBy, by[first+i]), append(refundExp, exp[first+i])
+			for i := first; i < at; i++ {
+				if errs == nil || errs[i] == nil {
+					refunds.add(incr.keys[i], incr.by[i], incr.exp[i])
 				}
 			}
 		}
@@ -153,17 +145,51 @@ func (r *Runner) runNative(ctx context.Context, batch []*pendingTake) {
 		}
 		c.res, c.err = nativeResult(c, counts[first:at], admitted), nil
 	}
-	if len(refundKeys) > 0 && !skipNativeRefunds {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RefundTimeout)
-		if err := r.native.Refund(rctx, refundKeys, refundBy, refundExp); err != nil {
-			// The denials stand; the units stay taken until their keys
-			// expire.
-			r.failedRefunds.Add(uint64(len(refundKeys)))
-		}
-		cancel()
-	}
+	r.refundNative(ctx, &refunds)
 	for _, c := range batch {
 		c.done <- struct{}{}
+	}
+}
+
+// nativeCalls are the keys of a native pipeline, with each key's amount
+// and expiry (ms).
+type nativeCalls struct {
+	keys    []string
+	by, exp []int64
+}
+
+func (n *nativeCalls) add(key string, by, exp int64) {
+	n.keys, n.by, n.exp = append(n.keys, key), append(n.by, by), append(n.exp, exp)
+}
+
+// nativeAdmitted reports whether every count of c's increments is within
+// its limit, or the error of an increment that failed (errs, when not nil,
+// holds one per request).
+func (r *Runner) nativeAdmitted(c *pendingTake, counts []int64, errs []error) (bool, error) {
+	var callErr error
+	admitted := true
+	for i := range c.reqs {
+		if errs != nil && errs[i] != nil {
+			callErr = fmt.Errorf("%s: INCRBY %s: %w", r.name, c.reqs[i].Rule.Algorithm, errs[i])
+			continue
+		}
+		admitted = admitted && counts[i] <= c.reqs[i].Rule.Limit
+	}
+	return admitted, callErr
+}
+
+// refundNative gives back the refused increments, on a context of its own
+// so that a caller's deadline cannot leave them taken.
+func (r *Runner) refundNative(ctx context.Context, refunds *nativeCalls) {
+	if len(refunds.keys) == 0 || skipNativeRefunds {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RefundTimeout)
+	defer cancel()
+	if err := r.native.Refund(rctx, refunds.keys, refunds.by, refunds.exp); err != nil {
+		// The denials stand; the units stay taken until their keys
+		// expire.
+		r.failedRefunds.Add(uint64(len(refunds.keys)))
 	}
 }
 

@@ -171,34 +171,13 @@ func newScript(src string) script {
 // New returns a runner over conn. name starts its error messages (the
 // store's package name).
 func New(conn Conn, name string, opts Options) (*Runner, error) {
-	if conn == nil {
-		return nil, fmt.Errorf("%s: the Redis client is nil", name)
-	}
-	if opts.Ack.Replicas < 0 || (opts.Ack.Replicas > 0 && opts.Ack.Timeout < time.Millisecond) {
-		return nil, fmt.Errorf("%s: replica acknowledgement needs replicas >= 0 and a timeout of at least 1ms (got %d, %v)",
-			name, opts.Ack.Replicas, opts.Ack.Timeout)
-	}
-	if opts.Batch < 0 {
-		return nil, fmt.Errorf("%s: batch size %d is below 1", name, opts.Batch)
-	}
-	if opts.Ack.Replicas > 0 && conn.Cluster() {
-		return nil, fmt.Errorf("%s: replica acknowledgement (WAIT) needs a single-master client (standalone or sentinel); "+
-			"a Redis Cluster client cannot send WAIT to the master that ran the script", name)
+	if err := checkOptions(conn, name, opts); err != nil {
+		return nil, err
 	}
 	r := &Runner{conn: conn, name: name, opts: opts, scripts: map[algorithms.Name]*script{}, multi: newScript(rediswire.MultiScript())}
 	for k, src := range [kinds]string{kindTake: rediswire.BatchScript(), kindPeek: rediswire.PeekBatchScript(), kindGroup: rediswire.GroupsScript()} {
 		r.batchScripts[0][k] = newScript(src)
 		r.batchScripts[1][k] = newScript(rediswire.ClusterBatchScript(src))
-	}
-	if opts.Batch > 1 && opts.Ack.Replicas == 0 && !conn.Cluster() {
-		r.local = newBatchers(r, false, batchesInFlight)
-		r.batcher = r.local[kindTake]
-	}
-	if nc, ok := conn.(NativeConn); ok && !opts.ServerTime && opts.Ack.Replicas == 0 {
-		r.native = nc
-	}
-	if loc, ok := conn.(NodeLocator); ok && opts.Batch > 1 && opts.Ack.Replicas == 0 && conn.Cluster() {
-		r.nodes = &nodeBatchers{r: r, loc: loc}
 	}
 	for _, alg := range algorithms.Names() {
 		src, err := rediswire.Script(alg)
@@ -208,7 +187,47 @@ func New(conn Conn, name string, opts Options) (*Runner, error) {
 		s := newScript(src)
 		r.scripts[alg] = &s
 	}
+	r.choosePaths()
 	return r, nil
+}
+
+// checkOptions refuses a nil conn and options that cannot work together.
+func checkOptions(conn Conn, name string, opts Options) error {
+	if conn == nil {
+		return fmt.Errorf("%s: the Redis client is nil", name)
+	}
+	if opts.Ack.Replicas < 0 || (opts.Ack.Replicas > 0 && opts.Ack.Timeout < time.Millisecond) {
+		return fmt.Errorf("%s: replica acknowledgement needs replicas >= 0 and a timeout of at least 1ms (got %d, %v)",
+			name, opts.Ack.Replicas, opts.Ack.Timeout)
+	}
+	if opts.Batch < 0 {
+		return fmt.Errorf("%s: batch size %d is below 1", name, opts.Batch)
+	}
+	if opts.Ack.Replicas > 0 && conn.Cluster() {
+		return fmt.Errorf("%s: replica acknowledgement (WAIT) needs a single-master client (standalone or sentinel); "+
+			"a Redis Cluster client cannot send WAIT to the master that ran the script", name)
+	}
+	return nil
+}
+
+// choosePaths turns on what the options and the connection allow:
+// batching (per master on a cluster whose Conn locates nodes) and the
+// native fixed-window path. Replica acknowledgement turns all three off.
+func (r *Runner) choosePaths() {
+	if r.opts.Ack.Replicas > 0 {
+		return
+	}
+	batching := r.opts.Batch > 1
+	if batching && !r.conn.Cluster() {
+		r.local = newBatchers(r, false, batchesInFlight)
+		r.batcher = r.local[kindTake]
+	}
+	if nc, ok := r.conn.(NativeConn); ok && !r.opts.ServerTime {
+		r.native = nc
+	}
+	if loc, ok := r.conn.(NodeLocator); ok && batching && r.conn.Cluster() {
+		r.nodes = &nodeBatchers{r: r, loc: loc}
+	}
 }
 
 // SHA1 returns the SHA1 digest of alg's script as EVALSHA takes it, or ""
