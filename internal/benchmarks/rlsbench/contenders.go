@@ -315,11 +315,10 @@ func startIncrFloor(client, addr string, spec Spec) (Caller, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	var ctr counter = goRedisCounter{}
-	if rc, ok := c.(rueidis.Client); ok {
-		ctr = rueidisCounter{rc}
-	} else {
-		ctr = goRedisCounter{c.(*redis.Client)}
+	ctr, err := newCounter(c)
+	if err != nil {
+		closeC()
+		return nil, nil, err
 	}
 	limit := uint64(cfg.Descriptors[0].Limits[0].RequestsPerUnit)
 	return func(ctx context.Context, req *rlsv3.RateLimitRequest) (bool, error) {
