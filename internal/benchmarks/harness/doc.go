@@ -20,5 +20,7 @@
 //   - rounds interleave the cells (Rotate), tables give the Median over
 //     DefaultRounds rounds or more, and a Ratio is the median of per-round
 //     ratios, both cells measured in the same round of one run
-//     (RatioOf); WriteTable prints them as markdown.
+//     (RatioOf); WriteTable prints them as markdown;
+//   - SetUnset gives a -quick smoke run its defaults, and Shortfall says
+//     when a run is below that standard.
 package harness

@@ -162,6 +162,20 @@ func TestRotate(t *testing.T) {
 	}
 }
 
+func TestShortfall(t *testing.T) {
+	if s := Shortfall(DefaultRounds, DefaultMeasured); s != "" {
+		t.Errorf("the defaults fall short: %q", s)
+	}
+	for _, c := range []struct {
+		rounds int
+		d      time.Duration
+	}{{1, DefaultMeasured}, {DefaultRounds, 150 * time.Millisecond}} {
+		if s := Shortfall(c.rounds, c.d); !strings.Contains(s, "smoke run") {
+			t.Errorf("%d rounds of %v: %q; want it called a smoke run", c.rounds, c.d, s)
+		}
+	}
+}
+
 func TestMedian(t *testing.T) {
 	vs := []float64{3, 1, 2}
 	if m := Median(vs); m != 2 || !slices.Equal(vs, []float64{3, 1, 2}) {

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"flag"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -14,6 +15,18 @@ const (
 	DefaultMeasured = 2 * time.Second
 	DefaultWarmup   = time.Second
 )
+
+// Shortfall says how a run of rounds rounds, each cell measured for
+// measured, falls short of the steady state a published figure needs
+// (DefaultRounds rounds or more, DefaultMeasured or more per cell), or
+// returns "" when it does not: a smoke run's figures show the tool works,
+// not how fast anything is.
+func Shortfall(rounds int, measured time.Duration) string {
+	if rounds >= DefaultRounds && measured >= DefaultMeasured {
+		return ""
+	}
+	return fmt.Sprintf("%d round(s) of %v per cell: a smoke run; published figures need at least %d rounds of %v", rounds, measured, DefaultRounds, DefaultMeasured)
+}
 
 // Rotate returns xs rotated left by round's share of its length (round is
 // one of rounds, from 0): round 0 keeps the list's order, each later round

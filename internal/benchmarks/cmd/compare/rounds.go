@@ -118,6 +118,9 @@ func (c *comparison) run() error {
 	c.estimate = c.estimateRun(len(memCells), len(redisCells), len(floors))
 	c.logf("estimated run time: %s (%d rounds: %d in-memory cells, %d Redis cells of %v warm-up + %v × %d caller counts, %d redis-benchmark runs)",
 		c.estimate.Round(time.Second), c.count, len(memCells), len(redisCells), c.warmup, c.redisTime, len(c.callers), len(floors))
+	if s := harness.Shortfall(c.count, c.redisTime); s != "" && len(redisCells) > 0 {
+		c.logf("Redis cells: %s", s)
+	}
 
 	for rep := range c.count {
 		if c.memory {

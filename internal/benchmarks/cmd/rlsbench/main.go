@@ -79,6 +79,9 @@ func run() error {
 		fmt.Fprintf(os.Stderr, "redis-server %s on %s\n", srv.Version(ctx), srv.Addr())
 	}
 	fmt.Fprintf(os.Stderr, "about %v of measuring and warm-up, plus setup\n", o.Estimate().Round(time.Second))
+	if s := harness.Shortfall(*rounds, *measure); s != "" {
+		fmt.Fprintln(os.Stderr, s)
+	}
 	res, err := rlsbench.Run(ctx, o)
 	if err != nil {
 		return err
