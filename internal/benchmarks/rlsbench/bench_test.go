@@ -14,17 +14,6 @@ import (
 	"github.com/limitkit/limitkit/internal/testing/redistest"
 )
 
-// rateAlgorithms are the algorithms the rls service accepts.
-func rateAlgorithms() []algorithms.Name {
-	var names []algorithms.Name
-	for _, a := range algorithms.Algorithms() {
-		if !a.HoldsLeases() {
-			names = append(names, a.Name)
-		}
-	}
-	return names
-}
-
 func startServer(t *testing.T) *harness.Server {
 	t.Helper()
 	redistest.Require(t, "redis-server")
@@ -86,7 +75,7 @@ func overAt(t *testing.T, srv *harness.Server, c Contender, n int) []int {
 // that only answers.
 func TestContendersDecide(t *testing.T) {
 	srv := startServer(t)
-	for _, c := range Contenders(rateAlgorithms()) {
+	for _, c := range Contenders(RateAlgorithms()) {
 		for _, n := range []int{1, 3} {
 			got := overAt(t, srv, c, n)
 			want := []int{21}

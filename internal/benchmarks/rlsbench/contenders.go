@@ -88,6 +88,18 @@ type Contender struct {
 // Redis reports whether the contender keeps its state in Redis.
 func (c Contender) Redis() bool { return c.Client == Rueidis || c.Client == GoRedis }
 
+// RateAlgorithms lists the algorithms the rls service accepts: those that
+// hold no leases.
+func RateAlgorithms() []algorithms.Name {
+	var names []algorithms.Name
+	for _, a := range algorithms.Algorithms() {
+		if !a.HoldsLeases() {
+			names = append(names, a.Name)
+		}
+	}
+	return names
+}
+
 // Contenders lists, for each of algs: limitkit's service on the memory
 // store and on both Redis stores; then the reference algorithm on both
 // clients; then the floors: loopback gRPC answering OK with no store, and

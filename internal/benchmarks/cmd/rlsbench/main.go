@@ -98,13 +98,7 @@ func run() error {
 // algorithmList parses -algorithms; empty means every rate algorithm.
 func algorithmList(s string) ([]algorithms.Name, error) {
 	if s == "" {
-		var names []algorithms.Name
-		for _, a := range algorithms.Algorithms() {
-			if !a.HoldsLeases() {
-				names = append(names, a.Name)
-			}
-		}
-		return names, nil
+		return rlsbench.RateAlgorithms(), nil
 	}
 	var names []algorithms.Name
 	for f := range strings.SplitSeq(s, ",") {
