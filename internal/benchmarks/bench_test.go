@@ -9,17 +9,19 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/limitkit/limitkit/internal/benchmarks/harness"
 )
 
 // server is the redis-server shared by this package's tests and
 // benchmarks, or nil when redis-server is not installed.
-var server *Server
+var server *harness.Server
 
 // serverErr says why server is nil.
 var serverErr error
 
 func TestMain(m *testing.M) {
-	server, serverErr = StartServer()
+	server, serverErr = harness.StartServer()
 	code := m.Run()
 	if server != nil {
 		_ = server.Close()
@@ -29,7 +31,7 @@ func TestMain(m *testing.M) {
 
 // needServer returns the shared server, or skips (fails when
 // LIMITKIT_REQUIRE_REDIS=1) when there is none.
-func needServer(tb testing.TB) *Server {
+func needServer(tb testing.TB) *harness.Server {
 	tb.Helper()
 	if server == nil {
 		if os.Getenv("LIMITKIT_REQUIRE_REDIS") == "1" {
@@ -142,29 +144,6 @@ func TestFloors(t *testing.T) {
 		if res.PerSecond <= 0 || res.ServerUsec <= 0 {
 			t.Fatalf("%s -P %d: %+v", f.Name, f.Pipeline, res)
 		}
-	}
-}
-
-func TestParseCommandStats(t *testing.T) {
-	stats, err := ParseCommandStats("# Commandstats\r\ncmdstat_evalsha:calls=10,usec=55,usec_per_call=5.50,rejected_calls=0,failed_calls=0\r\ncmdstat_incr:calls=3,usec=1,usec_per_call=0.33\r\n")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if stats["evalsha"] != (CmdStat{Calls: 10, Usec: 55}) || stats["incr"] != (CmdStat{Calls: 3, Usec: 1}) {
-		t.Fatalf("%+v", stats)
-	}
-}
-
-func TestParseBenchmarkCSV(t *testing.T) {
-	out := `"test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
-"EVALSHA abc 1 k","71428.57","0.800","0.100","0.700","1.500","2.000","5.000"
-`
-	rps, err := parseBenchmarkCSV(out)
-	if err != nil || rps != 71428.57 {
-		t.Fatalf("%v, %v", rps, err)
-	}
-	if _, err := parseBenchmarkCSV(""); err == nil || !strings.Contains(err.Error(), "no result") {
-		t.Fatalf("empty output: %v", err)
 	}
 }
 

@@ -3,9 +3,11 @@
 // of the machine: raw Redis commands and redis-benchmark running limitkit's
 // own scripts on the same redis-server.
 //
-// It lives in its own module (internal/benchmarks/go.mod, with a replace
-// directive to the repository root) so that the peers it compares with
-// never enter limitkit's go.mod.
+// It lives in its own module (internal/benchmarks/go.mod, with replace
+// directives to the repository root and to rls) so that the peers it
+// compares with never enter limitkit's go.mod. The module is the one home
+// of the benchmarks: package rlsbench (cmd/rlsbench) measures the rate
+// limit service, and both measure with package harness.
 //
 // The pieces:
 //
@@ -23,12 +25,13 @@
 //     RedisContenders list them.
 //   - Serial, Parallel and Concurrent turn a contender into a benchmark
 //     function for testing.B (the in-memory half); RunFor, Warm and
-//     MeasureRedis run a Redis cell for a fixed time at steady state and
-//     read what the client allocated and what the server spent (INFO
-//     commandstats, INFO cpu, /proc); OverAdmissions checks a deny-heavy
-//     cell never admitted more than its limit.
-//   - StartServer starts a private redis-server on a free loopback port;
-//     Floors runs redis-benchmark against it with limitkit's scripts.
+//     MeasureRedis run a Redis cell for a fixed time at steady state (a
+//     harness.Loop) and read what the client allocated and what the
+//     server spent (harness.Measure: INFO commandstats, INFO cpu, /proc);
+//     OverAdmissions checks a deny-heavy cell never admitted more than
+//     its limit.
+//   - Floors runs redis-benchmark with limitkit's scripts against the
+//     private redis-server of harness.StartServer.
 //   - wire.go is the one file that reaches limitkit's Redis wire format
 //     (scripts, their ARGV, key suffixes), which is not public API.
 //

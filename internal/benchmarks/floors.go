@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/internal/benchmarks/harness"
 )
 
 // floorPrefix starts redis-benchmark's keys, which follow the layout of
@@ -48,7 +49,7 @@ type FloorResult struct {
 // from takeArgs at the fixed time now, ms) under each workload of
 // workloads; then EVALSHA of TrivialScript and INCR over the same keys;
 // each with pipeline 1 and 16, from clients connections.
-func Floors(ctx context.Context, s *Server, now int64, clients int, workloads []Workload) ([]Floor, error) {
+func Floors(ctx context.Context, s *harness.Server, now int64, clients int, workloads []Workload) ([]Floor, error) {
 	var fs []Floor
 	add := func(f Floor) {
 		for _, p := range []int{1, 16} {
@@ -108,7 +109,7 @@ func Floors(ctx context.Context, s *Server, now int64, clients int, workloads []
 // Run runs the floor on an emptied server and reads the server's cost per
 // command. A deny-heavy script first gets the limit's worth of calls per
 // key (not counted), so that the measured calls are denials.
-func (f Floor) Run(ctx context.Context, s *Server) (FloorResult, error) {
+func (f Floor) Run(ctx context.Context, s *harness.Server) (FloorResult, error) {
 	if err := s.FlushAll(ctx); err != nil {
 		return FloorResult{}, err
 	}

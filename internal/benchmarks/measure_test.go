@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 func TestOverLimit(t *testing.T) {
@@ -31,54 +29,6 @@ func TestOverLimit(t *testing.T) {
 		if got := overLimit(c.ts, 5, w, c.aligned); got != c.want {
 			t.Errorf("%s: over %d, want %d", c.name, got, c.want)
 		}
-	}
-}
-
-func TestParseProcStat(t *testing.T) {
-	// utime 150 and stime 50 ticks: 2 s; the name holds ") (" to show the
-	// fields are counted from the last ')'.
-	stat := "4242 (redis) (x) S 1 4242 4242 0 -1 4194560 100 0 0 0 150 50 0 0 20 0 5 0 100 1000 200"
-	d, err := parseProcStat(stat)
-	if err != nil || d != 2*time.Second {
-		t.Fatalf("%v, %v; want 2s", d, err)
-	}
-	for _, bad := range []string{"4242 redis S 1", "4242 (redis) S 1 2", "4242 (r) S 1 4242 4242 0 -1 4194560 100 0 0 0 x 50"} {
-		if _, err := parseProcStat(bad); err == nil {
-			t.Errorf("%q: no error", bad)
-		}
-	}
-}
-
-func TestServerProcCPU(t *testing.T) {
-	s := needServer(t)
-	d, err := s.ProcCPU()
-	if err != nil {
-		t.Skipf("no /proc: %v", err)
-	}
-	// A server that has started and answered has used some CPU; a wrong
-	// field would read a count or a flag, not a duration this small.
-	if d < 0 || d > time.Hour {
-		t.Fatalf("redis-server CPU %v", d)
-	}
-}
-
-func TestNewGoRedisFillsPool(t *testing.T) {
-	s := needServer(t)
-	o := GoRedisOptions(s.Addr())
-	o.PoolSize = 7
-	// The control: a plain client has dialled nothing yet.
-	plain := redis.NewClient(o)
-	defer plain.Close()
-	if n := plain.PoolStats().TotalConns; n != 0 {
-		t.Fatalf("plain client: %d connections before any command", n)
-	}
-	c, err := newGoRedis(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if n := c.PoolStats().TotalConns; n != 7 {
-		t.Fatalf("%d connections, want the pool's 7", n)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/backend/rueidisstore"
 	"github.com/limitkit/limitkit/clock"
+	"github.com/limitkit/limitkit/internal/benchmarks/harness"
 )
 
 // Names of the contenders the comparison's ratios refer to.
@@ -35,52 +36,6 @@ const (
 // TrivialScript is the script of the EVALSHA floor: the cheapest script
 // call there is.
 const TrivialScript = "return 1"
-
-// GoRedisOptions returns the go-redis client options every go-redis based
-// contender uses: the library's defaults (so a pool of 10 connections per
-// GOMAXPROCS), as most services run it.
-func GoRedisOptions(addr string) *redis.Options {
-	return &redis.Options{Addr: addr}
-}
-
-// newGoRedis opens a go-redis client and dials its whole pool (PoolSize
-// connections, each holding one at a time so none is reused) before
-// returning it: a cell measures a client whose pool is full, as a service's
-// is at steady state, not one still dialling.
-func newGoRedis(o *redis.Options) (*redis.Client, error) {
-	c := redis.NewClient(o)
-	size := c.Options().PoolSize
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conns := make([]*redis.Conn, 0, size)
-	var err error
-	for range size {
-		cn := c.Conn()
-		conns = append(conns, cn)
-		if err = cn.Ping(ctx).Err(); err != nil {
-			break
-		}
-	}
-	for _, cn := range conns {
-		_ = cn.Close() // back to the pool
-	}
-	if err == nil {
-		if n := int(c.PoolStats().TotalConns); n < size {
-			err = fmt.Errorf("pool holds %d connections after dialling %d", n, size)
-		}
-	}
-	if err != nil {
-		_ = c.Close()
-		return nil, fmt.Errorf("filling the go-redis pool: %w", err)
-	}
-	return c, nil
-}
-
-// RueidisOptions returns the rueidis client options of the rueidis based
-// contenders: the defaults (auto-pipelining on).
-func RueidisOptions(addr string) rueidis.ClientOption {
-	return rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true}
-}
 
 // RedisContenders lists the contenders that keep state in the Redis server
 // at addr: limitkit's go-redis and rueidis stores for each algorithm in
@@ -123,15 +78,15 @@ func RedisContenders(addr string) []Contender {
 			}},
 		Contender{Name: "limitkit rueidis sliding_log, unbatched", Group: "experiment", Client: "rueidis", Algorithm: algorithms.SlidingLog,
 			New: func(w Workload) (Decider, func(), error) {
-				return limitkitRueidisWith(RueidisOptions(addr), w, algorithms.SlidingLog, rueidisstore.WithBatching(1))
+				return limitkitRueidisWith(harness.RueidisOptions(addr), w, algorithms.SlidingLog, rueidisstore.WithBatching(1))
 			}},
 		Contender{Name: "limitkit go-redis sliding_log, unbatched", Group: "experiment", Client: "go-redis", Algorithm: algorithms.SlidingLog,
 			New: func(w Workload) (Decider, func(), error) {
-				return limitkitGoRedisWith(GoRedisOptions(addr), w, algorithms.SlidingLog, goredisstore.WithBatching(1))
+				return limitkitGoRedisWith(harness.GoRedisOptions(addr), w, algorithms.SlidingLog, goredisstore.WithBatching(1))
 			}},
 		Contender{Name: "go-redis/redis_rate, PoolSize 64", Group: "experiment", Client: "go-redis",
 			New: func(w Workload) (Decider, func(), error) {
-				o := GoRedisOptions(addr)
+				o := harness.GoRedisOptions(addr)
 				o.PoolSize = 64
 				return redisRateWith(o, w)
 			}},
@@ -174,7 +129,7 @@ func leaseDecider(s backend.Store, w Workload, rule algorithms.Rule) Decider {
 }
 
 func limitkitRueidis(addr string, w Workload, alg algorithms.Name) (Decider, func(), error) {
-	return limitkitRueidisWith(RueidisOptions(addr), w, alg)
+	return limitkitRueidisWith(harness.RueidisOptions(addr), w, alg)
 }
 
 func limitkitRueidisWith(o rueidis.ClientOption, w Workload, alg algorithms.Name, opts ...rueidisstore.Option) (Decider, func(), error) {
@@ -191,11 +146,11 @@ func limitkitRueidisWith(o rueidis.ClientOption, w Workload, alg algorithms.Name
 }
 
 func limitkitGoRedis(addr string, w Workload, alg algorithms.Name) (Decider, func(), error) {
-	return limitkitGoRedisWith(GoRedisOptions(addr), w, alg)
+	return limitkitGoRedisWith(harness.GoRedisOptions(addr), w, alg)
 }
 
 func limitkitGoRedisWith(o *redis.Options, w Workload, alg algorithms.Name, opts ...goredisstore.Option) (Decider, func(), error) {
-	c, err := newGoRedis(o)
+	c, err := harness.NewGoRedis(o)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -210,7 +165,7 @@ func limitkitGoRedisWith(o *redis.Options, w Workload, alg algorithms.Name, opts
 // limitkitDenyCacheRueidis is the rueidis store behind a deny cache
 // (backend/denycache) invalidated over the same client's pub/sub.
 func limitkitDenyCacheRueidis(addr string, w Workload, alg algorithms.Name) (Decider, func(), error) {
-	c, err := rueidis.NewClient(RueidisOptions(addr))
+	c, err := rueidis.NewClient(harness.RueidisOptions(addr))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -224,7 +179,7 @@ func limitkitDenyCacheRueidis(addr string, w Workload, alg algorithms.Name) (Dec
 
 // limitkitDenyCacheGoRedis is limitkitDenyCacheRueidis on go-redis.
 func limitkitDenyCacheGoRedis(addr string, w Workload, alg algorithms.Name) (Decider, func(), error) {
-	c, err := newGoRedis(GoRedisOptions(addr))
+	c, err := harness.NewGoRedis(harness.GoRedisOptions(addr))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -254,11 +209,11 @@ func cachedDecider(s backend.Store, bus denycache.Bus, w Workload, alg algorithm
 }
 
 func redisRate(addr string, w Workload) (Decider, func(), error) {
-	return redisRateWith(GoRedisOptions(addr), w)
+	return redisRateWith(harness.GoRedisOptions(addr), w)
 }
 
 func redisRateWith(o *redis.Options, w Workload) (Decider, func(), error) {
-	c, err := newGoRedis(o)
+	c, err := harness.NewGoRedis(o)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -278,7 +233,7 @@ func redisRateWith(o *redis.Options, w Workload) (Decider, func(), error) {
 }
 
 func ululeRedis(addr string, w Workload) (Decider, func(), error) {
-	c, err := newGoRedis(GoRedisOptions(addr))
+	c, err := harness.NewGoRedis(harness.GoRedisOptions(addr))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -291,7 +246,7 @@ func ululeRedis(addr string, w Workload) (Decider, func(), error) {
 }
 
 func throttledRedis(addr string, w Workload) (Decider, func(), error) {
-	c, err := newGoRedis(GoRedisOptions(addr))
+	c, err := harness.NewGoRedis(harness.GoRedisOptions(addr))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -312,7 +267,7 @@ func throttledRedis(addr string, w Workload) (Decider, func(), error) {
 func floorKey(id string) string { return "floor:{" + id + "}" }
 
 func rueidisFloor(addr string, script bool) (Decider, func(), error) {
-	c, err := rueidis.NewClient(RueidisOptions(addr))
+	c, err := rueidis.NewClient(harness.RueidisOptions(addr))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -332,7 +287,7 @@ func rueidisFloor(addr string, script bool) (Decider, func(), error) {
 }
 
 func goRedisFloor(addr string, script bool) (Decider, func(), error) {
-	c, err := newGoRedis(GoRedisOptions(addr))
+	c, err := harness.NewGoRedis(harness.GoRedisOptions(addr))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -376,7 +331,7 @@ func referenceKey(id string, now, divider int64) string {
 }
 
 func referenceRueidis(addr string, w Workload) (Decider, func(), error) {
-	c, err := rueidis.NewClient(RueidisOptions(addr))
+	c, err := rueidis.NewClient(harness.RueidisOptions(addr))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -393,7 +348,7 @@ func referenceRueidis(addr string, w Workload) (Decider, func(), error) {
 }
 
 func referenceGoRedis(addr string, w Workload) (Decider, func(), error) {
-	c, err := newGoRedis(GoRedisOptions(addr))
+	c, err := harness.NewGoRedis(harness.GoRedisOptions(addr))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/limitkit/limitkit/internal/benchmarks/harness"
 )
 
 // Cell is one contender set up for one workload: its state is kept between
@@ -146,17 +148,24 @@ func (w *worker) decide(ctx context.Context) {
 	}
 }
 
-func (w *worker) flush() {
+// tally sums the counts of one benchmark's or run's workers.
+type tally struct{ n, admitted, failed atomic.Int64 }
+
+// flush adds the worker's counts to its cell's and to t.
+func (w *worker) flush(t *tally) {
 	w.c.decisions.Add(w.n)
 	w.c.admitted.Add(w.admitted)
 	w.c.errors.Add(w.failed)
+	t.n.Add(w.n)
+	t.admitted.Add(w.admitted)
+	t.failed.Add(w.failed)
 }
 
 // report adds the share admitted and the errors as benchmark metrics.
-func report(b *testing.B, n, admitted, failed int64) {
-	if n > 0 {
-		b.ReportMetric(float64(admitted)/float64(n), "admitted/op")
-		b.ReportMetric(float64(failed)/float64(n), "errors/op")
+func (t *tally) report(b *testing.B) {
+	if n := t.n.Load(); n > 0 {
+		b.ReportMetric(float64(t.admitted.Load())/float64(n), "admitted/op")
+		b.ReportMetric(float64(t.failed.Load())/float64(n), "errors/op")
 	}
 }
 
@@ -165,6 +174,7 @@ func report(b *testing.B, n, admitted, failed int64) {
 func (c *Cell) Serial() func(*testing.B) {
 	return func(b *testing.B) {
 		ctx := context.Background()
+		var t tally
 		w := c.worker()
 		b.ReportAllocs()
 		b.ResetTimer()
@@ -172,8 +182,8 @@ func (c *Cell) Serial() func(*testing.B) {
 			w.decide(ctx)
 		}
 		b.StopTimer()
-		w.flush()
-		report(b, w.n, w.admitted, w.failed)
+		w.flush(&t)
+		t.report(b)
 	}
 }
 
@@ -182,7 +192,7 @@ func (c *Cell) Serial() func(*testing.B) {
 func (c *Cell) Parallel() func(*testing.B) {
 	return func(b *testing.B) {
 		ctx := context.Background()
-		var n, admitted, failed atomic.Int64
+		var t tally
 		b.ReportAllocs()
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
@@ -190,13 +200,10 @@ func (c *Cell) Parallel() func(*testing.B) {
 			for pb.Next() {
 				w.decide(ctx)
 			}
-			w.flush()
-			n.Add(w.n)
-			admitted.Add(w.admitted)
-			failed.Add(w.failed)
+			w.flush(&t)
 		})
 		b.StopTimer()
-		report(b, n.Load(), admitted.Load(), failed.Load())
+		t.report(b)
 	}
 }
 
@@ -207,7 +214,8 @@ func (c *Cell) Parallel() func(*testing.B) {
 func (c *Cell) Concurrent(callers int) func(*testing.B) {
 	return func(b *testing.B) {
 		ctx := context.Background()
-		var next, n, admitted, failed atomic.Int64
+		var next atomic.Int64
+		var t tally
 		var wg sync.WaitGroup
 		b.ReportAllocs()
 		b.ResetTimer()
@@ -217,15 +225,12 @@ func (c *Cell) Concurrent(callers int) func(*testing.B) {
 				for next.Add(1) <= int64(b.N) {
 					w.decide(ctx)
 				}
-				w.flush()
-				n.Add(w.n)
-				admitted.Add(w.admitted)
-				failed.Add(w.failed)
+				w.flush(&t)
 			})
 		}
 		wg.Wait()
 		b.StopTimer()
-		report(b, n.Load(), admitted.Load(), failed.Load())
+		t.report(b)
 	}
 }
 
@@ -304,28 +309,14 @@ func (r RunResult) PerSecond() float64 {
 
 // RunFor makes decisions from exactly callers goroutines for d (each
 // finishes the decision in flight when d is up), the shape of a server
-// with that many requests in flight, and counts them. It is bounded in
-// time whatever the speed, which is what a Redis cell needs; warming up is
-// RunFor with the result discarded.
+// with that many requests in flight, and counts them: a harness.Loop,
+// bounded in time and count whatever the speed, which is what a Redis cell
+// needs; warming up is RunFor with the result discarded.
 func (c *Cell) RunFor(ctx context.Context, callers int, d time.Duration) RunResult {
-	var stop atomic.Bool
-	var n, admitted, failed atomic.Int64
-	var wg sync.WaitGroup
-	start := time.Now()
-	t := time.AfterFunc(d, func() { stop.Store(true) })
-	defer t.Stop()
-	for range callers {
-		wg.Go(func() {
-			w := c.worker()
-			for !stop.Load() {
-				w.decide(ctx)
-			}
-			w.flush()
-			n.Add(w.n)
-			admitted.Add(w.admitted)
-			failed.Add(w.failed)
-		})
-	}
-	wg.Wait()
-	return RunResult{Decisions: n.Load(), Admitted: admitted.Load(), Errors: failed.Load(), Elapsed: time.Since(start)}
+	var t tally
+	elapsed := harness.Loop(ctx, callers, d, func(int) (func(), func()) {
+		w := c.worker()
+		return func() { w.decide(ctx) }, func() { w.flush(&t) }
+	})
+	return RunResult{Decisions: t.n.Load(), Admitted: t.admitted.Load(), Errors: t.failed.Load(), Elapsed: elapsed}
 }

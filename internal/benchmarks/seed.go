@@ -10,6 +10,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/internal/benchmarks/harness"
 )
 
 // SeedScript is the seed article's rate limiter: the classic exact sliding
@@ -57,7 +58,7 @@ func (a *seedArgs) args(now int64) []string {
 // auto-pipelined with other callers' commands, EVAL when the script is not
 // loaded yet.
 func seedRueidis(addr string, w Workload) (Decider, func(), error) {
-	c, err := rueidis.NewClient(RueidisOptions(addr))
+	c, err := rueidis.NewClient(harness.RueidisOptions(addr))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -78,7 +79,7 @@ func seedGoRedis(addr string, w Workload) (Decider, func(), error) {
 // goRedisScript runs src, which takes the seed script's KEYS and ARGV,
 // through go-redis as seedGoRedis does.
 func goRedisScript(addr string, w Workload, src string) (Decider, func(), error) {
-	c, err := newGoRedis(GoRedisOptions(addr))
+	c, err := harness.NewGoRedis(harness.GoRedisOptions(addr))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -36,6 +36,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/limitkit/limitkit/internal/benchmarks/harness"
 )
 
 // config is the command line.
@@ -80,10 +82,10 @@ func main() {
 // parseFlags reads the command line. -quick changes the defaults of the
 // flags not given to those of a smoke run.
 func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
-	count := fs.Int("count", 3, "rounds; tables show medians (at least 3 for published figures)")
+	count := fs.Int("count", harness.DefaultRounds, "rounds; tables show medians (at least 3 for published figures)")
 	memTime := fs.Duration("memtime", 30*time.Millisecond, "target duration of each in-memory benchmark")
-	redisTime := fs.Duration("redistime", 2*time.Second, "measured duration of each Redis cell, after its warm-up")
-	warmup := fs.Duration("warmup", time.Second, "warm-up of each Redis cell, and the window of the never-deny logs")
+	redisTime := fs.Duration("redistime", harness.DefaultMeasured, "measured duration of each Redis cell, after its warm-up")
+	warmup := fs.Duration("warmup", harness.DefaultWarmup, "warm-up of each Redis cell, and the window of the never-deny logs")
 	callers := fs.String("callers", "64", "concurrent callers of the Redis cells, comma-separated (e.g. 1,8,64); ratios use the last")
 	floorRequests := fs.Int("floorrequests", 60_000, "redis-benchmark requests per pipelined run (a quarter unpipelined)")
 	quick := fs.Bool("quick", false, "smoke run (under 2 minutes): 1 round, 5ms in memory, 150ms warm-up and 150ms per Redis cell, short floors")
@@ -96,14 +98,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 		return config{}, err
 	}
 	if *quick {
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		for name, v := range map[string]string{"count": "1", "memtime": "5ms", "redistime": "150ms", "warmup": "150ms", "floorrequests": "4000"} {
-			if !set[name] {
-				if err := fs.Set(name, v); err != nil {
-					return config{}, err
-				}
-			}
+		if err := harness.SetUnset(fs, map[string]string{"count": "1", "memtime": "5ms", "redistime": "150ms", "warmup": "150ms", "floorrequests": "4000"}); err != nil {
+			return config{}, err
 		}
 	}
 	filter, err := regexp.Compile(*run)

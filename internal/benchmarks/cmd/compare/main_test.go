@@ -12,25 +12,6 @@ import (
 	"time"
 )
 
-func TestRotate(t *testing.T) {
-	xs := []int{0, 1, 2, 3, 4, 5, 6}
-	seen := map[int]bool{}
-	for round := range 3 {
-		got := rotate(xs, round, 3)
-		sorted := slices.Sorted(slices.Values(got))
-		if !slices.Equal(sorted, xs) {
-			t.Fatalf("round %d: %v is not a permutation of %v", round, got, xs)
-		}
-		if seen[got[0]] {
-			t.Fatalf("round %d starts with %d again", round, got[0])
-		}
-		seen[got[0]] = true
-	}
-	if got := rotate(xs, 0, 3); !slices.Equal(got, xs) {
-		t.Fatalf("round 1 is %v, want the list's order", got)
-	}
-}
-
 func TestParseFlags(t *testing.T) {
 	cfg, err := parseFlags(flag.NewFlagSet("x", flag.ContinueOnError), nil)
 	if err != nil || cfg.redisTime != 2*time.Second || cfg.warmup != time.Second || cfg.count != 3 || !slices.Equal(cfg.callers, []int{64}) {

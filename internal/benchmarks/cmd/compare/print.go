@@ -12,6 +12,7 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/internal/benchmarks"
+	"github.com/limitkit/limitkit/internal/benchmarks/harness"
 )
 
 func (c *comparison) print(w io.Writer) {
@@ -73,7 +74,7 @@ func (c *comparison) printMemory(w io.Writer) {
 			}
 			rows = append(rows, row)
 		}
-		table(w, header, rows)
+		harness.WriteTable(w, "", header, rows)
 
 		// Ratios: the fastest peer's ns over limitkit's (above 1: limitkit faster).
 		header = []string{"limitkit vs fastest peer"}
@@ -110,7 +111,7 @@ func (c *comparison) printMemory(w io.Writer) {
 		}
 		rows = append(rows, fastest)
 		fmt.Fprintf(w, "Speed-up of limitkit over the fastest peer of each column (fastest peer's ns / limitkit's ns; above 1 means limitkit is faster):\n\n")
-		table(w, header, rows)
+		harness.WriteTable(w, "", header, rows)
 	}
 }
 
@@ -169,16 +170,7 @@ func (c *comparison) printFloors(w io.Writer) {
 		us, _ := c.floorMedian(k16, floorUsec)
 		rows = append(rows, []string{k.name, k.workload, humanInt(int(p1)), humanInt(int(p16)), fmt.Sprintf("%.2f", us)})
 	}
-	table(w, header, rows)
-}
-
-func table(w io.Writer, header []string, rows [][]string) {
-	fmt.Fprintf(w, "| %s |\n", strings.Join(header, " | "))
-	fmt.Fprintf(w, "|%s\n", strings.Repeat("---|", len(header)))
-	for _, r := range rows {
-		fmt.Fprintf(w, "| %s |\n", strings.Join(r, " | "))
-	}
-	fmt.Fprintln(w)
+	harness.WriteTable(w, "", header, rows)
 }
 
 func fmtAllocs(a float64) string {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/internal/benchmarks"
+	"github.com/limitkit/limitkit/internal/benchmarks/harness"
 )
 
 // redisCell is one contender on one Redis workload.
@@ -39,10 +40,10 @@ func (c *comparison) lastCallers() string { return "c=" + strconv.Itoa(c.callers
 
 // redisRound runs every Redis cell once, in the round's rotated order:
 // on an emptied server, a new client, the warm-up, then each caller count.
-func (c *comparison) redisRound(ctx context.Context, srv *benchmarks.Server, cells []redisCell, rep int) error {
+func (c *comparison) redisRound(ctx context.Context, srv *harness.Server, cells []redisCell, rep int) error {
 	c.logf("round %d/%d: Redis, %d cells", rep+1, c.count, len(cells))
 	warmCallers := c.callers[len(c.callers)-1]
-	for _, rc := range rotate(cells, rep, c.count) {
+	for _, rc := range harness.Rotate(cells, rep, c.count) {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -96,12 +97,12 @@ func (c *comparison) redisRound(ctx context.Context, srv *benchmarks.Server, cel
 }
 
 // floorRound runs the redis-benchmark floors once.
-func (c *comparison) floorRound(ctx context.Context, srv *benchmarks.Server, floors []benchmarks.Floor, rep int) error {
+func (c *comparison) floorRound(ctx context.Context, srv *harness.Server, floors []benchmarks.Floor, rep int) error {
 	if len(floors) == 0 {
 		return nil
 	}
 	c.logf("round %d/%d: redis-benchmark, %d runs", rep+1, c.count, len(floors))
-	for _, f := range rotate(floors, rep, c.count) {
+	for _, f := range harness.Rotate(floors, rep, c.count) {
 		f.Requests = c.floorRequests
 		if f.Pipeline == 1 {
 			f.Requests = max(1, c.floorRequests/4)
@@ -184,7 +185,7 @@ func (c *comparison) printRedis(w io.Writer) {
 			}
 			rows = append(rows, row)
 		}
-		table(w, header, rows)
+		harness.WriteTable(w, "", header, rows)
 	}
 	if wl := c.redisWorkloads[len(c.redisWorkloads)-1]; wl.Deny {
 		l, win := wl.DenyRule()
@@ -209,39 +210,21 @@ func dash(v float64, format string) string {
 	return fmt.Sprintf(format, v)
 }
 
-// pairedRatio returns the median over rounds of a's decisions/s over b's
-// in the same round, and their range: a pair measured in the same round
-// shares that round's machine. ok is false when no round has both.
-func (c *comparison) pairedRatio(a, b cellKey) (med, lo, hi float64, ok bool) {
-	bs := map[int]float64{}
-	for _, s := range c.samples[b] {
-		bs[s.round] = perSecond(s)
-	}
-	var rs []float64
-	for _, s := range c.samples[a] {
-		if v, found := bs[s.round]; found && v > 0 {
-			rs = append(rs, perSecond(s)/v)
-		}
-	}
-	if len(rs) == 0 {
-		return 0, 0, 0, false
-	}
-	lo, hi = rs[0], rs[0]
-	for _, r := range rs {
-		lo, hi = min(lo, r), max(hi, r)
-	}
-	return medianOf(rs), lo, hi, true
-}
-
+// ratioCell returns a's decisions/s over b's as a harness.Ratio: the
+// median of the per-round ratios, with their range (a pair measured in the
+// same round shares that round's machine); empty when a round lacks one.
 func (c *comparison) ratioCell(a, b cellKey) string {
-	med, lo, hi, ok := c.pairedRatio(a, b)
-	if !ok {
+	if len(c.samples[a]) == 0 {
 		return ""
 	}
-	if len(c.samples[a]) < 2 {
-		return fmt.Sprintf("%.2f×", med)
+	r := harness.RatioOf(c.byRound(a, perSecond), c.byRound(b, perSecond))
+	switch {
+	case !r.OK:
+		return ""
+	case r.Rounds < 2:
+		return fmt.Sprintf("%.2f×", r.Median)
 	}
-	return fmt.Sprintf("%.2f× (%.2f–%.2f)", med, lo, hi)
+	return fmt.Sprintf("%.2f× (%.2f–%.2f)", r.Median, r.Min, r.Max)
 }
 
 // printRatios prints every ratio the README quotes: each limitkit
@@ -300,6 +283,6 @@ func (c *comparison) printRatios(w io.Writer) {
 			}
 			rows = append(rows, row)
 		}
-		table(w, header, rows)
+		harness.WriteTable(w, "", header, rows)
 	}
 }

@@ -9,11 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/limitkit/limitkit/internal/benchmarks"
+	"github.com/limitkit/limitkit/internal/benchmarks/harness"
 )
 
 // sample is one measurement of one contender on one workload and mode.
@@ -61,19 +61,6 @@ func (c *comparison) logf(format string, args ...any) {
 	fmt.Fprintf(c.progress, "[%5.1fs] "+format+"\n", append([]any{time.Since(c.started).Seconds()}, args...)...)
 }
 
-// rotate returns xs rotated left by round's share of its length, so that
-// every round starts at another place of the list.
-func rotate[T any](xs []T, round, rounds int) []T {
-	if len(xs) == 0 {
-		return xs
-	}
-	k := round * len(xs) / max(rounds, 1) % len(xs)
-	if k == 0 && round > 0 {
-		k = round % len(xs)
-	}
-	return append(slices.Clone(xs[k:]), xs[:k]...)
-}
-
 func (c *comparison) run() error {
 	c.started = time.Now()
 	c.samples = map[cellKey][]sample{}
@@ -101,12 +88,12 @@ func (c *comparison) run() error {
 			}
 		}
 	}
-	var srv *benchmarks.Server
+	var srv *harness.Server
 	var floors []benchmarks.Floor
 	var redisCells []redisCell
 	if c.redis {
 		var err error
-		if srv, err = benchmarks.StartServer(); err != nil {
+		if srv, err = harness.StartServer(); err != nil {
 			c.skipped = append(c.skipped, "Redis benchmarks skipped: "+err.Error())
 			srv = nil
 		}
@@ -131,6 +118,9 @@ func (c *comparison) run() error {
 	c.estimate = c.estimateRun(len(memCells), len(redisCells), len(floors))
 	c.logf("estimated run time: %s (%d rounds: %d in-memory cells, %d Redis cells of %v warm-up + %v × %d caller counts, %d redis-benchmark runs)",
 		c.estimate.Round(time.Second), c.count, len(memCells), len(redisCells), c.warmup, c.redisTime, len(c.callers), len(floors))
+	if s := harness.Shortfall(c.count, c.redisTime); s != "" && len(redisCells) > 0 {
+		c.logf("Redis cells: %s", s)
+	}
 
 	for rep := range c.count {
 		if c.memory {
@@ -138,7 +128,7 @@ func (c *comparison) run() error {
 				return err
 			}
 			c.logf("round %d/%d: in memory, %d cells", rep+1, c.count, len(memCells))
-			for _, cell := range rotate(memCells, rep, c.count) {
+			for _, cell := range harness.Rotate(memCells, rep, c.count) {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
@@ -213,16 +203,17 @@ func (c *comparison) median(k cellKey, f func(sample) float64) (float64, bool) {
 	for i, s := range ss {
 		vs[i] = f(s)
 	}
-	return medianOf(vs), true
+	return harness.Median(vs), true
 }
 
-func medianOf(vs []float64) float64 {
-	slices.Sort(vs)
-	if n := len(vs); n%2 == 1 {
-		return vs[n/2]
-	} else {
-		return (vs[n/2-1] + vs[n/2]) / 2
+// byRound returns f of the cell's sample of each round, 0 for a round
+// without one.
+func (c *comparison) byRound(k cellKey, f func(sample) float64) []float64 {
+	vs := make([]float64, c.count)
+	for _, s := range c.samples[k] {
+		vs[s.round] = f(s)
 	}
+	return vs
 }
 
 func ns(s sample) float64        { return s.ns }
@@ -243,7 +234,7 @@ func (c *comparison) floorMedian(k floorKey, f func(benchmarks.FloorResult) floa
 	for i, r := range rs {
 		vs[i] = f(r)
 	}
-	return medianOf(vs), true
+	return harness.Median(vs), true
 }
 
 func floorRPS(r benchmarks.FloorResult) float64  { return r.PerSecond }

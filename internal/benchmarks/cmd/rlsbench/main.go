@@ -2,8 +2,8 @@
 // beside the reference server's algorithm and the Redis floors, and
 // prints markdown tables of medians and ratios (see package rlsbench).
 //
-//	go run ./rls/bench/cmd/rlsbench -o results.md
-//	go run ./rls/bench/cmd/rlsbench -quick   # smoke run
+//	cd internal/benchmarks && go run ./cmd/rlsbench -o results.md
+//	cd internal/benchmarks && go run ./cmd/rlsbench -quick   # smoke run
 package main
 
 import (
@@ -18,7 +18,8 @@ import (
 	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
-	rlsbench "github.com/limitkit/limitkit/rls/bench"
+	"github.com/limitkit/limitkit/internal/benchmarks/harness"
+	"github.com/limitkit/limitkit/internal/benchmarks/rlsbench"
 )
 
 func main() {
@@ -31,9 +32,9 @@ func main() {
 func run() error {
 	var (
 		quick   = flag.Bool("quick", false, "smoke run: 1 round, 300ms warm-up, 500ms cells, fixed_window and sliding_log (flags given explicitly win)")
-		rounds  = flag.Int("count", 3, "rounds; tables give medians")
-		measure = flag.Duration("time", 2*time.Second, "measured time per cell")
-		warmup  = flag.Duration("warmup", time.Second, "warm-up per cell, not measured (at least the rules' 1s window for steady logs)")
+		rounds  = flag.Int("count", harness.DefaultRounds, "rounds; tables give medians")
+		measure = flag.Duration("time", harness.DefaultMeasured, "measured time per cell")
+		warmup  = flag.Duration("warmup", harness.DefaultWarmup, "warm-up per cell, not measured (at least the rules' 1s window for steady logs)")
 		callers = flag.Int("callers", 64, "concurrent gRPC callers")
 		keys    = flag.Int("keys", 10_000, "distinct values per descriptor")
 		descs   = flag.String("descriptors", "1,3", "request shapes: descriptors per request, comma-separated (1 to 3)")
@@ -43,20 +44,9 @@ func run() error {
 		out     = flag.String("o", "", "also write the tables to this file")
 	)
 	flag.Parse()
-	set := map[string]bool{}
-	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if *quick {
-		if !set["count"] {
-			*rounds = 1
-		}
-		if !set["time"] {
-			*measure = 500 * time.Millisecond
-		}
-		if !set["warmup"] {
-			*warmup = 300 * time.Millisecond
-		}
-		if !set["algorithms"] {
-			*algs = "fixed_window,sliding_log"
+		if err := harness.SetUnset(flag.CommandLine, map[string]string{"count": "1", "time": "500ms", "warmup": "300ms", "algorithms": "fixed_window,sliding_log"}); err != nil {
+			return err
 		}
 	}
 	o := rlsbench.Options{Rounds: *rounds, Measure: *measure, Warmup: *warmup, Callers: *callers, Keys: *keys, Progress: os.Stderr}
@@ -80,7 +70,7 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if !*noRedis {
-		srv, err := rlsbench.StartServer()
+		srv, err := harness.StartServer()
 		if err != nil {
 			return fmt.Errorf("%w (or run with -noredis)", err)
 		}
@@ -89,6 +79,9 @@ func run() error {
 		fmt.Fprintf(os.Stderr, "redis-server %s on %s\n", srv.Version(ctx), srv.Addr())
 	}
 	fmt.Fprintf(os.Stderr, "about %v of measuring and warm-up, plus setup\n", o.Estimate().Round(time.Second))
+	if s := harness.Shortfall(*rounds, *measure); s != "" {
+		fmt.Fprintln(os.Stderr, s)
+	}
 	res, err := rlsbench.Run(ctx, o)
 	if err != nil {
 		return err
@@ -105,13 +98,7 @@ func run() error {
 // algorithmList parses -algorithms; empty means every rate algorithm.
 func algorithmList(s string) ([]algorithms.Name, error) {
 	if s == "" {
-		var names []algorithms.Name
-		for _, a := range algorithms.Algorithms() {
-			if !a.HoldsLeases() {
-				names = append(names, a.Name)
-			}
-		}
-		return names, nil
+		return rlsbench.RateAlgorithms(), nil
 	}
 	var names []algorithms.Name
 	for f := range strings.SplitSeq(s, ",") {

@@ -11,6 +11,8 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/limitkit/limitkit/internal/benchmarks/harness"
 )
 
 // Load is what the callers of a cell send: requests of Descriptors
@@ -34,58 +36,48 @@ type Drive struct {
 	P50, P99 time.Duration
 }
 
-// maxCallsPerCaller bounds a drive in count as well as in time.
-const maxCallsPerCaller = 1 << 22
-
-// DriveFor calls call from l.Callers goroutines until d has passed (or
-// maxCallsPerCaller calls each, or ctx ends), each call waiting for the
-// previous one.
+// DriveFor calls call from l.Callers goroutines in a harness.Loop until d
+// has passed (or harness.MaxCallsPerCaller calls each, or ctx ends), each
+// call waiting for the previous one.
 func DriveFor(ctx context.Context, call Caller, l Load, d time.Duration) Drive {
 	var (
 		out      Drive
 		mu       sync.Mutex
 		lats     []time.Duration
 		firstErr atomic.Pointer[error]
-		wg       sync.WaitGroup
 	)
-	start := time.Now()
-	deadline := start.Add(d)
-	for w := range l.Callers {
-		wg.Go(func() {
-			r := rand.New(rand.NewPCG(uint64(w)+1, uint64(start.UnixNano())))
-			req := newRequest(l.Descriptors)
-			my := make([]time.Duration, 0, 4096)
-			var n, errs, denied int64
-			for n < maxCallsPerCaller && ctx.Err() == nil {
-				for _, d := range req.Descriptors {
-					d.Entries[0].Value = strconv.Itoa(r.IntN(l.Keys))
-				}
-				t0 := time.Now()
-				over, err := call(ctx, req)
-				t1 := time.Now()
-				my = append(my, t1.Sub(t0))
-				n++
-				switch {
-				case err != nil:
-					errs++
-					firstErr.CompareAndSwap(nil, &err)
-				case over:
-					denied++
-				}
-				if !t1.Before(deadline) {
-					break
-				}
+	seed := uint64(time.Now().UnixNano())
+	out.Elapsed = harness.Loop(ctx, l.Callers, d, func(caller int) (func(), func()) {
+		r := rand.New(rand.NewPCG(uint64(caller)+1, seed))
+		req := newRequest(l.Descriptors)
+		my := make([]time.Duration, 0, 4096)
+		var n, errs, denied int64
+		step := func() {
+			for _, d := range req.Descriptors {
+				d.Entries[0].Value = strconv.Itoa(r.IntN(l.Keys))
 			}
+			t0 := time.Now()
+			over, err := call(ctx, req)
+			my = append(my, time.Since(t0))
+			n++
+			switch {
+			case err != nil:
+				errs++
+				firstErr.CompareAndSwap(nil, &err)
+			case over:
+				denied++
+			}
+		}
+		done := func() {
 			mu.Lock()
 			out.Decisions += n
 			out.Errors += errs
 			out.Denied += denied
 			lats = append(lats, my...)
 			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	out.Elapsed = time.Since(start)
+		}
+		return step, done
+	})
 	if p := firstErr.Load(); p != nil {
 		out.FirstError = *p
 	}

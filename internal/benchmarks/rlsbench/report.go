@@ -3,10 +3,11 @@ package rlsbench
 import (
 	"fmt"
 	"io"
-	"slices"
+	"strconv"
 	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/internal/benchmarks/harness"
 )
 
 // Targets of issue 24: limitkit's per-decision Redis CPU over the
@@ -17,27 +18,9 @@ var Targets = map[algorithms.Name]float64{algorithms.FixedWindow: 1.0, algorithm
 // stay well under it.
 const P99Bound = 20 * time.Millisecond
 
-// median returns the median of vs (the mean of the middle two when even).
-func median(vs []float64) float64 {
-	if len(vs) == 0 {
-		return 0
-	}
-	s := slices.Clone(vs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-// Ratio is a median of per-round ratios with their range.
-type Ratio struct {
-	Median, Min, Max float64
-	// OK is false when some round had no value (a zero denominator).
-	OK bool
-}
-
-func (r Ratio) String() string {
+// fmtRatio writes a ratio as its median and range, "n/a" when a round had
+// no value (a zero denominator).
+func fmtRatio(r harness.Ratio) string {
 	if !r.OK {
 		return "n/a"
 	}
@@ -54,30 +37,27 @@ func (res *Results) find(name string, n int) int {
 	return -1
 }
 
-// Ratio returns, per round, metric of cell a over metric of cell b (both
-// measured in that round), as a median with its range.
-func (res *Results) Ratio(a, b int, metric func(Sample) float64) Ratio {
-	if a < 0 || b < 0 {
-		return Ratio{}
-	}
-	var rs []float64
-	for r := range res.Options.Rounds {
-		den := metric(res.Samples[b][r])
-		if den == 0 {
-			return Ratio{}
-		}
-		rs = append(rs, metric(res.Samples[a][r])/den)
-	}
-	return Ratio{Median: median(rs), Min: slices.Min(rs), Max: slices.Max(rs), OK: true}
-}
-
-// Median returns the median over rounds of metric of cell i.
-func (res *Results) Median(i int, metric func(Sample) float64) float64 {
+// byRound returns metric of cell i in each round.
+func (res *Results) byRound(i int, metric func(Sample) float64) []float64 {
 	vs := make([]float64, len(res.Samples[i]))
 	for r, s := range res.Samples[i] {
 		vs[r] = metric(s)
 	}
-	return median(vs)
+	return vs
+}
+
+// Ratio returns, per round, metric of cell a over metric of cell b (both
+// measured in that round), as a median with its range.
+func (res *Results) Ratio(a, b int, metric func(Sample) float64) harness.Ratio {
+	if a < 0 || b < 0 {
+		return harness.Ratio{}
+	}
+	return harness.RatioOf(res.byRound(a, metric), res.byRound(b, metric))
+}
+
+// Median returns the median over rounds of metric of cell i.
+func (res *Results) Median(i int, metric func(Sample) float64) float64 {
+	return harness.Median(res.byRound(i, metric))
 }
 
 // Metrics of a sample.
@@ -85,7 +65,7 @@ var (
 	rate       = func(s Sample) float64 { return s.Rate() }
 	p50        = func(s Sample) float64 { return float64(s.P50) }
 	p99        = func(s Sample) float64 { return float64(s.P99) }
-	serverCPU  = func(s Sample) float64 { return s.Per(float64(s.ServerCPU) / 1e3) }
+	serverCPU  = func(s Sample) float64 { return s.Per(float64(s.ProcCPU) / 1e3) }
 	commands   = func(s Sample) float64 { return s.Per(float64(s.Commands)) }
 	processCPU = func(s Sample) float64 { return s.Per(float64(s.ProcessCPU) / 1e3) }
 	denied     = func(s Sample) float64 { return float64(s.Denied) }
@@ -103,8 +83,7 @@ func (res *Results) Write(w io.Writer, header string) {
 	var worstName string
 	for _, n := range o.Descriptors {
 		fmt.Fprintf(w, "### %d descriptor(s) per request\n\n", n)
-		fmt.Fprintln(w, "| contender | decisions/s | p50 | p99 | Redis CPU µs/decision | Redis commands/decision | process CPU µs/decision | denied |")
-		fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|")
+		var rows [][]string
 		for i, c := range res.Cells {
 			if c.Descriptors != n {
 				continue
@@ -113,21 +92,22 @@ func (res *Results) Write(w io.Writer, header string) {
 			if p > worstP99 {
 				worstP99, worstName = p, fmt.Sprintf("%s, %d descriptor(s)", c.Contender.Name, n)
 			}
-			redisCols := "– | –"
+			cpu, cmds := "–", "–"
 			if c.Contender.Redis() {
-				redisCols = fmt.Sprintf("%.1f | %.2f", res.Median(i, serverCPU), res.Median(i, commands))
+				cpu, cmds = fmt.Sprintf("%.1f", res.Median(i, serverCPU)), fmt.Sprintf("%.2f", res.Median(i, commands))
 			}
-			fmt.Fprintf(w, "| %s | %.0f | %s | %s | %s | %.1f | %.0f |\n", c.Contender.Name, res.Median(i, rate),
-				fmtDur(res.Median(i, p50)), fmtDur(float64(p)), redisCols, res.Median(i, processCPU), res.Median(i, denied))
+			rows = append(rows, []string{c.Contender.Name, fmt.Sprintf("%.0f", res.Median(i, rate)),
+				fmtDur(res.Median(i, p50)), fmtDur(float64(p)), cpu, cmds,
+				fmt.Sprintf("%.1f", res.Median(i, processCPU)), fmt.Sprintf("%.0f", res.Median(i, denied))})
 		}
-		fmt.Fprintln(w)
+		harness.WriteTable(w, "-rrrrrrr", []string{"contender", "decisions/s", "p50", "p99", "Redis CPU µs/decision",
+			"Redis commands/decision", "process CPU µs/decision", "denied"}, rows)
 	}
 	fmt.Fprintf(w, "### Ratios at %d callers (per-round ratios: median and range)\n\n", o.Callers)
 	fmt.Fprintln(w, "Redis CPU per decision (by /proc) and decisions/s of each limitkit algorithm over the reference algorithm on the same client and request shape; "+
 		"targets: fixed_window ≤ 1.00, sliding_log ≤ 1.50 in Redis CPU per decision.")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| contender | descriptors | Redis CPU/decision over reference | decisions/s over reference | target |")
-	fmt.Fprintln(w, "|---|--:|--:|--:|---|")
+	var rows [][]string
 	for _, n := range o.Descriptors {
 		for i, c := range res.Cells {
 			if c.Descriptors != n || c.Contender.Group != GroupLimitkit || !c.Contender.Redis() {
@@ -144,15 +124,14 @@ func (res *Results) Write(w io.Writer, header string) {
 					verdict += "missed"
 				}
 			}
-			fmt.Fprintf(w, "| %s | %d | %s | %s | %s |\n", c.Contender.Name, n, cpu, res.Ratio(i, ref, rate), verdict)
+			rows = append(rows, []string{c.Contender.Name, strconv.Itoa(n), fmtRatio(cpu), fmtRatio(res.Ratio(i, ref, rate)), verdict})
 		}
 	}
-	fmt.Fprintln(w)
+	harness.WriteTable(w, "-rrr-", []string{"contender", "descriptors", "Redis CPU/decision over reference", "decisions/s over reference", "target"}, rows)
 	fmt.Fprintln(w, "Floors: the reference algorithm over its own Redis work from a plain client (pipelined INCRBY+EXPIRE, no gRPC), "+
 		"and limitkit's fixed_window over one EVALSHA of `return 1` per request from a plain client.")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| pair | descriptors | Redis CPU/decision | decisions/s |")
-	fmt.Fprintln(w, "|---|--:|--:|--:|")
+	rows = nil
 	for _, n := range o.Descriptors {
 		for _, client := range []string{Rueidis, GoRedis} {
 			pairs := [][2]string{{ReferenceName(client), FloorIncrName(client)},
@@ -163,11 +142,11 @@ func (res *Results) Write(w io.Writer, header string) {
 				if a < 0 || b < 0 {
 					continue
 				}
-				fmt.Fprintf(w, "| %s / %s | %d | %s | %s |\n", p[0], p[1], n, res.Ratio(a, b, serverCPU), res.Ratio(a, b, rate))
+				rows = append(rows, []string{p[0] + " / " + p[1], strconv.Itoa(n), fmtRatio(res.Ratio(a, b, serverCPU)), fmtRatio(res.Ratio(a, b, rate))})
 			}
 		}
 	}
-	fmt.Fprintln(w)
+	harness.WriteTable(w, "-rrr", []string{"pair", "descriptors", "Redis CPU/decision", "decisions/s"}, rows)
 	if worstName != "" {
 		fmt.Fprintf(w, "Highest p99 (median over rounds): %s (%s); target: well under %v (Envoy's default timeout).\n", fmtDur(float64(worstP99)), worstName, P99Bound)
 	}

@@ -9,67 +9,12 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/redis/go-redis/v9"
-	"github.com/redis/rueidis"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/limitkit/limitkit/rls"
 )
-
-// counter runs, in one round trip, an INCRBY and an EXPIRE per key (the
-// reference server's pipeline) and returns each key's count after it.
-type counter interface {
-	incrExpire(ctx context.Context, keys []string, hits []uint64, expire []int64) ([]uint64, error)
-}
-
-type goRedisCounter struct{ c *redis.Client }
-
-func (g goRedisCounter) incrExpire(ctx context.Context, keys []string, hits []uint64, expire []int64) ([]uint64, error) {
-	incrs := make([]*redis.IntCmd, len(keys))
-	_, err := g.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, k := range keys {
-			incrs[i] = p.IncrBy(ctx, k, int64(hits[i]))
-			p.Expire(ctx, k, time.Duration(expire[i])*time.Second)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]uint64, len(keys))
-	for i, c := range incrs {
-		out[i] = uint64(c.Val())
-	}
-	return out, nil
-}
-
-type rueidisCounter struct{ c rueidis.Client }
-
-func (r rueidisCounter) incrExpire(ctx context.Context, keys []string, hits []uint64, expire []int64) ([]uint64, error) {
-	cmds := make(rueidis.Commands, 0, 2*len(keys))
-	for i, k := range keys {
-		cmds = append(cmds,
-			r.c.B().Incrby().Key(k).Increment(int64(hits[i])).Build(),
-			r.c.B().Expire().Key(k).Seconds(expire[i]).Build())
-	}
-	out := make([]uint64, len(keys))
-	for i, res := range r.c.DoMulti(ctx, cmds...) {
-		if i%2 == 1 {
-			if err := res.Error(); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		n, err := res.AsInt64()
-		if err != nil {
-			return nil, err
-		}
-		out[i/2] = uint64(n)
-	}
-	return out, nil
-}
 
 // Reference is the reference server's algorithm (envoyproxy/ratelimit,
 // src/redis/fixed_cache_impl.go, without its local cache and per-second
@@ -89,15 +34,11 @@ type Reference struct {
 // NewReference returns the reference algorithm on configs, counting
 // through the go-redis or the rueidis client.
 func NewReference(client any, configs ...*rls.DomainConfig) (*Reference, error) {
-	r := &Reference{domains: map[string]*rls.DomainConfig{}, now: time.Now}
-	switch c := client.(type) {
-	case *redis.Client:
-		r.store = goRedisCounter{c}
-	case rueidis.Client:
-		r.store = rueidisCounter{c}
-	default:
-		return nil, fmt.Errorf("reference: client %T; pass a *redis.Client or a rueidis.Client", client)
+	store, err := newCounter(client)
+	if err != nil {
+		return nil, fmt.Errorf("reference: %w", err)
 	}
+	r := &Reference{domains: map[string]*rls.DomainConfig{}, store: store, now: time.Now}
 	for _, c := range configs {
 		r.domains[c.Domain] = c
 	}

@@ -6,6 +6,8 @@ import (
 	"io"
 	"regexp"
 	"time"
+
+	"github.com/limitkit/limitkit/internal/benchmarks/harness"
 )
 
 // Options set a run. The zero value of a field means its default.
@@ -31,20 +33,20 @@ type Options struct {
 	Filter     *regexp.Regexp
 	// Server is the Redis server of the Redis contenders; nil leaves them
 	// out.
-	Server *Server
+	Server *harness.Server
 	// Progress receives a line per cell (nil: none).
 	Progress io.Writer
 }
 
 func (o *Options) defaults() {
 	if o.Rounds <= 0 {
-		o.Rounds = 3
+		o.Rounds = harness.DefaultRounds
 	}
 	if o.Measure <= 0 {
-		o.Measure = 2 * time.Second
+		o.Measure = harness.DefaultMeasured
 	}
 	if o.Warmup <= 0 {
-		o.Warmup = time.Second
+		o.Warmup = harness.DefaultWarmup
 	}
 	if o.Callers <= 0 {
 		o.Callers = 64
@@ -69,17 +71,14 @@ type Cell struct {
 	Descriptors int
 }
 
-// Sample is one measured cell of one round.
+// Sample is one measured cell of one round: the drive, and what it cost
+// (harness.Usage). The server's share (its CPU by /proc, ProcCPU; the
+// commands it ran, Commands, scripts' inner commands included) is 0 for a
+// contender without Redis; ProcessCPU is this Go process's CPU time
+// (callers, gRPC client and server, service and Redis client together).
 type Sample struct {
 	Drive
-	// ServerCPU is redis-server's CPU time over the measured time, by
-	// /proc (0 for a contender without Redis); Commands the commands it
-	// ran, scripts' inner commands included.
-	ServerCPU time.Duration
-	Commands  int64
-	// ProcessCPU is this Go process's CPU time (callers, gRPC client and
-	// server, service and Redis client together).
-	ProcessCPU time.Duration
+	harness.Usage
 }
 
 // Rate is decisions per second.
@@ -133,8 +132,9 @@ func (o Options) Estimate() time.Duration {
 }
 
 // Run measures every cell in every round. Round r runs the cells in list
-// order rotated by r/Rounds of the list, so a noisy moment does not fall
-// on the same neighbours each round. A cell whose calls fail stops the run.
+// order rotated by r/Rounds of the list (harness.Rotate), so a noisy
+// moment does not fall on the same neighbours each round. A cell whose
+// calls fail stops the run.
 func Run(ctx context.Context, o Options) (*Results, error) {
 	o.defaults()
 	cells := o.cells()
@@ -145,10 +145,12 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	for i := range res.Samples {
 		res.Samples[i] = make([]Sample, o.Rounds)
 	}
+	order := make([]int, len(cells))
+	for i := range order {
+		order[i] = i
+	}
 	for r := range o.Rounds {
-		off := r * len(cells) / o.Rounds
-		for j := range cells {
-			i := (off + j) % len(cells)
+		for _, i := range harness.Rotate(order, r, o.Rounds) {
 			s, err := MeasureCell(ctx, cells[i], o)
 			if err != nil {
 				return nil, fmt.Errorf("round %d, %s, %d descriptors: %w", r+1, cells[i].Contender.Name, cells[i].Descriptors, err)
@@ -184,31 +186,17 @@ func MeasureCell(ctx context.Context, cell Cell, o Options) (Sample, error) {
 	if w := DriveFor(ctx, call, load, o.Warmup); w.Errors > 0 {
 		return Sample{}, fmt.Errorf("warm-up: %d of %d calls failed, first: %w", w.Errors, w.Decisions, w.FirstError)
 	}
-	redis := c.Redis()
-	var cpu0 time.Duration
-	if redis {
-		if err := o.Server.ResetStats(ctx); err != nil {
-			return Sample{}, err
-		}
-		if cpu0, err = o.Server.ProcCPU(); err != nil {
-			return Sample{}, err
-		}
+	var srv *harness.Server
+	if c.Redis() {
+		srv = o.Server
 	}
-	self0 := selfCPU()
-	d := DriveFor(ctx, call, load, o.Measure)
-	s := Sample{Drive: d, ProcessCPU: selfCPU() - self0}
+	var d Drive
+	u, err := harness.Measure(ctx, srv, func() { d = DriveFor(ctx, call, load, o.Measure) })
+	if err != nil {
+		return Sample{}, err
+	}
 	if d.Errors > 0 {
 		return Sample{}, fmt.Errorf("%d of %d calls failed, first: %w", d.Errors, d.Decisions, d.FirstError)
 	}
-	if redis {
-		cpu1, err := o.Server.ProcCPU()
-		if err != nil {
-			return Sample{}, err
-		}
-		s.ServerCPU = cpu1 - cpu0
-		if s.Commands, err = o.Server.Commands(ctx); err != nil {
-			return Sample{}, err
-		}
-	}
-	return s, nil
+	return Sample{Drive: d, Usage: u}, nil
 }

@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/internal/benchmarks/harness"
 	"github.com/limitkit/limitkit/rls"
 )
 
 // fleet starts the reference algorithm and limitkit-rls (fixed windows, on
 // client's store, with opts) on one Redis under 20 per hour, and returns
 // their callers with a request of one descriptor.
-func fleet(t *testing.T, srv *Server, client string, opts ...rls.Option) (ref, lk Caller, req func() bool) {
+func fleet(t *testing.T, srv *harness.Server, client string, opts ...rls.Option) (ref, lk Caller, req func() bool) {
 	t.Helper()
 	spec := Spec{Unit: "hour", RequestsPerUnit: 20}
 	ref, closeRef, err := startReference(client, srv.Addr(), spec)

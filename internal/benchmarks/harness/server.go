@@ -1,4 +1,4 @@
-package benchmarks
+package harness
 
 import (
 	"bytes"
@@ -96,9 +96,6 @@ func (s *Server) waitReady(timeout time.Duration) error {
 // Addr returns the server's address, "127.0.0.1:PORT".
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
 
-// Port returns the server's port.
-func (s *Server) Port() int { return s.port }
-
 // Version returns the server's redis_version.
 func (s *Server) Version(ctx context.Context) string {
 	info, err := s.ctl.Info(ctx, "server").Result()
@@ -112,6 +109,10 @@ func (s *Server) Version(ctx context.Context) string {
 	}
 	return "unknown"
 }
+
+// Client returns the server's control client (one connection): for tests
+// and set-up, never for the load measured.
+func (s *Server) Client() *redis.Client { return s.ctl }
 
 // Do runs one control command (FLUSHALL, CONFIG RESETSTAT, SCRIPT LOAD, ...)
 // and returns its reply.

@@ -15,6 +15,7 @@
 // contents, then is measured for a bounded time with redis-server's CPU
 // (/proc) and command counts read around it. Rounds interleave the cells;
 // tables give medians over rounds, and ratios are medians of per-round
-// ratios, each pair measured in the same round. The command is
-// cmd/rlsbench; see README.md.
+// ratios, each pair measured in the same round: the machinery of package
+// harness, which cmd/compare shares. The command is cmd/rlsbench (in
+// internal/benchmarks); see README.md.
 package rlsbench

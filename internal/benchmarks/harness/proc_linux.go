@@ -1,4 +1,4 @@
-package benchmarks
+package harness
 
 import (
 	"fmt"
@@ -50,4 +50,13 @@ func parseProcStat(stat string) (time.Duration, error) {
 		ticks += n
 	}
 	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// selfCPU returns this process's CPU time (user + system, all threads).
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/backend/rueidisstore"
+	"github.com/limitkit/limitkit/internal/benchmarks/harness"
 	"github.com/limitkit/limitkit/rls"
 )
 
@@ -87,6 +88,18 @@ type Contender struct {
 // Redis reports whether the contender keeps its state in Redis.
 func (c Contender) Redis() bool { return c.Client == Rueidis || c.Client == GoRedis }
 
+// RateAlgorithms lists the algorithms the rls service accepts: those that
+// hold no leases.
+func RateAlgorithms() []algorithms.Name {
+	var names []algorithms.Name
+	for _, a := range algorithms.Algorithms() {
+		if !a.HoldsLeases() {
+			names = append(names, a.Name)
+		}
+	}
+	return names
+}
+
 // Contenders lists, for each of algs: limitkit's service on the memory
 // store and on both Redis stores; then the reference algorithm on both
 // clients; then the floors: loopback gRPC answering OK with no store, and
@@ -135,53 +148,25 @@ func LimitkitName(client string, alg algorithms.Name) string {
 	return "limitkit " + client + " " + string(alg)
 }
 
-// openClient returns a go-redis client with its whole pool dialled (the
-// library's default size, as most services run it) or a rueidis client
-// with its defaults (auto-pipelining), and its close.
+// openClient returns a client of the harness's settings (a go-redis pool
+// dialled in full, rueidis with its defaults: auto-pipelining) and its
+// close.
 func openClient(client, addr string) (any, func(), error) {
 	switch client {
 	case Rueidis:
-		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+		c, err := rueidis.NewClient(harness.RueidisOptions(addr))
 		if err != nil {
 			return nil, nil, fmt.Errorf("rueidis client: %w", err)
 		}
 		return c, c.Close, nil
 	case GoRedis:
-		c := redis.NewClient(&redis.Options{Addr: addr})
-		if err := dialPool(c); err != nil {
-			_ = c.Close()
+		c, err := harness.NewGoRedis(harness.GoRedisOptions(addr))
+		if err != nil {
 			return nil, nil, err
 		}
 		return c, func() { _ = c.Close() }, nil
 	}
 	return nil, nil, fmt.Errorf("unknown client %q", client)
-}
-
-// dialPool opens every connection of c's pool, each held while the next is
-// dialled, so a cell measures a full pool as a service has at steady state.
-func dialPool(c *redis.Client) error {
-	size := c.Options().PoolSize
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conns := make([]*redis.Conn, 0, size)
-	var err error
-	for range size {
-		cn := c.Conn()
-		conns = append(conns, cn)
-		if err = cn.Ping(ctx).Err(); err != nil {
-			break
-		}
-	}
-	for _, cn := range conns {
-		_ = cn.Close() // back to the pool
-	}
-	if err == nil && int(c.PoolStats().TotalConns) < size {
-		err = fmt.Errorf("pool holds %d connections after dialling %d", c.PoolStats().TotalConns, size)
-	}
-	if err != nil {
-		return fmt.Errorf("filling the go-redis pool: %w", err)
-	}
-	return nil
 }
 
 // startLimitkit serves rls.New on client's store, with opts after the
@@ -342,11 +327,10 @@ func startIncrFloor(client, addr string, spec Spec) (Caller, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	var ctr counter = goRedisCounter{}
-	if rc, ok := c.(rueidis.Client); ok {
-		ctr = rueidisCounter{rc}
-	} else {
-		ctr = goRedisCounter{c.(*redis.Client)}
+	ctr, err := newCounter(c)
+	if err != nil {
+		closeC()
+		return nil, nil, err
 	}
 	limit := uint64(cfg.Descriptors[0].Limits[0].RequestsPerUnit)
 	return func(ctx context.Context, req *rlsv3.RateLimitRequest) (bool, error) {

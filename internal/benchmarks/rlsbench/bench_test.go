@@ -10,24 +10,14 @@ import (
 	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/internal/benchmarks/harness"
 	"github.com/limitkit/limitkit/internal/testing/redistest"
 )
 
-// rateAlgorithms are the algorithms the rls service accepts.
-func rateAlgorithms() []algorithms.Name {
-	var names []algorithms.Name
-	for _, a := range algorithms.Algorithms() {
-		if !a.HoldsLeases() {
-			names = append(names, a.Name)
-		}
-	}
-	return names
-}
-
-func startServer(t *testing.T) *Server {
+func startServer(t *testing.T) *harness.Server {
 	t.Helper()
 	redistest.Require(t, "redis-server")
-	srv, err := StartServer()
+	srv, err := harness.StartServer()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +35,7 @@ func decides(c Contender) bool {
 // 20 per hour and returns the 1-based index of each OVER_LIMIT answer. A
 // run that straddles an hour boundary is made again (fixed windows reset
 // there).
-func overAt(t *testing.T, srv *Server, c Contender, n int) []int {
+func overAt(t *testing.T, srv *harness.Server, c Contender, n int) []int {
 	t.Helper()
 	ctx := context.Background()
 	for attempt := 0; ; attempt++ {
@@ -85,7 +75,7 @@ func overAt(t *testing.T, srv *Server, c Contender, n int) []int {
 // that only answers.
 func TestContendersDecide(t *testing.T) {
 	srv := startServer(t)
-	for _, c := range Contenders(rateAlgorithms()) {
+	for _, c := range Contenders(RateAlgorithms()) {
 		for _, n := range []int{1, 3} {
 			got := overAt(t, srv, c, n)
 			want := []int{21}
@@ -119,7 +109,7 @@ func TestReferenceKeys(t *testing.T) {
 	if _, err := call(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	keys, err := srv.ctl.Keys(ctx, "*").Result()
+	keys, err := srv.Client().Keys(ctx, "*").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,10 +126,10 @@ func TestReferenceKeys(t *testing.T) {
 		if start, _ := strconv.ParseInt(m[3], 10, 64); start%60 != 0 {
 			t.Errorf("key %q: window start not a multiple of 60 s", k)
 		}
-		if ttl := srv.ctl.TTL(ctx, k).Val(); ttl <= 0 || ttl > time.Minute {
+		if ttl := srv.Client().TTL(ctx, k).Val(); ttl <= 0 || ttl > time.Minute {
 			t.Errorf("key %q: TTL %v; want the unit, 1m", k, ttl)
 		}
-		if v := srv.ctl.Get(ctx, k).Val(); v != "1" {
+		if v := srv.Client().Get(ctx, k).Val(); v != "1" {
 			t.Errorf("key %q holds %q; want 1", k, v)
 		}
 	}
@@ -173,13 +163,7 @@ func TestRunReports(t *testing.T) {
 	}
 }
 
-func TestMedianPercentileRatio(t *testing.T) {
-	if m := median([]float64{3, 1, 2}); m != 2 {
-		t.Errorf("median(3,1,2) = %v", m)
-	}
-	if m := median([]float64{4, 1, 2, 3}); m != 2.5 {
-		t.Errorf("median(4,1,2,3) = %v", m)
-	}
+func TestPercentileRatio(t *testing.T) {
 	lats := make([]time.Duration, 100)
 	for i := range lats {
 		lats[i] = time.Duration(i + 1)

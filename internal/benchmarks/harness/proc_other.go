@@ -1,6 +1,6 @@
 //go:build !linux
 
-package benchmarks
+package harness
 
 import (
 	"errors"
@@ -15,3 +15,6 @@ func setProcAttr(*exec.Cmd) {}
 func procCPU(int) (time.Duration, error) {
 	return 0, errors.New("process CPU time needs /proc (Linux)")
 }
+
+// selfCPU is Linux only here; elsewhere the process CPU columns read 0.
+func selfCPU() time.Duration { return 0 }
