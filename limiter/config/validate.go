@@ -12,6 +12,7 @@ import (
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/denycache"
 	"github.com/limitkit/limitkit/backend/storeurl"
+	"github.com/limitkit/limitkit/internal/suggest"
 	"github.com/limitkit/limitkit/limiter"
 )
 
@@ -138,7 +139,7 @@ func (c *Config) validateRule(l *errorList, path string, alg algorithms.Name, li
 	algOK := slices.Contains(names, alg)
 	if !algOK {
 		l.add(c.fieldError(path+".algorithm", fmt.Errorf("%w: unknown algorithm %q%s; choose one of %q",
-			limiter.ErrInvalidConfig, clip(string(alg), 40), didYouMean(string(alg), nameStrings(names)), names)))
+			limiter.ErrInvalidConfig, clip(string(alg), 40), suggest.DidYouMean(string(alg), nameStrings(names)), names)))
 	}
 	windowOK := false
 	switch {
@@ -184,7 +185,7 @@ func (c *Config) validateBackend(l *errorList) {
 	case "", GoRedis, Rueidis:
 	default:
 		l.add(c.fieldError("backend.client", fmt.Errorf("unknown client %q%s; write %q or %q",
-			clip(b.Client, 40), didYouMean(b.Client, []string{GoRedis, Rueidis}), GoRedis, Rueidis)))
+			clip(b.Client, 40), suggest.DidYouMean(b.Client, []string{GoRedis, Rueidis}), GoRedis, Rueidis)))
 	}
 	kind := storeurl.Single
 	if b.URL == "" {
@@ -227,7 +228,7 @@ func (c *Config) validateBackend(l *errorList) {
 		case "", "deny", "admit":
 		default:
 			l.add(c.fieldError("backend.replica_ack.on_short", fmt.Errorf("%q%s: write \"deny\" or \"admit\"",
-				clip(a.OnShort, 40), didYouMean(a.OnShort, []string{"deny", "admit"}))))
+				clip(a.OnShort, 40), suggest.DidYouMean(a.OnShort, []string{"deny", "admit"}))))
 		}
 	}
 	if d := b.DenyCache; d != nil {

@@ -26,7 +26,7 @@ import (
 	"github.com/limitkit/limitkit/rls"
 	"github.com/limitkit/limitkit/rls/internal/metrics"
 	"github.com/limitkit/limitkit/rls/internal/runtimedir"
-	"github.com/limitkit/limitkit/rls/internal/settings"
+	"github.com/limitkit/limitkit/rls/internal/envsettings"
 )
 
 // healthService is the name gRPC health reports under, the reference's.
@@ -39,7 +39,7 @@ type addrs struct {
 
 // server is one running service: its listeners, health and rules.
 type server struct {
-	s       *settings.Settings
+	s       *envsettings.Settings
 	log     *slog.Logger
 	svc     *rls.Service
 	metrics *metrics.Metrics
@@ -52,8 +52,8 @@ type server struct {
 
 // run serves until ctx ends (SIGTERM in main), then drains. ready, when
 // not nil, is called with the bound addresses once every listener is open.
-func run(ctx context.Context, lookup settings.Lookup, logOut io.Writer, ready func(addrs)) error {
-	s, err := settings.Load(lookup)
+func run(ctx context.Context, lookup envsettings.Lookup, logOut io.Writer, ready func(addrs)) error {
+	s, err := envsettings.Load(lookup)
 	if err != nil {
 		return fmt.Errorf("settings: %w", err)
 	}
@@ -100,7 +100,7 @@ func run(ctx context.Context, lookup settings.Lookup, logOut io.Writer, ready fu
 		WatchRoot: s.RuntimeWatchRoot, IgnoreDotFiles: s.RuntimeIgnoreDotFiles, Log: log}
 	var first runtimedir.Snapshot
 	var rules *rls.Rules
-	if s.ConfigType == settings.ConfigFile { // else from xDS: startXDS below
+	if s.ConfigType == envsettings.ConfigFile { // else from xDS: startXDS below
 		first = dir.Read()
 		rules, err = srv.compile(first)
 		if err != nil {
@@ -129,7 +129,7 @@ func run(ctx context.Context, lookup settings.Lookup, logOut io.Writer, ready fu
 		srv.applied(fileNames(first), rules)
 	}
 	watch := func(ctx context.Context) { dir.Watch(ctx, s.RuntimePollInterval, first, srv.reload) }
-	if s.ConfigType == settings.ConfigXDS {
+	if s.ConfigType == envsettings.ConfigXDS {
 		stop, err := srv.startXDS(ctx)
 		if err != nil {
 			return err
