@@ -24,9 +24,9 @@ import (
 	"github.com/limitkit/limitkit/limiter/observe"
 	"github.com/limitkit/limitkit/limiter/observe/promobserve"
 	"github.com/limitkit/limitkit/rls"
+	"github.com/limitkit/limitkit/rls/internal/envsettings"
 	"github.com/limitkit/limitkit/rls/internal/metrics"
 	"github.com/limitkit/limitkit/rls/internal/runtimedir"
-	"github.com/limitkit/limitkit/rls/internal/envsettings"
 )
 
 // healthService is the name gRPC health reports under, the reference's.
