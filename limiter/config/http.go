@@ -229,41 +229,8 @@ func (c *Config) validateHTTP(l *errorList, path string, h *HTTP) {
 		}
 		return path + ".key." + strconv.Itoa(i)
 	}
-	if h.Key != nil && len(h.Key) == 0 {
-		l.add(c.fieldError(path+".key", fmt.Errorf("is empty; write a key such as ip or header:X-API-Key (a list means the first that finds one)")))
-	}
-	proxied, address := -1, false
-	for i, k := range h.keys() {
-		parts, err := parseKey(k)
-		if err != nil {
-			l.add(c.fieldError(keyField(i), err))
-			continue
-		}
-		for _, p := range parts {
-			if p.kind == "proxied_ip" && proxied < 0 {
-				proxied = i
-			}
-			address = address || p.kind == "ip" || p.kind == "proxied_ip"
-		}
-	}
-	for i, t := range h.TrustedProxies {
-		if _, err := httplimit.ProxiedClientIP("", t); err != nil {
-			l.add(c.fieldError(path+".trusted_proxies."+strconv.Itoa(i), untagged(err)))
-		}
-	}
-	switch {
-	case proxied >= 0 && len(h.TrustedProxies) == 0:
-		l.add(c.fieldError(keyField(proxied), errors.New("proxied_ip needs trusted_proxies: list your proxies' addresses or networks, or key by ip to ignore forwarding headers")))
-	case proxied < 0 && h.TrustedProxies != nil:
-		l.add(c.fieldError(path+".trusted_proxies", errors.New("no key is proxied_ip, so nothing reads them; write key: proxied_ip, or remove trusted_proxies")))
-	}
-	if h.ProxyHeader != "" {
-		if _, err := httplimit.ProxiedClientIP(h.ProxyHeader, "127.0.0.1"); err != nil {
-			l.add(c.fieldError(path+".proxy_header", fmt.Errorf("%q is not a header name; write it like X-Forwarded-For", clip(h.ProxyHeader, 40))))
-		} else if proxied < 0 {
-			l.add(c.fieldError(path+".proxy_header", errors.New("no key is proxied_ip, so nothing reads it; write key: proxied_ip, or remove proxy_header")))
-		}
-	}
+	proxied, address := c.validateHTTPKey(l, path, h, keyField)
+	c.validateProxies(l, path, h, keyField, proxied)
 	if h.IPv6Prefix != 0 {
 		if h.IPv6Prefix < 1 || h.IPv6Prefix > 128 {
 			l.add(c.fieldError(path+".ipv6_prefix", fmt.Errorf("is %d; give 1 to 128 (64 is usual), or remove it to key each address", h.IPv6Prefix)))
@@ -283,6 +250,53 @@ func (c *Config) validateHTTP(l *errorList, path string, h *HTTP) {
 	if h.ReleaseTimeout < 0 || h.ReleaseTimeout == 0 && c.lines[path+".release_timeout"] != 0 {
 		l.add(c.fieldError(path+".release_timeout", fmt.Errorf("is %v; write a positive duration such as \"2s\", or remove it for the default %v",
 			h.ReleaseTimeout, httplimit.DefaultReleaseTimeout)))
+	}
+}
+
+// validateHTTPKey checks the key entries of the http block at path, and
+// returns the first entry keyed by proxied_ip (-1: none) and whether any
+// entry keys by an address.
+func (c *Config) validateHTTPKey(l *errorList, path string, h *HTTP, keyField func(int) string) (proxied int, address bool) {
+	if h.Key != nil && len(h.Key) == 0 {
+		l.add(c.fieldError(path+".key", fmt.Errorf("is empty; write a key such as ip or header:X-API-Key (a list means the first that finds one)")))
+	}
+	proxied = -1
+	for i, k := range h.keys() {
+		parts, err := parseKey(k)
+		if err != nil {
+			l.add(c.fieldError(keyField(i), err))
+			continue
+		}
+		for _, p := range parts {
+			if p.kind == "proxied_ip" && proxied < 0 {
+				proxied = i
+			}
+			address = address || p.kind == "ip" || p.kind == "proxied_ip"
+		}
+	}
+	return proxied, address
+}
+
+// validateProxies checks trusted_proxies and proxy_header of the http
+// block at path, which only a proxied_ip key (entry proxied) reads.
+func (c *Config) validateProxies(l *errorList, path string, h *HTTP, keyField func(int) string, proxied int) {
+	for i, t := range h.TrustedProxies {
+		if _, err := httplimit.ProxiedClientIP("", t); err != nil {
+			l.add(c.fieldError(path+".trusted_proxies."+strconv.Itoa(i), untagged(err)))
+		}
+	}
+	switch {
+	case proxied >= 0 && len(h.TrustedProxies) == 0:
+		l.add(c.fieldError(keyField(proxied), errors.New("proxied_ip needs trusted_proxies: list your proxies' addresses or networks, or key by ip to ignore forwarding headers")))
+	case proxied < 0 && h.TrustedProxies != nil:
+		l.add(c.fieldError(path+".trusted_proxies", errors.New("no key is proxied_ip, so nothing reads them; write key: proxied_ip, or remove trusted_proxies")))
+	}
+	if h.ProxyHeader != "" {
+		if _, err := httplimit.ProxiedClientIP(h.ProxyHeader, "127.0.0.1"); err != nil {
+			l.add(c.fieldError(path+".proxy_header", fmt.Errorf("%q is not a header name; write it like X-Forwarded-For", clip(h.ProxyHeader, 40))))
+		} else if proxied < 0 {
+			l.add(c.fieldError(path+".proxy_header", errors.New("no key is proxied_ip, so nothing reads it; write key: proxied_ip, or remove proxy_header")))
+		}
 	}
 }
 
