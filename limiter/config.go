@@ -7,7 +7,8 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/limiter/internal/settings"
+	"github.com/limitkit/limitkit/internal/configtree"
+	"github.com/limitkit/limitkit/limiter/internal/policydecode"
 )
 
 // DefaultPrefix is the key prefix of a Config that sets none.
@@ -235,14 +236,14 @@ func (c Config) MarshalJSON() ([]byte, error) {
 
 // The one list of Config's fields as they are written in JSON and in
 // limiter/config's files: decodeConfig below, registered with package
-// settings so that limiter/config decodes its policies through it too.
+// policydecode so that limiter/config decodes its policies through it too.
 const (
 	ruleFields   = "algorithm, limit, window, on_failure, mode"
 	configFields = "algorithm, limit, window, prefix, on_failure, mode, guard, exempt, deny"
 )
 
 func init() {
-	settings.Limit = func(d settings.Decoder, n *settings.Node, path string) (any, error) {
+	policydecode.Config = func(d configtree.Decoder, n *configtree.Node, path string) (any, error) {
 		return decodeConfig(d, n, path)
 	}
 }
@@ -252,10 +253,10 @@ func init() {
 // not pass silently. The checks and messages are those of limiter/config's
 // files.
 func (c *Config) UnmarshalJSON(data []byte) error {
-	root, err := settings.ParseJSON(data)
+	root, err := configtree.ParseJSON(data)
 	if err == nil {
 		var cfg Config
-		if cfg, err = decodeConfig(settings.Decoder{}, root, ""); err == nil {
+		if cfg, err = decodeConfig(configtree.Decoder{}, root, ""); err == nil {
 			*c = cfg
 			return nil
 		}
@@ -264,9 +265,9 @@ func (c *Config) UnmarshalJSON(data []byte) error {
 }
 
 // decodeConfig reads the mapping n at path.
-func decodeConfig(d settings.Decoder, n *settings.Node, path string) (Config, error) {
+func decodeConfig(d configtree.Decoder, n *configtree.Node, path string) (Config, error) {
 	var c Config
-	err := d.Each(n, path, func(f settings.Pair, p string) error {
+	err := d.Each(n, path, func(f configtree.Pair, p string) error {
 		ok, err := decodeRule(d, f, p, &c.Algorithm, &c.Limit, &c.Window, &c.OnFailure, &c.Mode)
 		if !ok {
 			switch f.Key {
@@ -274,10 +275,10 @@ func decodeConfig(d settings.Decoder, n *settings.Node, path string) (Config, er
 				c.Prefix, err = d.Str(f.Val, p)
 			case "guard":
 				g := &Guard{}
-				err = d.Each(f.Val, p, func(f settings.Pair, p string) error {
+				err = d.Each(f.Val, p, func(f configtree.Pair, p string) error {
 					ok, err := decodeRule(d, f, p, &g.Algorithm, &g.Limit, &g.Window, &g.OnFailure, &g.Mode)
 					if !ok {
-						err = d.Unknown(f, settings.Join(path, "guard"), ruleFields)
+						err = d.Unknown(f, configtree.Join(path, "guard"), ruleFields)
 					}
 					return err
 				})
@@ -297,7 +298,7 @@ func decodeConfig(d settings.Decoder, n *settings.Node, path string) (Config, er
 
 // decodeRule decodes f into the fields a limit and its guard share when it
 // is one of them, and reports whether it was.
-func decodeRule(d settings.Decoder, f settings.Pair, p string, alg *algorithms.Name, limit *int64, window *time.Duration, onFailure *backend.FailurePolicy, mode *Mode) (bool, error) {
+func decodeRule(d configtree.Decoder, f configtree.Pair, p string, alg *algorithms.Name, limit *int64, window *time.Duration, onFailure *backend.FailurePolicy, mode *Mode) (bool, error) {
 	var err error
 	switch f.Key {
 	case "algorithm":
@@ -309,7 +310,7 @@ func decodeRule(d settings.Decoder, f settings.Pair, p string, alg *algorithms.N
 	case "window":
 		*window, err = d.Duration(f.Val, p)
 	case "on_failure":
-		*onFailure, err = d.FailurePolicy(f.Val, p)
+		*onFailure, err = policydecode.FailurePolicy(d, f.Val, p)
 	case "mode":
 		var s string
 		s, err = d.Str(f.Val, p)

@@ -63,7 +63,7 @@ descriptors:
 func TestConfigRefusals(t *testing.T) {
 	cases := []struct{ name, yaml, want string }{
 		{"unknown key", "domain: d\ndescriptors:\n  - key: k\n    rate_limt: {unit: second}\n",
-			"config.yaml:4: descriptors[0]: config error, unknown key 'rate_limt'; write one of key, value"},
+			"config.yaml:4: descriptors[0]: config error, unknown key 'rate_limt' (did you mean \"rate_limit\"?); write one of key, value"},
 		{"unknown key in a limit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      request_per_unit: 3\n",
 			"config.yaml:6: descriptors[0].rate_limit: config error, unknown key 'request_per_unit'"},
 		{"duplicate key at one level", "domain: d\ndescriptors:\n  - key: k\n    value: v\n  - key: k\n    value: v\n",
@@ -100,9 +100,9 @@ func TestConfigRefusals(t *testing.T) {
 			"config.yaml:5: descriptors[0].rate_limits[0].unlimited: unlimited in rate_limits"},
 		{"list of scalars", "domain: d\ndescriptors:\n  - k\n", "config.yaml:3: descriptors[0]: expected a mapping of key, value"},
 		{"non-string key", "domain: d\n1: x\n", "config.yaml:2: config error, key is not of type string: 1"},
-		{"key twice", "domain: d\ndomain: e\n", "config.yaml:2: domain: written twice at one level; keep one"},
+		{"key twice", "domain: d\ndomain: e\n", "config.yaml:2: domain: written twice at one level (also on line 1); keep one"},
 		{"two documents", "domain: d\n---\ndomain: e\n", "config.yaml:3: a second YAML document"},
-		{"bad yaml", "domain: [d\n", "config.yaml: not valid YAML"},
+		{"bad yaml", "domain: [d\n", "config.yaml:2: not valid YAML"},
 		{"empty", "", "config.yaml: the file is empty"},
 	}
 	for _, c := range cases {

@@ -69,62 +69,24 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	return resp, nil
 }
 
+// candidate is one limit a descriptor of the request matched.
+type candidate struct {
+	desc int
+	rule *rule
+	hits uint64
+	neg  bool
+	m    match
+	// fixed is the number of fixed windows among the descriptor's
+	// limits (sharesReferenceKey).
+	fixed int
+}
+
 // groups matches every descriptor, fills the statuses of those with no
 // limit to check, and returns the limit states to decide.
 func (s *Service) groups(rules *Rules, req *rlsv3.RateLimitRequest, now time.Time, resp *rlsv3.RateLimitResponse) ([]*group, error) {
-	type candidate struct {
-		desc int
-		rule *rule
-		hits uint64
-		neg  bool
-		m    match
-		// fixed is the number of fixed windows among the descriptor's
-		// limits (sharesReferenceKey).
-		fixed int
-	}
-	var cands []candidate
-	replaced := map[string]bool{}
-	for i, d := range req.GetDescriptors() {
-		resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-		hits := uint64(max(req.GetHitsAddend(), 1))
-		if h := d.GetHitsAddend(); h != nil {
-			hits = h.GetValue()
-		}
-		if o := d.GetLimit(); o != nil {
-			// As the reference: a domain with no configuration limits
-			// nothing, overrides included.
-			if rules.domains[req.GetDomain()] == nil {
-				continue
-			}
-			r, err := overrideRule(req.GetDomain(), d, o)
-			if err != nil {
-				return nil, err
-			}
-			r.override = true
-			cands = append(cands, candidate{i, r, hits, d.GetIsNegativeHits(), match{}, 1})
-			continue
-		}
-		m := rules.lookup(req.GetDomain(), d)
-		n := m.node
-		if n == nil {
-			continue
-		}
-		if n.unlimited {
-			resp.Statuses[i].LimitRemaining = math.MaxUint32
-			continue
-		}
-		fixed := 0
-		for _, r := range n.limits {
-			if r.alg.Algorithm == algorithms.FixedWindow {
-				fixed++
-			}
-		}
-		for _, r := range n.limits {
-			for _, name := range r.limit.Replaces {
-				replaced[name] = true
-			}
-			cands = append(cands, candidate{i, r, hits, d.GetIsNegativeHits(), m, fixed})
-		}
+	cands, replaced, err := candidates(rules, req, resp)
+	if err != nil {
+		return nil, err
 	}
 	var groups []*group
 	byState := map[string]*group{}
@@ -152,54 +114,118 @@ func (s *Service) groups(rules *Rules, req *rlsv3.RateLimitRequest, now time.Tim
 			g.descs = append(g.descs, c.desc)
 			continue
 		}
-		policy := c.rule.onFailure
-		if policy.Mode() == backend.ModeUnset {
-			policy = s.opts.onFailure
-		}
-		g := &group{
-			rule:   c.rule,
-			check:  check,
-			refund: c.neg,
-			descs:  []int{c.desc},
-			req: backend.Request{Key: key, Rule: c.rule.alg, Now: now, Cost: addCost(0, c.hits),
-				OnFailure: policy, Shadow: c.rule.shadow},
-		}
-		if sharesReferenceKey(c.rule, c.fixed) {
-			// Counted where envoyproxy/ratelimit counts it (keys.go),
-			// unless the values make that key longer than a store takes:
-			// then in limitkit's key, whose id is bounded.
-			if base := referenceKey(s.opts.prefix, req.GetDomain(), entries); len(base) <= backend.MaxExactKey {
-				g.req.Exact = backend.ExactKey{Base: base, Expiry: referenceExpiry(c.rule)}
-			}
-		}
-		if check {
-			g.req.Cost = 1
-			if g.refund {
-				g.req.Cost = addCost(0, c.hits) // 0: nothing to give back
-			}
-		}
+		g := s.newGroup(c, key, check, now, req.GetDomain(), entries)
 		if s.opts.stats != nil {
-			g.stat = c.rule.statKey
-			switch {
-			case c.m.statKey != "" && !c.rule.detailed:
-				// value_to_metric: values the configuration chose to show.
-				if s.stats.admit(c.m.statKey) {
-					g.stat = c.m.statKey
-				}
-			case c.rule.detailed:
-				full := c.m.statKey
-				if full == "" {
-					full = fullKey(req.GetDomain(), d.GetEntries())
-				}
-				if s.stats.admit(full) {
-					g.stat = full
-				}
-			}
+			g.stat = s.statKey(c, req.GetDomain(), d)
 		}
 		byState[state] = g
 		groups = append(groups, g)
 	}
 	return groups, nil
+}
+
+// candidates returns the limits the request's descriptors match, and the
+// names of limits they replace. It fills the statuses of descriptors
+// with no limit to check (OK; unlimited ones with all remaining).
+func candidates(rules *Rules, req *rlsv3.RateLimitRequest, resp *rlsv3.RateLimitResponse) ([]candidate, map[string]bool, error) {
+	var cands []candidate
+	replaced := map[string]bool{}
+	for i, d := range req.GetDescriptors() {
+		resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		hits := uint64(max(req.GetHitsAddend(), 1))
+		if h := d.GetHitsAddend(); h != nil {
+			hits = h.GetValue()
+		}
+		if o := d.GetLimit(); o != nil {
+			// As the reference: a domain with no configuration limits
+			// nothing, overrides included.
+			if rules.domains[req.GetDomain()] == nil {
+				continue
+			}
+			r, err := overrideRule(req.GetDomain(), d, o)
+			if err != nil {
+				return nil, nil, err
+			}
+			r.override = true
+			cands = append(cands, candidate{i, r, hits, d.GetIsNegativeHits(), match{}, 1})
+			continue
+		}
+		m := rules.lookup(req.GetDomain(), d)
+		n := m.node
+		if n == nil {
+			continue
+		}
+		if n.unlimited {
+			resp.Statuses[i].LimitRemaining = math.MaxUint32
+			continue
+		}
+		fixed := 0
+		for _, r := range n.limits {
+			if r.alg.Algorithm == algorithms.FixedWindow {
+				fixed++
+			}
+		}
+		for _, r := range n.limits {
+			for _, name := range r.limit.Replaces {
+				replaced[name] = true
+			}
+			cands = append(cands, candidate{i, r, hits, d.GetIsNegativeHits(), m, fixed})
+		}
+	}
+	return cands, replaced, nil
+}
+
+// newGroup is the limit state of candidate c at key, check-only or not.
+func (s *Service) newGroup(c candidate, key backend.Key, check bool, now time.Time, domain string, entries []*ratelimitv3.RateLimitDescriptor_Entry) *group {
+	policy := c.rule.onFailure
+	if policy.Mode() == backend.ModeUnset {
+		policy = s.opts.onFailure
+	}
+	g := &group{
+		rule:   c.rule,
+		check:  check,
+		refund: c.neg,
+		descs:  []int{c.desc},
+		req: backend.Request{Key: key, Rule: c.rule.alg, Now: now, Cost: addCost(0, c.hits),
+			OnFailure: policy, Shadow: c.rule.shadow},
+	}
+	if sharesReferenceKey(c.rule, c.fixed) {
+		// Counted where envoyproxy/ratelimit counts it (keys.go),
+		// unless the values make that key longer than a store takes:
+		// then in limitkit's key, whose id is bounded.
+		if base := referenceKey(s.opts.prefix, domain, entries); len(base) <= backend.MaxExactKey {
+			g.req.Exact = backend.ExactKey{Base: base, Expiry: referenceExpiry(c.rule)}
+		}
+	}
+	if check {
+		g.req.Cost = 1
+		if g.refund {
+			g.req.Cost = addCost(0, c.hits) // 0: nothing to give back
+		}
+	}
+	return g
+}
+
+// statKey is the statistics key of candidate c of descriptor d: the
+// rule's, or with WithStats a value the configuration chose to show
+// (value_to_metric) or, for detailed_metric, the request's full key.
+func (s *Service) statKey(c candidate, domain string, d *ratelimitv3.RateLimitDescriptor) string {
+	switch {
+	case c.m.statKey != "" && !c.rule.detailed:
+		// value_to_metric: values the configuration chose to show.
+		if s.stats.admit(c.m.statKey) {
+			return c.m.statKey
+		}
+	case c.rule.detailed:
+		full := c.m.statKey
+		if full == "" {
+			full = fullKey(domain, d.GetEntries())
+		}
+		if s.stats.admit(full) {
+			return full
+		}
+	}
+	return c.rule.statKey
 }
 
 // overridePrefix is the key prefix of every limit override, whatever its
@@ -240,73 +266,97 @@ func (g *group) possible() bool {
 // limits all or nothing in one TakeAll, then the shadow limits. It
 // reports whether the request is refused.
 func (s *Service) decide(ctx context.Context, groups []*group) (bool, error) {
-	var enforced, shadow []*group
-	refused := false
-	// Quota-mode limits (quota_mode) refuse the request only when every
-	// one of them refuses, as in the reference; the others refuse alone.
-	quotas, quotasDenied := 0, 0
+	enforced, shadow, refused, quotas, err := s.sortGroups(ctx, groups)
+	if err != nil {
+		return false, err
+	}
+	if len(enforced) > backend.MaxRequests {
+		return false, status.Errorf(codes.InvalidArgument, "the request has %d limits to check; at most %d in one request", len(enforced), backend.MaxRequests)
+	}
+	refused = refused || quotas.allDenied()
+	pending, refused, err := s.takeEnforced(ctx, enforced, refused, &quotas)
+	if err != nil {
+		return false, err
+	}
+	if refused {
+		if err := s.peekHeld(ctx, pending); err != nil {
+			return false, err
+		}
+	}
+	if err := s.decideShadow(ctx, shadow, refused); err != nil {
+		return false, err
+	}
+	return refused, nil
+}
+
+// quotaCount counts a request's quota-mode limits (quota_mode), and those
+// that refuse it: they refuse the request only when every one of them
+// refuses, as in the reference; the others refuse alone.
+type quotaCount struct{ all, denied int }
+
+func (q quotaCount) allDenied() bool { return q.all > 0 && q.denied == q.all }
+
+// sortGroups gives back the refunds and decides the checks, and returns
+// the enforced and shadow groups left to decide, whether a check (or a
+// limit no request can pass) already refuses the request, and the
+// quota-mode limits counted so far.
+func (s *Service) sortGroups(ctx context.Context, groups []*group) (enforced, shadow []*group, refused bool, q quotaCount, err error) {
 	for _, g := range groups {
 		quota := (g.rule.quota || s.opts.quota) && !g.rule.shadow && !g.refund
 		if quota {
-			quotas++
+			q.all++
 		}
 		switch {
 		case g.refund:
-			if err := s.giveBack(ctx, g); err != nil {
-				return false, err
-			}
+			err = s.giveBack(ctx, g)
 		case g.check:
-			if err := s.checkOnly(ctx, g); err != nil {
-				return false, err
-			}
+			err = s.checkOnly(ctx, g)
 			if g.denied && quota {
-				quotasDenied++
+				q.denied++
 			}
 			refused = refused || (g.denied && !g.rule.shadow && !quota)
 		case g.rule.shadow:
 			shadow = append(shadow, g)
 		default:
 			if !g.possible() {
-				g.denied = true
-				g.res = backend.Result{Limit: g.rule.alg.Limit, RetryAfter: g.rule.alg.Window, ResetAfter: g.rule.alg.Window}
+				g.refuseImpossible()
 				if quota {
-					quotasDenied++
+					q.denied++
 					continue
 				}
 				refused = true
 			}
 			enforced = append(enforced, g)
 		}
+		if err != nil {
+			return nil, nil, false, q, err
+		}
 	}
-	if len(enforced) > backend.MaxRequests {
-		return false, status.Errorf(codes.InvalidArgument, "the request has %d limits to check; at most %d in one request", len(enforced), backend.MaxRequests)
-	}
-	allQuotasDenied := func() bool { return quotas > 0 && quotasDenied == quotas }
-	refused = refused || allQuotasDenied()
-	pending := enforced
+	return enforced, shadow, refused, q, nil
+}
+
+// refuseImpossible refuses g, whose cost is past its limit, without asking
+// the store.
+func (g *group) refuseImpossible() {
+	g.denied = true
+	g.res = backend.Result{Limit: g.rule.alg.Limit, RetryAfter: g.rule.alg.Window, ResetAfter: g.rule.alg.Window}
+}
+
+// takeEnforced decides the enforced groups pending all or nothing, unless
+// the request is refused already. Quota-mode limits that refuse leave the
+// request to the others (taken again without them) unless all refused.
+// It returns the groups of the last TakeAll and whether it refused.
+func (s *Service) takeEnforced(ctx context.Context, pending []*group, refused bool, q *quotaCount) ([]*group, bool, error) {
 	for !refused && len(pending) > 0 {
 		var err error
 		if refused, err = s.takeAll(ctx, pending); err != nil {
-			return false, err
+			return nil, false, err
 		}
 		if !refused {
 			break
 		}
-		// Refused: by an enforced limit, or by quota-mode limits alone,
-		// which leave the request to the others unless all refused.
-		var rest []*group
-		byQuota := true
-		for _, g := range pending {
-			switch {
-			case g.denied && !g.rule.quota && !s.opts.quota:
-				byQuota = false
-			case g.denied:
-				quotasDenied++
-			default:
-				rest = append(rest, g)
-			}
-		}
-		if !byQuota || allQuotasDenied() {
+		rest, byQuota := s.quotaRefusals(pending, q)
+		if !byQuota || q.allDenied() {
 			break
 		}
 		for _, g := range rest {
@@ -314,22 +364,49 @@ func (s *Service) decide(ctx context.Context, groups []*group) (bool, error) {
 		}
 		pending, refused = rest, false
 	}
-	if refused {
-		for _, g := range pending {
-			if g.res == (backend.Result{}) && !g.denied && g.possible() {
-				if err := s.peek(ctx, g); err != nil {
-					return false, err
-				}
-			}
-			g.held = !g.denied
+	return pending, refused, nil
+}
+
+// quotaRefusals sorts a refused TakeAll's groups: it counts the refusing
+// quota-mode limits in q, and returns the groups that did not refuse and
+// whether quota-mode limits alone refused.
+func (s *Service) quotaRefusals(pending []*group, q *quotaCount) (rest []*group, byQuota bool) {
+	byQuota = true
+	for _, g := range pending {
+		switch {
+		case g.denied && !g.rule.quota && !s.opts.quota:
+			byQuota = false
+		case g.denied:
+			q.denied++
+		default:
+			rest = append(rest, g)
 		}
 	}
+	return rest, byQuota
+}
+
+// peekHeld reads the groups of a refused request that admitted it and
+// have no result yet: they hold what they have, unconsumed.
+func (s *Service) peekHeld(ctx context.Context, pending []*group) error {
+	for _, g := range pending {
+		if g.res == (backend.Result{}) && !g.denied && g.possible() {
+			if err := s.peek(ctx, g); err != nil {
+				return err
+			}
+		}
+		g.held = !g.denied
+	}
+	return nil
+}
+
+// decideShadow decides the shadow groups: taken when the request is
+// admitted, read when it is refused.
+func (s *Service) decideShadow(ctx context.Context, shadow []*group, refused bool) error {
 	for _, g := range shadow {
 		var err error
 		switch {
 		case !g.possible():
-			g.denied = true
-			g.res = backend.Result{Limit: g.rule.alg.Limit, RetryAfter: g.rule.alg.Window, ResetAfter: g.rule.alg.Window}
+			g.refuseImpossible()
 		case refused:
 			err = s.peek(ctx, g)
 			g.held = !g.denied
@@ -337,10 +414,10 @@ func (s *Service) decide(ctx context.Context, groups []*group) (bool, error) {
 			err = s.take(ctx, g)
 		}
 		if err != nil {
-			return false, err
+			return err
 		}
 	}
-	return refused, nil
+	return nil
 }
 
 // takeAll decides the enforced groups in one TakeAll. Each group's status
@@ -354,18 +431,7 @@ func (s *Service) takeAll(ctx context.Context, gs []*group) (bool, error) {
 	var sink backend.EachResults
 	res, err := s.store.TakeAll(backend.WithEachResults(ctx, &sink), reqs)
 	if err != nil {
-		if err := s.storeError(ctx, err); err != nil {
-			return false, err
-		}
-		refused := false
-		for _, g := range gs {
-			s.onFailure(g)
-			refused = refused || g.denied
-		}
-		for _, g := range gs {
-			g.held = refused && !g.denied
-		}
-		return refused, nil
+		return s.takeAllFailed(ctx, gs, err)
 	}
 	if res.Degraded && s.opts.errorOnFailure {
 		return false, status.Error(codes.Unavailable, "rls: the rate limit store is unavailable")
@@ -386,11 +452,36 @@ func (s *Service) takeAll(ctx context.Context, gs []*group) (bool, error) {
 	}
 	decided := gs[res.Rule]
 	decided.res, decided.denied = res, !res.Allowed
-	// A store (or wrapper) that did not say how each limit stands: the
-	// others are read at once (a Redis store batches concurrent peeks).
-	// When admitted, a peek of one unit reads what is left after the
-	// request; when refused, a peek of its cost says whether this limit
-	// alone would have let it pass.
+	if err := s.peekOthers(ctx, gs, res); err != nil {
+		return false, err
+	}
+	return !res.Allowed, nil
+}
+
+// takeAllFailed decides the groups of a TakeAll the store failed (err),
+// each by its failure policy. It reports whether the request was refused.
+func (s *Service) takeAllFailed(ctx context.Context, gs []*group, err error) (bool, error) {
+	if err := s.storeError(ctx, err); err != nil {
+		return false, err
+	}
+	refused := false
+	for _, g := range gs {
+		s.onFailure(g)
+		refused = refused || g.denied
+	}
+	for _, g := range gs {
+		g.held = refused && !g.denied
+	}
+	return refused, nil
+}
+
+// peekOthers reads the groups a TakeAll decided as res without saying how
+// each limit stands (a store or wrapper without backend.EachResults): all
+// but the deciding one, at once (a Redis store batches concurrent
+// peeks). When admitted, a peek of one unit reads what is left after the
+// request; when refused, a peek of its cost says whether this limit alone
+// would have let it pass.
+func (s *Service) peekOthers(ctx context.Context, gs []*group, res backend.Result) error {
 	errs := make([]error, len(gs))
 	var wg sync.WaitGroup
 	for i, g := range gs {
@@ -417,10 +508,10 @@ func (s *Service) takeAll(ctx context.Context, gs []*group) (bool, error) {
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
-			return false, err
+			return err
 		}
 	}
-	return !res.Allowed, nil
+	return nil
 }
 
 // giveBack gives g's units back (negative hits) where its algorithm can

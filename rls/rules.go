@@ -12,6 +12,7 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/internal/configtree"
 )
 
 // Rules is a compiled configuration: every domain's descriptor tree, ready
@@ -121,7 +122,7 @@ func compile(merge bool, configs []*DomainConfig) (*Rules, error) {
 		}
 		if first, dup := from[c.Domain]; dup {
 			return nil, &ConfigError{File: c.File, Path: "domain", Err: fmt.Errorf("duplicate domain '%s' in config file (also in %s); merge the two files or rename one domain",
-				shorten(c.Domain), first)}
+				configtree.Shorten(c.Domain), first)}
 		}
 		from[c.Domain] = c.File
 		root := &node{statKey: c.Domain}
@@ -154,11 +155,11 @@ func compileLevel(c *DomainConfig, parent *node, ds []*Descriptor, statPrefix st
 			composite += "_" + d.Value
 		}
 		if _, dup := parent.children[composite]; dup {
-			return &ConfigError{File: c.File, Line: d.Line, Err: fmt.Errorf("duplicate descriptor composite key '%s'; merge the two", shorten(statPrefix+composite))}
+			return &ConfigError{File: c.File, Line: d.Line, Err: fmt.Errorf("duplicate descriptor composite key '%s'; merge the two", configtree.Shorten(statPrefix+composite))}
 		}
 		if d.ShareThreshold && !strings.Contains(composite, "*") {
 			return &ConfigError{File: c.File, Line: d.Line, Err: fmt.Errorf("share_threshold can only be used with wildcard values (containing '*'), but found key '%s'; add a '*' to the value or remove share_threshold",
-				shorten(composite))}
+				configtree.Shorten(composite))}
 		}
 		n := &node{unlimited: d.Unlimited, shadow: d.ShadowMode, detailed: d.DetailedMetric, share: d.ShareThreshold,
 			valueToMetric: d.ValueToMetric, statKey: statPrefix + composite}
@@ -215,7 +216,7 @@ func compileLimit(c *DomainConfig, n *node, l Limit) (*rule, error) {
 		ru.current.UnitMultiplier = wrapperspb.UInt32(l.UnitMultiplier)
 	}
 	if a := algorithms.Lookup(l.Algorithm); a == nil || a.HoldsLeases() {
-		return nil, &ConfigError{File: c.File, Line: l.Line, Err: fmt.Errorf("algorithm '%s' is not a rate algorithm; write fixed_window, sliding_log, sliding_counter, compact_log, two_level or gcra", shorten(string(l.Algorithm)))}
+		return nil, &ConfigError{File: c.File, Line: l.Line, Err: fmt.Errorf("algorithm '%s' is not a rate algorithm; write fixed_window, sliding_log, sliding_counter, compact_log, two_level or gcra", configtree.Shorten(string(l.Algorithm)))}
 	}
 	if l.RequestsPerUnit > 0 {
 		if err := ru.alg.Validate(); err != nil {

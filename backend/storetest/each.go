@@ -18,18 +18,7 @@ import (
 // Remaining of a Peek of one unit after an admission (what is left).
 func takeAllEach(c *checker) {
 	rng := rand.New(rand.NewPCG(3, 5))
-	names := algorithms.Names()
-	var pool []part
-	for i, alg := range names {
-		if algorithms.Lookup(alg).HoldsLeases() {
-			continue // a lease's Remaining counts leases, and one call holds one
-		}
-		pool = append(pool, part{
-			prefix: fmt.Sprintf("each:%s:", alg),
-			id:     fmt.Sprint("id", i%2),
-			rule:   algorithms.Rule{Algorithm: alg, Limit: int64(3 + rng.IntN(4)), Window: time.Duration(1000+rng.IntN(1000)) * time.Millisecond},
-		})
-	}
+	pool := eachPool(rng)
 	states := map[string]*algorithms.State{}
 	now := 5 * time.Second
 	latest := now
@@ -39,23 +28,7 @@ func takeAllEach(c *checker) {
 		var cost int64
 		now, parts, cost = replay{stay: 40, creep: 95, maxCreep: 250, maxBack: 2000, minParts: 2, moreParts: 2, anyCostOneIn: 3}.next(rng, pool, now)
 		now, latest = floorFixed(now, latest, poolRules(pool)...)
-		nowMs := base.Add(now).UnixMilli()
-		want := make([]backend.Result, len(parts))
-		all := true
-		for k, p := range parts {
-			s := states[p.prefix+p.id]
-			if s == nil {
-				s = &algorithms.State{}
-				states[p.prefix+p.id] = s
-			}
-			want[k] = backend.ResultOf(p.rule, p.rule.Peek(s, nowMs, cost))
-			all = all && want[k].Allowed
-		}
-		if all {
-			for k, p := range parts {
-				want[k] = backend.ResultOf(p.rule, p.rule.Take(states[p.prefix+p.id], nowMs, cost))
-			}
-		}
+		want, all := goEngineTakeAll(states, parts, base.Add(now).UnixMilli(), cost)
 		var sink backend.EachResults
 		sub := *c
 		sub.ctx = backend.WithEachResults(c.ctx, &sink)
@@ -76,31 +49,80 @@ func takeAllEach(c *checker) {
 		} else {
 			denied++
 		}
-		for k, p := range parts {
-			e := each[k]
-			if !c.expect(fmt.Sprintf("%s: Each[%d] against the Go engine", what, k), e, want[k]) {
-				return
-			}
-			peekCost := cost
-			if all {
-				peekCost = 1
-			}
-			sub := *c
-			sub.prefix = c.prefix + p.prefix
-			peek, ok := sub.peek(p.id, p.rule, now, peekCost)
-			if !ok {
-				return
-			}
-			if all && e.Remaining != peek.Remaining {
-				c.r.Errorf("%s: admitted, Each[%d].Remaining %d, but a Peek right after reports %d", what, k, e.Remaining, peek.Remaining)
-				return
-			}
-			if !all && !c.expect(fmt.Sprintf("%s: denied, Each[%d] against a Peek of its cost", what, k), e, peek) {
-				return
-			}
+		if !checkEach(c, what, parts, each, want, all, now, cost) {
+			return
 		}
 	}
 	if admitted == 0 || denied == 0 {
 		c.r.Errorf("take_all/each: %d admitted and %d denied calls; the sequence must exercise both", admitted, denied)
 	}
+}
+
+// eachPool is a part per rate algorithm, of random limits and windows.
+func eachPool(rng *rand.Rand) []part {
+	var pool []part
+	for i, alg := range algorithms.Names() {
+		if algorithms.Lookup(alg).HoldsLeases() {
+			continue // a lease's Remaining counts leases, and one call holds one
+		}
+		pool = append(pool, part{
+			prefix: fmt.Sprintf("each:%s:", alg),
+			id:     fmt.Sprint("id", i%2),
+			rule:   algorithms.Rule{Algorithm: alg, Limit: int64(3 + rng.IntN(4)), Window: time.Duration(1000+rng.IntN(1000)) * time.Millisecond},
+		})
+	}
+	return pool
+}
+
+// goEngineTakeAll is TakeAll of parts on the Go engine's states: each
+// part's result, and whether all admitted (then all took cost).
+func goEngineTakeAll(states map[string]*algorithms.State, parts []part, nowMs, cost int64) ([]backend.Result, bool) {
+	want := make([]backend.Result, len(parts))
+	all := true
+	for k, p := range parts {
+		s := states[p.prefix+p.id]
+		if s == nil {
+			s = &algorithms.State{}
+			states[p.prefix+p.id] = s
+		}
+		want[k] = backend.ResultOf(p.rule, p.rule.Peek(s, nowMs, cost))
+		all = all && want[k].Allowed
+	}
+	if all {
+		for k, p := range parts {
+			want[k] = backend.ResultOf(p.rule, p.rule.Take(states[p.prefix+p.id], nowMs, cost))
+		}
+	}
+	return want, all
+}
+
+// checkEach checks each result of a TakeAll (what) against the Go
+// engine's (want) and against a Peek right after: admitted (all), what is
+// left; refused, what a request of its cost would get. It reports whether
+// all agreed (false: reported, stop).
+func checkEach(c *checker, what string, parts []part, each, want []backend.Result, all bool, now time.Duration, cost int64) bool {
+	for k, p := range parts {
+		e := each[k]
+		if !c.expect(fmt.Sprintf("%s: Each[%d] against the Go engine", what, k), e, want[k]) {
+			return false
+		}
+		peekCost := cost
+		if all {
+			peekCost = 1
+		}
+		sub := *c
+		sub.prefix = c.prefix + p.prefix
+		peek, ok := sub.peek(p.id, p.rule, now, peekCost)
+		if !ok {
+			return false
+		}
+		if all && e.Remaining != peek.Remaining {
+			c.r.Errorf("%s: admitted, Each[%d].Remaining %d, but a Peek right after reports %d", what, k, e.Remaining, peek.Remaining)
+			return false
+		}
+		if !all && !c.expect(fmt.Sprintf("%s: denied, Each[%d] against a Peek of its cost", what, k), e, peek) {
+			return false
+		}
+	}
+	return true
 }

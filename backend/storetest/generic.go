@@ -296,90 +296,112 @@ func sameAsGoEngine(c *checker, rule algorithms.Rule) {
 	rng := rand.New(rand.NewPCG(uint64(len(rule.Algorithm)), 42))
 	rule.Window = 2 * time.Second
 	rule.Limit = 7
-	ids := []string{"x", "y{", "}z"}
-	states := map[string]*algorithms.State{}
-	leases := map[string][]int64{} // the leases granted per id
-	now := 5 * time.Second
-	latest, windowChanged := now, false
+	w := &goEngineWalk{c: c, rng: rng, rule: rule, states: map[string]*algorithms.State{}, leases: map[string][]int64{},
+		now: 5 * time.Second, latest: 5 * time.Second}
 	for i := range 600 {
-		switch p := rng.IntN(100); {
-		case p < 30:
-		case p < 90:
-			now += time.Duration(rng.IntN(400)) * time.Millisecond
-		case p < 97:
-			now -= time.Duration(rng.IntN(5000)) * time.Millisecond
-		case p < 98:
-			now += time.Hour
-		case p < 99:
-			rule.Limit = int64(3 + rng.IntN(8))
-		default:
-			rule.Window = time.Duration(700+rng.IntN(3000)) * time.Millisecond
-			windowChanged = true
-		}
-		now = max(now, 0)
-		floorRule := rule
-		if windowChanged {
-			floorRule.Window = 0 // the window changed: never back again
-		}
-		now, latest = floorFixed(now, latest, floorRule)
-		id := ids[rng.IntN(len(ids))]
-		st := states[id]
-		if st == nil {
-			st = &algorithms.State{}
-			states[id] = st
-		}
-		cost := int64(1 + rng.IntN(int(rule.Limit)))
-		if rng.IntN(2) == 0 {
-			cost = 1
-		}
-		nowMs := base.Add(now).UnixMilli()
-		var got backend.Result
-		var ok bool
-		var want algorithms.Outcome
-		op := "Take"
-		switch p := rng.IntN(100); {
-		case p < 4:
-			delete(states, id)
-			if !c.reset(id, rule, now) {
-				return
-			}
-			continue
-		case p < 20:
-			op = "Peek"
-			want = rule.Peek(st, nowMs, cost)
-			got, ok = c.peek(id, rule, now, cost)
-		case p < 35 && rule.HoldsLeases() && len(leases[id]) > 0:
-			// Release a lease granted earlier (held, expired or released).
-			lease := leases[id][rng.IntN(len(leases[id]))]
-			wantHeld := rule.Release(st, nowMs, lease)
-			held, ok := c.release(id, rule, now, cost, lease)
-			if !ok {
-				return
-			}
-			if held != wantHeld {
-				c.r.Errorf("step %d: Release(%q, lease %d) at %v: held %v, want %v", i, id, lease, now, held, wantHeld)
-				return
-			}
-			continue
-		case p < 45 && rule.HoldsLeases() && len(leases[id]) > 0:
-			op = "Renew"
-			lease := leases[id][rng.IntN(len(leases[id]))]
-			want = rule.Renew(st, nowMs, lease, cost)
-			got, ok = c.renew(id, rule, now, cost, lease)
-		default:
-			want = rule.Take(st, nowMs, cost)
-			got, ok = c.take(id, rule, now, cost)
-		}
-		what := fmt.Sprintf("step %d: %s(%q, limit %d, cost %d) at %v", i, op, id, rule.Limit, cost, now)
-		wantRes := backend.ResultOf(rule, want)
-		if want.Allowed && op != "Peek" && rule.HoldsLeases() {
-			wantRes.Lease = rule.ChargedAt(st, nowMs)
-			leases[id] = append(leases[id], wantRes.Lease)
-		}
-		if !ok || !c.expect(what, got, wantRes) {
+		w.advance()
+		if !w.step(i) {
 			return
 		}
 	}
+}
+
+// goEngineWalk is the state of sameAsGoEngine's random walk: the Go
+// engine's state per id beside the store's.
+type goEngineWalk struct {
+	c             *checker
+	rng           *rand.Rand
+	rule          algorithms.Rule
+	states        map[string]*algorithms.State
+	leases        map[string][]int64 // the leases granted per id
+	now, latest   time.Duration
+	windowChanged bool
+}
+
+// goEngineIDs are the walk's ids, two with braces.
+var goEngineIDs = []string{"x", "y{", "}z"}
+
+// advance moves the clock (mostly forward, sometimes back or an hour
+// ahead) or changes the rule.
+func (w *goEngineWalk) advance() {
+	switch p := w.rng.IntN(100); {
+	case p < 30:
+	case p < 90:
+		w.now += time.Duration(w.rng.IntN(400)) * time.Millisecond
+	case p < 97:
+		w.now -= time.Duration(w.rng.IntN(5000)) * time.Millisecond
+	case p < 98:
+		w.now += time.Hour
+	case p < 99:
+		w.rule.Limit = int64(3 + w.rng.IntN(8))
+	default:
+		w.rule.Window = time.Duration(700+w.rng.IntN(3000)) * time.Millisecond
+		w.windowChanged = true
+	}
+	w.now = max(w.now, 0)
+	floorRule := w.rule
+	if w.windowChanged {
+		floorRule.Window = 0 // the window changed: never back again
+	}
+	w.now, w.latest = floorFixed(w.now, w.latest, floorRule)
+}
+
+// step runs one random call on the store and the Go engine, and reports
+// whether they agreed (false: reported, stop).
+func (w *goEngineWalk) step(i int) bool {
+	c, rule, now := w.c, w.rule, w.now
+	id := goEngineIDs[w.rng.IntN(len(goEngineIDs))]
+	st := w.states[id]
+	if st == nil {
+		st = &algorithms.State{}
+		w.states[id] = st
+	}
+	cost := int64(1 + w.rng.IntN(int(rule.Limit)))
+	if w.rng.IntN(2) == 0 {
+		cost = 1
+	}
+	nowMs := base.Add(now).UnixMilli()
+	leases := w.leases[id]
+	switch p := w.rng.IntN(100); {
+	case p < 4:
+		delete(w.states, id)
+		return c.reset(id, rule, now)
+	case p < 20:
+		want := rule.Peek(st, nowMs, cost)
+		got, ok := c.peek(id, rule, now, cost)
+		return w.expect(i, "Peek", id, st, cost, want, got, ok)
+	case p < 35 && rule.HoldsLeases() && len(leases) > 0:
+		// Release a lease granted earlier (held, expired or released).
+		lease := leases[w.rng.IntN(len(leases))]
+		wantHeld := rule.Release(st, nowMs, lease)
+		held, ok := c.release(id, rule, now, cost, lease)
+		if ok && held != wantHeld {
+			c.r.Errorf("step %d: Release(%q, lease %d) at %v: held %v, want %v", i, id, lease, now, held, wantHeld)
+		}
+		return ok && held == wantHeld
+	case p < 45 && rule.HoldsLeases() && len(leases) > 0:
+		lease := leases[w.rng.IntN(len(leases))]
+		want := rule.Renew(st, nowMs, lease, cost)
+		got, ok := c.renew(id, rule, now, cost, lease)
+		return w.expect(i, "Renew", id, st, cost, want, got, ok)
+	default:
+		want := rule.Take(st, nowMs, cost)
+		got, ok := c.take(id, rule, now, cost)
+		return w.expect(i, "Take", id, st, cost, want, got, ok)
+	}
+}
+
+// expect checks the store's answer got (ok: it answered) to op of step i
+// is the Go engine's, want, and records a lease it granted.
+func (w *goEngineWalk) expect(i int, op, id string, st *algorithms.State, cost int64, want algorithms.Outcome, got backend.Result, ok bool) bool {
+	rule := w.rule
+	what := fmt.Sprintf("step %d: %s(%q, limit %d, cost %d) at %v", i, op, id, rule.Limit, cost, w.now)
+	wantRes := backend.ResultOf(rule, want)
+	if want.Allowed && op != "Peek" && rule.HoldsLeases() {
+		wantRes.Lease = rule.ChargedAt(st, base.Add(w.now).UnixMilli())
+		w.leases[id] = append(w.leases[id], wantRes.Lease)
+	}
+	return ok && w.c.expect(what, got, wantRes)
 }
 
 // invalidInput checks that bad requests are errors wrapping the sentinels.

@@ -170,39 +170,13 @@ func leaseExpiry(c *checker) {
 // a new id; the old id is then not held; a renewal after expiry is refused
 // and changes nothing.
 func leaseRenew(c *checker) {
-	ids, ok := c.acquireN("k", at, 3)
+	ids, r, ok := leaseRenewHeld(c)
 	if !ok {
-		return
-	}
-	r, ok := c.renew("k", leaseRule, at+8*time.Second, 1, ids[0])
-	if !ok {
-		return
-	}
-	if !r.Allowed || r.Lease <= ids[2] || r.Remaining != 0 || r.ResetAfter != leaseRule.Window {
-		c.r.Errorf("renew of a held lease: got %+v, want admitted, a new id above %d, remaining 0, reset %v", r, ids[2], leaseRule.Window)
 		return
 	}
 	// At window+1 s the other two expired; the renewed one holds on.
 	t := at + leaseRule.Window + time.Second
-	p, ok := c.peek("k", leaseRule, t, 1)
-	if ok && p.Remaining != 2 {
-		c.r.Errorf("peek when the renewed lease alone is held: got %+v, want remaining 2", p)
-		return
-	}
-	if !c.wantHeld("release of the id before the renewal", "k", t, ids[0], false) {
-		return
-	}
-	late, ok := c.renew("k", leaseRule, t, 1, ids[1])
-	if !ok {
-		return
-	}
-	if late.Allowed || late.Lease != 0 || late.Remaining != 2 {
-		c.r.Errorf("renew after expiry: got %+v, want refused (Allowed false), no lease, remaining 2", late)
-		return
-	}
-	p2, ok := c.peek("k", leaseRule, t, 1)
-	if ok && p2.Remaining != 2 {
-		c.r.Errorf("after a refused renewal: got %+v, want remaining 2 (nothing taken)", p2)
+	if !leaseRenewExpired(c, ids, t) {
 		return
 	}
 	// Renewed again and released: its slot comes back.
@@ -220,6 +194,52 @@ func leaseRenew(c *checker) {
 			c.r.Errorf("after releasing every lease: got %+v, want remaining 3", p3)
 		}
 	}
+}
+
+// leaseRenewHeld acquires three leases and renews the first: it returns
+// their ids, the renewal, and whether all went as it should.
+func leaseRenewHeld(c *checker) ([]int64, backend.Result, bool) {
+	ids, ok := c.acquireN("k", at, 3)
+	if !ok {
+		return nil, backend.Result{}, false
+	}
+	r, ok := c.renew("k", leaseRule, at+8*time.Second, 1, ids[0])
+	if !ok {
+		return nil, backend.Result{}, false
+	}
+	if !r.Allowed || r.Lease <= ids[2] || r.Remaining != 0 || r.ResetAfter != leaseRule.Window {
+		c.r.Errorf("renew of a held lease: got %+v, want admitted, a new id above %d, remaining 0, reset %v", r, ids[2], leaseRule.Window)
+		return nil, backend.Result{}, false
+	}
+	return ids, r, true
+}
+
+// leaseRenewExpired checks at t, when the leases ids[1:] expired and the
+// renewal of ids[0] holds on, that the old id is no longer held and an
+// expired lease is not renewed.
+func leaseRenewExpired(c *checker, ids []int64, t time.Duration) bool {
+	p, ok := c.peek("k", leaseRule, t, 1)
+	if ok && p.Remaining != 2 {
+		c.r.Errorf("peek when the renewed lease alone is held: got %+v, want remaining 2", p)
+		return false
+	}
+	if !c.wantHeld("release of the id before the renewal", "k", t, ids[0], false) {
+		return false
+	}
+	late, ok := c.renew("k", leaseRule, t, 1, ids[1])
+	if !ok {
+		return false
+	}
+	if late.Allowed || late.Lease != 0 || late.Remaining != 2 {
+		c.r.Errorf("renew after expiry: got %+v, want refused (Allowed false), no lease, remaining 2", late)
+		return false
+	}
+	p2, ok := c.peek("k", leaseRule, t, 1)
+	if ok && p2.Remaining != 2 {
+		c.r.Errorf("after a refused renewal: got %+v, want remaining 2 (nothing taken)", p2)
+		return false
+	}
+	return true
 }
 
 // leaseReset: Reset frees every slot; the leases held before it are not
@@ -372,28 +392,8 @@ func leaseTakeAll(c *checker) {
 	rate := part{"rate:", "u", algorithms.Rule{Algorithm: algorithms.SlidingLog, Limit: 4, Window: time.Hour}}
 	lease := part{"lease:", "u", algorithms.Rule{Algorithm: algorithms.Concurrency, Limit: 2, Window: 10 * time.Second}}
 	both := []part{rate, lease}
-	var ids []int64
-	for i := range 2 {
-		res, ok := c.takeAll(both, at, 1)
-		if !ok {
-			return
-		}
-		if !res.Allowed || res.Lease <= 0 {
-			c.r.Errorf("TakeAll %d with a lease free: got %+v, want admitted with a lease id", i+1, res)
-			return
-		}
-		ids = append(ids, res.Lease)
-	}
-	res, ok := c.takeAll(both, at, 1)
+	ids, ok := leaseTakeAllFull(c, both)
 	if !ok {
-		return
-	}
-	if res.Allowed || res.Lease != 0 || res.Rule != 1 {
-		c.r.Errorf("TakeAll with both leases held: got %+v, want denied by request 1 and no lease", res)
-		return
-	}
-	if p, ok := c.peekPart(rate, at); !ok || p.Remaining != 2 {
-		c.r.Errorf("rate limit after a lease denial: remaining %d, want 2 (the denial took nothing)", p.Remaining)
 		return
 	}
 	sub := *c
@@ -410,7 +410,7 @@ func leaseTakeAll(c *checker) {
 	if !sub.wantHeldRule2(lease, ids[1]) {
 		return
 	}
-	res, ok = c.takeAll(both, at, 2)
+	res, ok := c.takeAll(both, at, 2)
 	if !ok {
 		return
 	}
@@ -421,6 +421,37 @@ func leaseTakeAll(c *checker) {
 	if p, ok := c.peekPart(lease, at); ok && p.Remaining != 1 {
 		c.r.Errorf("lease slots after a rate denial: remaining %d, want 1 (the denial took no lease)", p.Remaining)
 	}
+}
+
+// leaseTakeAllFull takes both (a rate limit of 4 and 2 lease slots) until
+// the leases are all held, then once more: refused by the leases, taking
+// nothing. It returns the lease ids and whether all went as it should.
+func leaseTakeAllFull(c *checker, both []part) ([]int64, bool) {
+	var ids []int64
+	for i := range 2 {
+		res, ok := c.takeAll(both, at, 1)
+		if !ok {
+			return nil, false
+		}
+		if !res.Allowed || res.Lease <= 0 {
+			c.r.Errorf("TakeAll %d with a lease free: got %+v, want admitted with a lease id", i+1, res)
+			return nil, false
+		}
+		ids = append(ids, res.Lease)
+	}
+	res, ok := c.takeAll(both, at, 1)
+	if !ok {
+		return nil, false
+	}
+	if res.Allowed || res.Lease != 0 || res.Rule != 1 {
+		c.r.Errorf("TakeAll with both leases held: got %+v, want denied by request 1 and no lease", res)
+		return nil, false
+	}
+	if p, ok := c.peekPart(both[0], at); !ok || p.Remaining != 2 {
+		c.r.Errorf("rate limit after a lease denial: remaining %d, want 2 (the denial took nothing)", p.Remaining)
+		return nil, false
+	}
+	return ids, true
 }
 
 func (c *checker) wantHeldRule2(p part, lease int64) bool {

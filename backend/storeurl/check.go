@@ -93,32 +93,7 @@ func predial(ctx context.Context, t *target) error {
 // the error tells. sentinel, when not nil, asks the sentinels what they
 // know of the master.
 func explain(err error, t *target, sentinel func() string) error {
-	msg := err.Error()
-	hint := ""
-	var op *net.OpError
-	switch {
-	case strings.Contains(msg, "looks like TLS (rediss://)") || strings.Contains(msg, "tls_"):
-		// The TLS dialer said why already.
-	case strings.Contains(msg, "WRONGPASS"):
-		hint = "the server refused the user name and password: check the password (the URL's userinfo, or WithPassword) and the user"
-	case strings.Contains(msg, "NOAUTH"):
-		hint = "the server requires a password: give it in the URL (redis://:PASSWORD@host:port) or with WithPassword"
-	case strings.Contains(msg, "without any password configured"):
-		hint = "the server has no password set but one was given: remove it, or set requirepass on the server"
-	case strings.Contains(msg, "NOPERM"):
-		hint = "the ACL user may not run scripts (EVAL_RO and the commands the stores send): grant them"
-	case strings.Contains(msg, "tls: first record does not look like a TLS handshake"):
-		hint = "the server answers without TLS: write redis:// instead of rediss://"
-	case strings.Contains(msg, "malformed HTTP response") || strings.Contains(msg, "unexpected ") && t.tlsConfig() == nil && t.kind != Memory:
-		hint = "the server does not speak plain Redis: if it has TLS on, write rediss://"
-	case t.tlsConfig() == nil && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || strings.HasSuffix(msg, ": EOF")):
-		hint = "the server closed the connection without a reply: if it speaks TLS only, write rediss://"
-	case errors.Is(err, syscall.ECONNREFUSED):
-		hint = "nothing listens at that address: check the host and port, and that the server is up"
-	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &op) && op.Timeout():
-		hint = fmt.Sprintf("no answer within the dial timeout (%v) plus %v: check the address, the firewall and that the server is up "+
-			"(a TLS server reached with redis:// also stays silent: write rediss://)", t.dialTimeout(), CheckMargin)
-	}
+	hint := hintFor(err, t)
 	if t.kind == Sentinel && sentinel != nil {
 		if s := sentinel(); s != "" {
 			hint = s
@@ -128,6 +103,42 @@ func explain(err error, t *target, sentinel func() string) error {
 		return fmt.Errorf("the check of the store failed: %w", err)
 	}
 	return fmt.Errorf("the check of the store failed: %w; %s", err, hint)
+}
+
+// replyHints are the hints for a server's reply containing text, in the
+// order they are tried.
+var replyHints = []struct{ text, hint string }{
+	{"WRONGPASS", "the server refused the user name and password: check the password (the URL's userinfo, or WithPassword) and the user"},
+	{"NOAUTH", "the server requires a password: give it in the URL (redis://:PASSWORD@host:port) or with WithPassword"},
+	{"without any password configured", "the server has no password set but one was given: remove it, or set requirepass on the server"},
+	{"NOPERM", "the ACL user may not run scripts (EVAL_RO and the commands the stores send): grant them"},
+	{"tls: first record does not look like a TLS handshake", "the server answers without TLS: write redis:// instead of rediss://"},
+}
+
+// hintFor says what to change for the failed check err of t, or "".
+func hintFor(err error, t *target) string {
+	msg := err.Error()
+	if strings.Contains(msg, "looks like TLS (rediss://)") || strings.Contains(msg, "tls_") {
+		return "" // the TLS dialer said why already
+	}
+	for _, h := range replyHints {
+		if strings.Contains(msg, h.text) {
+			return h.hint
+		}
+	}
+	var op *net.OpError
+	switch {
+	case strings.Contains(msg, "malformed HTTP response") || strings.Contains(msg, "unexpected ") && t.tlsConfig() == nil && t.kind != Memory:
+		return "the server does not speak plain Redis: if it has TLS on, write rediss://"
+	case t.tlsConfig() == nil && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || strings.HasSuffix(msg, ": EOF")):
+		return "the server closed the connection without a reply: if it speaks TLS only, write rediss://"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "nothing listens at that address: check the host and port, and that the server is up"
+	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &op) && op.Timeout():
+		return fmt.Sprintf("no answer within the dial timeout (%v) plus %v: check the address, the firewall and that the server is up "+
+			"(a TLS server reached with redis:// also stays silent: write rediss://)", t.dialTimeout(), CheckMargin)
+	}
+	return ""
 }
 
 // maxListed bounds the master names a sentinel's answer puts in an error.

@@ -149,118 +149,25 @@ func modules(ctx context.Context, root string) (rootPath string, mods []Module, 
 // proxy it checks the release against is left there. See the command's
 // documentation.
 func Release(ctx context.Context, dir, version, proxyDir string, log io.Writer) (*Result, error) {
-	if err := checkVersion(version); err != nil {
-		return nil, err
-	}
-	root, err := git(ctx, dir, "rev-parse", "--show-toplevel")
-	if err != nil {
-		return nil, fmt.Errorf("not inside a git repository: %w", err)
-	}
-	status, err := git(ctx, root, "status", "--porcelain")
+	root, rootPath, mods, err := preflight(ctx, dir, version)
 	if err != nil {
 		return nil, err
-	}
-	if status != "" {
-		lines := strings.Split(status, "\n")
-		if len(lines) > 10 {
-			lines = append(lines[:10], fmt.Sprintf("... and %d more", len(lines)-10))
-		}
-		return nil, fmt.Errorf("the working tree has changes; commit or stash them, so that the release is a commit others can check out:\n%s", strings.Join(lines, "\n"))
-	}
-	rootPath, all, err := modules(ctx, root)
-	if err != nil {
-		return nil, err
-	}
-	var mods []Module
-	for _, m := range all {
-		if m.published() {
-			mods = append(mods, m)
-		}
 	}
 	res := &Result{Sums: map[string]Sums{}}
-	for _, m := range mods {
-		t := m.Tag(version)
-		if at, err := git(ctx, root, "rev-parse", "--verify", "--quiet", "refs/tags/"+t+"^{commit}"); err == nil {
-			return nil, fmt.Errorf("tag %s already exists (at %.12s); choose another VERSION, or delete the tag (git tag -d %s) if it was never pushed", t, at, t)
-		}
-	}
 	if res.Parent, err = git(ctx, root, "rev-parse", "HEAD"); err != nil {
 		return nil, err
 	}
-
-	// The release commit is made in a worktree of its own, detached at
-	// HEAD, so that the branch and the working tree are never touched.
-	work, err := os.MkdirTemp("", "limitkit-release-")
+	work, remove, err := addWorktree(ctx, root, res.Parent)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(work)
-	work = filepath.Join(work, "tree")
-	if _, err := git(ctx, root, "worktree", "add", "--quiet", "--detach", work, res.Parent); err != nil {
+	defer remove()
+	if err := commitRelease(ctx, work, rootPath, mods, version, res); err != nil {
 		return nil, err
 	}
-	defer func() {
-		// A fresh context: the cleanup must run even after an interrupt.
-		_, _ = git(context.Background(), root, "worktree", "remove", "--force", work)
-	}()
-
-	deps, err := rewriteGoMods(work, rootPath, mods, version)
-	if err != nil {
+	if err := checkRelease(ctx, root, work, proxyDir, rootPath, version, res, log); err != nil {
 		return nil, err
 	}
-	if res.Modules, err = dependencyOrder(mods, deps); err != nil {
-		return nil, err
-	}
-	// Each module in dependency order: its go.sum gets its siblings'
-	// checksums (already final), then its own zip is hashed from the tree.
-	for _, m := range res.Modules {
-		if err := addSums(work, m, closure(m.Path, deps), version, res.Sums); err != nil {
-			return nil, err
-		}
-		if _, err := git(ctx, work, "add", "--all"); err != nil {
-			return nil, err
-		}
-		tree, err := git(ctx, work, "write-tree")
-		if err != nil {
-			return nil, err
-		}
-		if res.Sums[m.Path], err = hashModule(ctx, work, m, version, tree); err != nil {
-			return nil, err
-		}
-	}
-	msg := fmt.Sprintf("release %s\n\nEach published module requires its siblings at %s, with no replace\ndirectives, and lists their checksums in go.sum. Made by internal/release.\n", version, version)
-	if _, err := git(ctx, work, "commit", "--quiet", "--no-verify", "-m", msg); err != nil {
-		return nil, fmt.Errorf("making the release commit (is git's user.name and user.email set?): %w", err)
-	}
-	if res.Commit, err = git(ctx, work, "rev-parse", "HEAD"); err != nil {
-		return nil, err
-	}
-
-	// The proxy the go command would see once the tags are pushed, built
-	// from the commit; its checksums must be those the go.sum files hold.
-	proxy := proxyDir
-	if proxy == "" {
-		if proxy, err = os.MkdirTemp("", "limitkit-release-proxy-"); err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(proxy)
-	} else if proxy, err = filepath.Abs(proxy); err != nil {
-		return nil, err
-	}
-	served, err := WriteProxy(ctx, root, proxy, res.Modules, version, res.Commit)
-	if err != nil {
-		return nil, err
-	}
-	for _, m := range res.Modules {
-		if served[m.Path] != res.Sums[m.Path] {
-			return nil, fmt.Errorf("%s: the zip of the release commit hashes to %v, its tree to %v", m.Path, served[m.Path], res.Sums[m.Path])
-		}
-	}
-	fmt.Fprintf(log, "release: checking each module on its own against a proxy serving %s\n", version)
-	if err := checkModules(ctx, work, proxy, rootPath, res.Modules); err != nil {
-		return nil, err
-	}
-
 	for _, m := range res.Modules {
 		t := m.Tag(version)
 		if _, err := git(ctx, root, "tag", "-a", "-m", m.Path+" "+version, t, res.Commit); err != nil {
@@ -269,6 +176,131 @@ func Release(ctx context.Context, dir, version, proxyDir string, log io.Writer) 
 		res.Tags = append(res.Tags, t)
 	}
 	return res, nil
+}
+
+// preflight checks that version and the repository containing dir can be
+// released: a clean working tree, and no tag of version yet. It returns
+// the repository's root directory, its root module path and its published
+// modules.
+func preflight(ctx context.Context, dir, version string) (root, rootPath string, mods []Module, err error) {
+	if err := checkVersion(version); err != nil {
+		return "", "", nil, err
+	}
+	root, err = git(ctx, dir, "rev-parse", "--show-toplevel")
+	if err != nil {
+		return "", "", nil, fmt.Errorf("not inside a git repository: %w", err)
+	}
+	status, err := git(ctx, root, "status", "--porcelain")
+	if err != nil {
+		return "", "", nil, err
+	}
+	if status != "" {
+		lines := strings.Split(status, "\n")
+		if len(lines) > 10 {
+			lines = append(lines[:10], fmt.Sprintf("... and %d more", len(lines)-10))
+		}
+		return "", "", nil, fmt.Errorf("the working tree has changes; commit or stash them, so that the release is a commit others can check out:\n%s", strings.Join(lines, "\n"))
+	}
+	rootPath, all, err := modules(ctx, root)
+	if err != nil {
+		return "", "", nil, err
+	}
+	for _, m := range all {
+		if m.published() {
+			mods = append(mods, m)
+		}
+	}
+	for _, m := range mods {
+		t := m.Tag(version)
+		if at, err := git(ctx, root, "rev-parse", "--verify", "--quiet", "refs/tags/"+t+"^{commit}"); err == nil {
+			return "", "", nil, fmt.Errorf("tag %s already exists (at %.12s); choose another VERSION, or delete the tag (git tag -d %s) if it was never pushed", t, at, t)
+		}
+	}
+	return root, rootPath, mods, nil
+}
+
+// addWorktree adds a worktree of root detached at commit, in which the
+// release commit is made, so that the branch and the working tree are
+// never touched. remove removes it.
+func addWorktree(ctx context.Context, root, commit string) (work string, remove func(), err error) {
+	tmp, err := os.MkdirTemp("", "limitkit-release-")
+	if err != nil {
+		return "", nil, err
+	}
+	work = filepath.Join(tmp, "tree")
+	if _, err := git(ctx, root, "worktree", "add", "--quiet", "--detach", work, commit); err != nil {
+		os.RemoveAll(tmp)
+		return "", nil, err
+	}
+	return work, func() {
+		// A fresh context: the cleanup must run even after an interrupt.
+		_, _ = git(context.Background(), root, "worktree", "remove", "--force", work)
+		os.RemoveAll(tmp)
+	}, nil
+}
+
+// commitRelease makes the release commit in work: every module of mods
+// requires its siblings at version, with their checksums. It fills res's
+// Modules (in dependency order), Sums and Commit.
+func commitRelease(ctx context.Context, work, rootPath string, mods []Module, version string, res *Result) error {
+	deps, err := rewriteGoMods(work, rootPath, mods, version)
+	if err != nil {
+		return err
+	}
+	if res.Modules, err = dependencyOrder(mods, deps); err != nil {
+		return err
+	}
+	// Each module in dependency order: its go.sum gets its siblings'
+	// checksums (already final), then its own zip is hashed from the tree.
+	for _, m := range res.Modules {
+		if err := addSums(work, m, closure(m.Path, deps), version, res.Sums); err != nil {
+			return err
+		}
+		if _, err := git(ctx, work, "add", "--all"); err != nil {
+			return err
+		}
+		tree, err := git(ctx, work, "write-tree")
+		if err != nil {
+			return err
+		}
+		if res.Sums[m.Path], err = hashModule(ctx, work, m, version, tree); err != nil {
+			return err
+		}
+	}
+	msg := fmt.Sprintf("release %s\n\nEach published module requires its siblings at %s, with no replace\ndirectives, and lists their checksums in go.sum. Made by internal/release.\n", version, version)
+	if _, err := git(ctx, work, "commit", "--quiet", "--no-verify", "-m", msg); err != nil {
+		return fmt.Errorf("making the release commit (is git's user.name and user.email set?): %w", err)
+	}
+	res.Commit, err = git(ctx, work, "rev-parse", "HEAD")
+	return err
+}
+
+// checkRelease serves the release commit from a module proxy, as the go
+// command would see it once the tags are pushed (in proxyDir, or a
+// temporary directory when empty), checks its checksums are those the
+// go.sum files hold, and each module on its own against it.
+func checkRelease(ctx context.Context, root, work, proxyDir, rootPath, version string, res *Result, log io.Writer) error {
+	proxy := proxyDir
+	var err error
+	if proxy == "" {
+		if proxy, err = os.MkdirTemp("", "limitkit-release-proxy-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(proxy)
+	} else if proxy, err = filepath.Abs(proxy); err != nil {
+		return err
+	}
+	served, err := WriteProxy(ctx, root, proxy, res.Modules, version, res.Commit)
+	if err != nil {
+		return err
+	}
+	for _, m := range res.Modules {
+		if served[m.Path] != res.Sums[m.Path] {
+			return fmt.Errorf("%s: the zip of the release commit hashes to %v, its tree to %v", m.Path, served[m.Path], res.Sums[m.Path])
+		}
+	}
+	fmt.Fprintf(log, "release: checking each module on its own against a proxy serving %s\n", version)
+	return checkModules(ctx, work, proxy, rootPath, res.Modules)
 }
 
 // joinTags lists tags for a command line.

@@ -120,8 +120,9 @@ import (
 
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/storeurl"
+	"github.com/limitkit/limitkit/internal/configtree"
+	"github.com/limitkit/limitkit/internal/configtree/yamltree"
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/limiter/internal/settings"
 )
 
 // Format is the syntax of a configuration file.
@@ -328,14 +329,14 @@ func Parse(data []byte, format Format) (*Config, error) {
 
 func parse(data []byte, format Format, file string) (*Config, error) {
 	var (
-		root *settings.Node
+		root *configtree.Node
 		err  error
 	)
 	switch format {
 	case YAML:
-		root, err = parseYAML(data)
+		root, err = yamltree.Parse(data, configtree.FileLimits)
 	case JSON:
-		root, err = settings.ParseJSON(data)
+		root, err = configtree.ParseJSON(data)
 	default:
 		err = &Error{Err: fmt.Errorf("unknown format %q; use %q or %q", clip(string(format), 24), YAML, JSON)}
 	}

@@ -3,23 +3,24 @@ package config
 import (
 	"errors"
 
+	"github.com/limitkit/limitkit/internal/configtree"
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/limiter/internal/settings"
+	"github.com/limitkit/limitkit/limiter/internal/policydecode"
 )
 
 // decoder walks a parsed file into a Config, recording each field's line
 // and collecting every problem in l. Its checks and messages are
-// settings.Decoder's, the policies' fields limiter's (settings.Limit),
+// configtree.Decoder's, the policies' fields limiter's (policydecode.Config),
 // shared with limiter.Config's UnmarshalJSON.
 type decoder struct {
-	settings.Decoder
+	configtree.Decoder
 	c *Config
 }
 
-func (c *Config) decode(root *settings.Node, l *errorList) {
-	d := decoder{settings.Decoder{Lines: c.lines, Typos: c.typos, Report: func(err error) { l.add(fileError(err)) }}, c}
+func (c *Config) decode(root *configtree.Node, l *errorList) {
+	d := decoder{configtree.Decoder{Lines: c.lines, Typos: c.typos, Report: func(err error) { l.add(fileError(err)) }}, c}
 	seen := false
-	err := d.Each(root, "", func(f settings.Pair, p string) error {
+	err := d.Each(root, "", func(f configtree.Pair, p string) error {
 		switch f.Key {
 		case "backend":
 			return d.backend(f.Val, p)
@@ -38,9 +39,9 @@ func (c *Config) decode(root *settings.Node, l *errorList) {
 	}
 }
 
-// fileError turns a *settings.Error into an *Error.
+// fileError turns a *configtree.Error into an *Error.
 func fileError(err error) error {
-	var se *settings.Error
+	var se *configtree.Error
 	if errors.As(err, &se) {
 		return &Error{Line: se.Line, Field: se.Field, Err: se.Err}
 	}
@@ -49,9 +50,9 @@ func fileError(err error) error {
 
 const backendFields = "url, client, server_time, replica_ack, batch, deny_cache, fallback"
 
-func (d decoder) backend(n *settings.Node, path string) error {
+func (d decoder) backend(n *configtree.Node, path string) error {
 	b := &d.c.Backend
-	return d.Each(n, path, func(f settings.Pair, p string) (err error) {
+	return d.Each(n, path, func(f configtree.Pair, p string) (err error) {
 		switch f.Key {
 		case "url":
 			b.URL, err = d.Str(f.Val, p)
@@ -74,9 +75,9 @@ func (d decoder) backend(n *settings.Node, path string) error {
 	})
 }
 
-func (d decoder) replicaAck(n *settings.Node, path string) (*ReplicaAck, error) {
+func (d decoder) replicaAck(n *configtree.Node, path string) (*ReplicaAck, error) {
 	a := &ReplicaAck{}
-	return a, d.Each(n, path, func(f settings.Pair, p string) (err error) {
+	return a, d.Each(n, path, func(f configtree.Pair, p string) (err error) {
 		switch f.Key {
 		case "replicas":
 			a.Replicas, err = d.Int(f.Val, p)
@@ -91,9 +92,9 @@ func (d decoder) replicaAck(n *settings.Node, path string) (*ReplicaAck, error) 
 	})
 }
 
-func (d decoder) denyCache(n *settings.Node, path string) (*DenyCache, error) {
+func (d decoder) denyCache(n *configtree.Node, path string) (*DenyCache, error) {
 	dc := &DenyCache{}
-	return dc, d.Each(n, path, func(f settings.Pair, p string) (err error) {
+	return dc, d.Each(n, path, func(f configtree.Pair, p string) (err error) {
 		switch f.Key {
 		case "max_entries":
 			dc.MaxEntries, err = d.Int(f.Val, p)
@@ -108,9 +109,9 @@ func (d decoder) denyCache(n *settings.Node, path string) (*DenyCache, error) {
 	})
 }
 
-func (d decoder) fallback(n *settings.Node, path string) (*Fallback, error) {
+func (d decoder) fallback(n *configtree.Node, path string) (*Fallback, error) {
 	fb := &Fallback{}
-	return fb, d.Each(n, path, func(f settings.Pair, p string) (err error) {
+	return fb, d.Each(n, path, func(f configtree.Pair, p string) (err error) {
 		switch f.Key {
 		case "timeout":
 			fb.Timeout, err = d.Duration(f.Val, p)
@@ -121,7 +122,7 @@ func (d decoder) fallback(n *settings.Node, path string) (*Fallback, error) {
 		case "probes":
 			fb.Probes, err = d.Int(f.Val, p)
 		case "on_failure":
-			fb.OnFailure, err = d.FailurePolicy(f.Val, p)
+			fb.OnFailure, err = policydecode.FailurePolicy(d.Decoder, f.Val, p)
 		default:
 			err = d.Unknown(f, path, "timeout, failure_threshold, open_timeout, probes, on_failure")
 		}
@@ -129,8 +130,8 @@ func (d decoder) fallback(n *settings.Node, path string) (*Fallback, error) {
 	})
 }
 
-func (d decoder) policies(n *settings.Node, path string) error {
-	return d.Each(n, path, func(f settings.Pair, p string) error {
+func (d decoder) policies(n *configtree.Node, path string) error {
+	return d.Each(n, path, func(f configtree.Pair, p string) error {
 		v, block, err := d.policy(f.Val, p)
 		if err != nil {
 			return err

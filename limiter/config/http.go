@@ -10,8 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/limitkit/limitkit/internal/configtree"
+	"github.com/limitkit/limitkit/internal/suggest"
 	"github.com/limitkit/limitkit/limiter/httplimit"
-	"github.com/limitkit/limitkit/limiter/internal/settings"
+	"github.com/limitkit/limitkit/limiter/internal/policydecode"
 	"github.com/limitkit/limitkit/limiter/ratelimitfields"
 )
 
@@ -71,12 +73,12 @@ var (
 	onErrorValue = []string{"serve", "refuse"}
 )
 
-func (d decoder) http(n *settings.Node, path string) (*HTTP, error) {
+func (d decoder) http(n *configtree.Node, path string) (*HTTP, error) {
 	h := &HTTP{}
-	return h, d.Each(n, path, func(f settings.Pair, p string) (err error) {
+	return h, d.Each(n, path, func(f configtree.Pair, p string) (err error) {
 		switch f.Key {
 		case "key":
-			if f.Val.Kind == settings.ScalarNode && f.Val.Tag != settings.NullTag {
+			if f.Val.Kind == configtree.ScalarNode && f.Val.Tag != configtree.NullTag {
 				var s string
 				s, err = d.Str(f.Val, p)
 				h.Key = []string{s}
@@ -109,18 +111,18 @@ func (d decoder) http(n *settings.Node, path string) (*HTTP, error) {
 
 // policy splits a policy's mapping into its limit, which limiter decodes,
 // and its http block, which is the file's own.
-func (d decoder) policy(n *settings.Node, path string) (any, *HTTP, error) {
+func (d decoder) policy(n *configtree.Node, path string) (any, *HTTP, error) {
 	var block *HTTP
-	if n.Kind == settings.MapNode {
+	if n.Kind == configtree.MapNode {
 		rest := *n
 		rest.Pairs = nil
-		var seen *settings.Pair
+		var seen *configtree.Pair
 		for i, f := range n.Pairs {
 			switch {
 			case f.Key != "http":
 				rest.Pairs = append(rest.Pairs, f)
 			case seen != nil:
-				d.Report(&settings.Error{Line: f.KeyLine, Field: path + ".http", Err: fmt.Errorf("given twice (also on line %d)", seen.KeyLine)})
+				d.Report(&configtree.Error{Line: f.KeyLine, Field: path + ".http", Err: fmt.Errorf("given twice (also on line %d)", seen.KeyLine)})
 			default:
 				seen = &n.Pairs[i]
 				h, err := d.http(f.Val, path+".http")
@@ -135,15 +137,15 @@ func (d decoder) policy(n *settings.Node, path string) (any, *HTTP, error) {
 	}
 	inner := d.Decoder
 	inner.Report = func(err error) { d.Report(d.withHTTPField(err, n, path)) }
-	v, err := settings.Limit(inner, n, path)
+	v, err := policydecode.Config(inner, n, path)
 	return v, block, err
 }
 
 // withHTTPField adds http to the fields an unknown field of the policy at
 // path is told about (limiter lists its own), so that "htpp" gets its
 // suggestion.
-func (d decoder) withHTTPField(err error, n *settings.Node, path string) error {
-	var se *settings.Error
+func (d decoder) withHTTPField(err error, n *configtree.Node, path string) error {
+	var se *configtree.Error
 	const lead = "; the fields here are "
 	if !errors.As(err, &se) || !strings.HasPrefix(se.Err.Error(), "unknown field") {
 		return err
@@ -185,7 +187,7 @@ func parseKey(s string) ([]keyPart, error) {
 			if s != p {
 				what = "a key part"
 			}
-			return nil, fmt.Errorf("%q is not %s%s; write %s", clip(p, 40), what, didYouMean(kind, keyKinds), keyForms)
+			return nil, fmt.Errorf("%q is not %s%s; write %s", clip(p, 40), what, suggest.DidYouMean(kind, keyKinds), keyForms)
 		}
 		parts = append(parts, keyPart{kind, name})
 	}
@@ -227,41 +229,8 @@ func (c *Config) validateHTTP(l *errorList, path string, h *HTTP) {
 		}
 		return path + ".key." + strconv.Itoa(i)
 	}
-	if h.Key != nil && len(h.Key) == 0 {
-		l.add(c.fieldError(path+".key", fmt.Errorf("is empty; write a key such as ip or header:X-API-Key (a list means the first that finds one)")))
-	}
-	proxied, address := -1, false
-	for i, k := range h.keys() {
-		parts, err := parseKey(k)
-		if err != nil {
-			l.add(c.fieldError(keyField(i), err))
-			continue
-		}
-		for _, p := range parts {
-			if p.kind == "proxied_ip" && proxied < 0 {
-				proxied = i
-			}
-			address = address || p.kind == "ip" || p.kind == "proxied_ip"
-		}
-	}
-	for i, t := range h.TrustedProxies {
-		if _, err := httplimit.ProxiedClientIP("", t); err != nil {
-			l.add(c.fieldError(path+".trusted_proxies."+strconv.Itoa(i), untagged(err)))
-		}
-	}
-	switch {
-	case proxied >= 0 && len(h.TrustedProxies) == 0:
-		l.add(c.fieldError(keyField(proxied), errors.New("proxied_ip needs trusted_proxies: list your proxies' addresses or networks, or key by ip to ignore forwarding headers")))
-	case proxied < 0 && h.TrustedProxies != nil:
-		l.add(c.fieldError(path+".trusted_proxies", errors.New("no key is proxied_ip, so nothing reads them; write key: proxied_ip, or remove trusted_proxies")))
-	}
-	if h.ProxyHeader != "" {
-		if _, err := httplimit.ProxiedClientIP(h.ProxyHeader, "127.0.0.1"); err != nil {
-			l.add(c.fieldError(path+".proxy_header", fmt.Errorf("%q is not a header name; write it like X-Forwarded-For", clip(h.ProxyHeader, 40))))
-		} else if proxied < 0 {
-			l.add(c.fieldError(path+".proxy_header", errors.New("no key is proxied_ip, so nothing reads it; write key: proxied_ip, or remove proxy_header")))
-		}
-	}
+	proxied, address := c.validateHTTPKey(l, path, h, keyField)
+	c.validateProxies(l, path, h, keyField, proxied)
 	if h.IPv6Prefix != 0 {
 		if h.IPv6Prefix < 1 || h.IPv6Prefix > 128 {
 			l.add(c.fieldError(path+".ipv6_prefix", fmt.Errorf("is %d; give 1 to 128 (64 is usual), or remove it to key each address", h.IPv6Prefix)))
@@ -284,6 +253,53 @@ func (c *Config) validateHTTP(l *errorList, path string, h *HTTP) {
 	}
 }
 
+// validateHTTPKey checks the key entries of the http block at path, and
+// returns the first entry keyed by proxied_ip (-1: none) and whether any
+// entry keys by an address.
+func (c *Config) validateHTTPKey(l *errorList, path string, h *HTTP, keyField func(int) string) (proxied int, address bool) {
+	if h.Key != nil && len(h.Key) == 0 {
+		l.add(c.fieldError(path+".key", fmt.Errorf("is empty; write a key such as ip or header:X-API-Key (a list means the first that finds one)")))
+	}
+	proxied = -1
+	for i, k := range h.keys() {
+		parts, err := parseKey(k)
+		if err != nil {
+			l.add(c.fieldError(keyField(i), err))
+			continue
+		}
+		for _, p := range parts {
+			if p.kind == "proxied_ip" && proxied < 0 {
+				proxied = i
+			}
+			address = address || p.kind == "ip" || p.kind == "proxied_ip"
+		}
+	}
+	return proxied, address
+}
+
+// validateProxies checks trusted_proxies and proxy_header of the http
+// block at path, which only a proxied_ip key (entry proxied) reads.
+func (c *Config) validateProxies(l *errorList, path string, h *HTTP, keyField func(int) string, proxied int) {
+	for i, t := range h.TrustedProxies {
+		if _, err := httplimit.ProxiedClientIP("", t); err != nil {
+			l.add(c.fieldError(path+".trusted_proxies."+strconv.Itoa(i), untagged(err)))
+		}
+	}
+	switch {
+	case proxied >= 0 && len(h.TrustedProxies) == 0:
+		l.add(c.fieldError(keyField(proxied), errors.New("proxied_ip needs trusted_proxies: list your proxies' addresses or networks, or key by ip to ignore forwarding headers")))
+	case proxied < 0 && h.TrustedProxies != nil:
+		l.add(c.fieldError(path+".trusted_proxies", errors.New("no key is proxied_ip, so nothing reads them; write key: proxied_ip, or remove trusted_proxies")))
+	}
+	if h.ProxyHeader != "" {
+		if _, err := httplimit.ProxiedClientIP(h.ProxyHeader, "127.0.0.1"); err != nil {
+			l.add(c.fieldError(path+".proxy_header", fmt.Errorf("%q is not a header name; write it like X-Forwarded-For", clip(h.ProxyHeader, 40))))
+		} else if proxied < 0 {
+			l.add(c.fieldError(path+".proxy_header", errors.New("no key is proxied_ip, so nothing reads it; write key: proxied_ip, or remove proxy_header")))
+		}
+	}
+}
+
 // checkWord checks that v, when set, is one of words.
 func (c *Config) checkWord(l *errorList, field, v string, words []string) {
 	if v == "" && c.lines[field] == 0 {
@@ -299,7 +315,7 @@ func (c *Config) checkWord(l *errorList, field, v string, words []string) {
 		quoted[i] = strconv.Quote(w)
 	}
 	list := strings.Join(quoted[:len(quoted)-1], ", ") + " or " + quoted[len(quoted)-1]
-	l.add(c.fieldError(field, fmt.Errorf("%q%s: write %s", clip(v, 40), didYouMean(v, words), list)))
+	l.add(c.fieldError(field, fmt.Errorf("%q%s: write %s", clip(v, 40), suggest.DidYouMean(v, words), list)))
 }
 
 // untagged drops httplimit's prefix from err, which the field replaces.

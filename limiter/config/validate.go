@@ -12,6 +12,7 @@ import (
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/denycache"
 	"github.com/limitkit/limitkit/backend/storeurl"
+	"github.com/limitkit/limitkit/internal/suggest"
 	"github.com/limitkit/limitkit/limiter"
 )
 
@@ -138,7 +139,7 @@ func (c *Config) validateRule(l *errorList, path string, alg algorithms.Name, li
 	algOK := slices.Contains(names, alg)
 	if !algOK {
 		l.add(c.fieldError(path+".algorithm", fmt.Errorf("%w: unknown algorithm %q%s; choose one of %q",
-			limiter.ErrInvalidConfig, clip(string(alg), 40), didYouMean(string(alg), nameStrings(names)), names)))
+			limiter.ErrInvalidConfig, clip(string(alg), 40), suggest.DidYouMean(string(alg), nameStrings(names)), names)))
 	}
 	windowOK := false
 	switch {
@@ -184,7 +185,7 @@ func (c *Config) validateBackend(l *errorList) {
 	case "", GoRedis, Rueidis:
 	default:
 		l.add(c.fieldError("backend.client", fmt.Errorf("unknown client %q%s; write %q or %q",
-			clip(b.Client, 40), didYouMean(b.Client, []string{GoRedis, Rueidis}), GoRedis, Rueidis)))
+			clip(b.Client, 40), suggest.DidYouMean(b.Client, []string{GoRedis, Rueidis}), GoRedis, Rueidis)))
 	}
 	kind := storeurl.Single
 	if b.URL == "" {
@@ -197,65 +198,91 @@ func (c *Config) validateBackend(l *errorList) {
 		kind = k
 	}
 	if kind == storeurl.Memory {
-		if b.ServerTime {
-			l.add(c.fieldError("backend.server_time", errors.New("needs a Redis backend; memory:// always uses the limiter's clock")))
-		}
-		if b.ReplicaAck != nil {
-			l.add(c.fieldError("backend.replica_ack", errors.New("needs a Redis backend; memory:// has no replicas")))
-		}
-		if b.Batch != 0 {
-			l.add(c.fieldError("backend.batch", errors.New("needs a Redis backend; memory:// sends nothing")))
-		}
-		if b.Fallback != nil {
-			l.add(c.fieldError("backend.fallback", errors.New("wraps a Redis store; memory:// needs none")))
-		}
+		c.validateMemoryBackend(l)
 	}
 	if b.Batch < 0 {
 		l.add(c.fieldError("backend.batch", fmt.Errorf("is %d; it must be at least 1 (1 sends each Take alone)", b.Batch)))
 	}
-	if a := b.ReplicaAck; a != nil && kind != storeurl.Memory {
-		if kind == storeurl.Cluster {
-			l.add(c.fieldError("backend.replica_ack", errors.New("not available on Redis Cluster; use a single-master URL (redis:// or redis+sentinel://)")))
-		}
-		if a.Replicas < 1 {
-			l.add(c.fieldError("backend.replica_ack.replicas", fmt.Errorf("is %d; it must be at least 1", a.Replicas)))
-		}
-		if a.Timeout <= 0 {
-			l.add(c.fieldError("backend.replica_ack.timeout", fmt.Errorf("is %v; it must be positive, such as \"50ms\"", a.Timeout)))
-		}
-		switch a.OnShort {
-		case "", "deny", "admit":
-		default:
-			l.add(c.fieldError("backend.replica_ack.on_short", fmt.Errorf("%q%s: write \"deny\" or \"admit\"",
-				clip(a.OnShort, 40), didYouMean(a.OnShort, []string{"deny", "admit"}))))
+	if b.ReplicaAck != nil && kind != storeurl.Memory {
+		c.validateReplicaAck(l, kind)
+	}
+	c.validateDenyCache(l)
+	c.validateFallback(l)
+}
+
+// validateMemoryBackend refuses the settings only a Redis backend reads.
+func (c *Config) validateMemoryBackend(l *errorList) {
+	b := &c.Backend
+	if b.ServerTime {
+		l.add(c.fieldError("backend.server_time", errors.New("needs a Redis backend; memory:// always uses the limiter's clock")))
+	}
+	if b.ReplicaAck != nil {
+		l.add(c.fieldError("backend.replica_ack", errors.New("needs a Redis backend; memory:// has no replicas")))
+	}
+	if b.Batch != 0 {
+		l.add(c.fieldError("backend.batch", errors.New("needs a Redis backend; memory:// sends nothing")))
+	}
+	if b.Fallback != nil {
+		l.add(c.fieldError("backend.fallback", errors.New("wraps a Redis store; memory:// needs none")))
+	}
+}
+
+// validateReplicaAck checks backend.replica_ack on a Redis backend of kind.
+func (c *Config) validateReplicaAck(l *errorList, kind storeurl.Kind) {
+	a := c.Backend.ReplicaAck
+	if kind == storeurl.Cluster {
+		l.add(c.fieldError("backend.replica_ack", errors.New("not available on Redis Cluster; use a single-master URL (redis:// or redis+sentinel://)")))
+	}
+	if a.Replicas < 1 {
+		l.add(c.fieldError("backend.replica_ack.replicas", fmt.Errorf("is %d; it must be at least 1", a.Replicas)))
+	}
+	if a.Timeout <= 0 {
+		l.add(c.fieldError("backend.replica_ack.timeout", fmt.Errorf("is %v; it must be positive, such as \"50ms\"", a.Timeout)))
+	}
+	switch a.OnShort {
+	case "", "deny", "admit":
+	default:
+		l.add(c.fieldError("backend.replica_ack.on_short", fmt.Errorf("%q%s: write \"deny\" or \"admit\"",
+			clip(a.OnShort, 40), suggest.DidYouMean(a.OnShort, []string{"deny", "admit"}))))
+	}
+}
+
+// validateDenyCache checks backend.deny_cache.
+func (c *Config) validateDenyCache(l *errorList) {
+	d := c.Backend.DenyCache
+	if d == nil {
+		return
+	}
+	if d.MaxEntries < 0 || d.MaxEntries > 0 && d.MaxEntries < 64 {
+		l.add(c.fieldError("backend.deny_cache.max_entries", fmt.Errorf("is %d; it must be at least 64 (or absent for the default %d)",
+			d.MaxEntries, denycache.DefaultMaxEntries)))
+	}
+	if d.ProbeInterval < 0 || d.ProbeInterval > 0 && d.ProbeInterval < time.Millisecond {
+		l.add(c.fieldError("backend.deny_cache.probe_interval", fmt.Errorf("is %v; it must be at least 1ms (or absent for the default %v)",
+			d.ProbeInterval, denycache.DefaultProbeInterval)))
+	}
+}
+
+// validateFallback checks backend.fallback.
+func (c *Config) validateFallback(l *errorList) {
+	f := c.Backend.Fallback
+	if f == nil {
+		return
+	}
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{{"timeout", f.Timeout}, {"open_timeout", f.OpenTimeout}} {
+		if d.v < 0 {
+			l.add(c.fieldError("backend.fallback."+d.field, fmt.Errorf("is %v; it must be positive (or absent for the default)", d.v)))
 		}
 	}
-	if d := b.DenyCache; d != nil {
-		if d.MaxEntries < 0 || d.MaxEntries > 0 && d.MaxEntries < 64 {
-			l.add(c.fieldError("backend.deny_cache.max_entries", fmt.Errorf("is %d; it must be at least 64 (or absent for the default %d)",
-				d.MaxEntries, denycache.DefaultMaxEntries)))
-		}
-		if d.ProbeInterval < 0 || d.ProbeInterval > 0 && d.ProbeInterval < time.Millisecond {
-			l.add(c.fieldError("backend.deny_cache.probe_interval", fmt.Errorf("is %v; it must be at least 1ms (or absent for the default %v)",
-				d.ProbeInterval, denycache.DefaultProbeInterval)))
-		}
-	}
-	if f := b.Fallback; f != nil {
-		for _, d := range []struct {
-			field string
-			v     time.Duration
-		}{{"timeout", f.Timeout}, {"open_timeout", f.OpenTimeout}} {
-			if d.v < 0 {
-				l.add(c.fieldError("backend.fallback."+d.field, fmt.Errorf("is %v; it must be positive (or absent for the default)", d.v)))
-			}
-		}
-		for _, n := range []struct {
-			field string
-			v     int
-		}{{"failure_threshold", f.FailureThreshold}, {"probes", f.Probes}} {
-			if n.v < 0 {
-				l.add(c.fieldError("backend.fallback."+n.field, fmt.Errorf("is %d; it must be at least 1 (or absent for the default)", n.v)))
-			}
+	for _, n := range []struct {
+		field string
+		v     int
+	}{{"failure_threshold", f.FailureThreshold}, {"probes", f.Probes}} {
+		if n.v < 0 {
+			l.add(c.fieldError("backend.fallback."+n.field, fmt.Errorf("is %d; it must be at least 1 (or absent for the default)", n.v)))
 		}
 	}
 }

@@ -157,39 +157,49 @@ func readReply(r *bufio.Reader) (any, error) {
 		}
 		return n, nil
 	case '$':
-		n, err := strconv.Atoi(body)
-		if err != nil || n < -1 || n > maxBulk {
-			return nil, fmt.Errorf("malformed bulk length %q", body)
-		}
-		if n == -1 {
-			return nil, nil
-		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return nil, err
-		}
-		if buf[n] != '\r' || buf[n+1] != '\n' {
-			return nil, errors.New("malformed bulk string terminator")
-		}
-		return string(buf[:n]), nil
+		return readBulk(r, body)
 	case '*':
-		n, err := strconv.Atoi(body)
-		if err != nil || n < -1 || n > maxBulk {
-			return nil, fmt.Errorf("malformed array length %q", body)
-		}
-		if n == -1 {
-			return nil, nil
-		}
-		arr := make([]any, n)
-		for i := range arr {
-			if arr[i], err = readReply(r); err != nil {
-				return nil, err
-			}
-		}
-		return arr, nil
+		return readArray(r, body)
 	default:
 		return nil, fmt.Errorf("unsupported reply type %q", kind)
 	}
+}
+
+// readBulk reads a bulk string of the length body; -1 is nil.
+func readBulk(r *bufio.Reader, body string) (any, error) {
+	n, err := strconv.Atoi(body)
+	if err != nil || n < -1 || n > maxBulk {
+		return nil, fmt.Errorf("malformed bulk length %q", body)
+	}
+	if n == -1 {
+		return nil, nil
+	}
+	buf := make([]byte, n+2)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return nil, err
+	}
+	if buf[n] != '\r' || buf[n+1] != '\n' {
+		return nil, errors.New("malformed bulk string terminator")
+	}
+	return string(buf[:n]), nil
+}
+
+// readArray reads an array of the length body; -1 is nil.
+func readArray(r *bufio.Reader, body string) (any, error) {
+	n, err := strconv.Atoi(body)
+	if err != nil || n < -1 || n > maxBulk {
+		return nil, fmt.Errorf("malformed array length %q", body)
+	}
+	if n == -1 {
+		return nil, nil
+	}
+	arr := make([]any, n)
+	for i := range arr {
+		if arr[i], err = readReply(r); err != nil {
+			return nil, err
+		}
+	}
+	return arr, nil
 }
 
 // formatReply renders a reply as text: strings as they are, integers in

@@ -18,7 +18,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/limitkit/limitkit/internal/testing/redistest"
-	"github.com/limitkit/limitkit/rls/internal/settings"
+	"github.com/limitkit/limitkit/rls/internal/envsettings"
 )
 
 // aliasBomb is the few-kilobyte file whose YAML aliases expand to
@@ -187,8 +187,8 @@ func TestMemoryStoreBound(t *testing.T) {
 	}
 }
 
-func settingsFail(env map[string]string) (*settings.Settings, error) {
-	return settings.Load(lookupOf(env))
+func settingsFail(env map[string]string) (*envsettings.Settings, error) {
+	return envsettings.Load(lookupOf(env))
 }
 
 // TestSlowJSONBody: a /json body trickled slower than jsonReadTimeout is

@@ -24,9 +24,9 @@ import (
 	"github.com/limitkit/limitkit/limiter/observe"
 	"github.com/limitkit/limitkit/limiter/observe/promobserve"
 	"github.com/limitkit/limitkit/rls"
+	"github.com/limitkit/limitkit/rls/internal/envsettings"
 	"github.com/limitkit/limitkit/rls/internal/metrics"
 	"github.com/limitkit/limitkit/rls/internal/runtimedir"
-	"github.com/limitkit/limitkit/rls/internal/settings"
 )
 
 // healthService is the name gRPC health reports under, the reference's.
@@ -39,7 +39,7 @@ type addrs struct {
 
 // server is one running service: its listeners, health and rules.
 type server struct {
-	s       *settings.Settings
+	s       *envsettings.Settings
 	log     *slog.Logger
 	svc     *rls.Service
 	metrics *metrics.Metrics
@@ -52,8 +52,8 @@ type server struct {
 
 // run serves until ctx ends (SIGTERM in main), then drains. ready, when
 // not nil, is called with the bound addresses once every listener is open.
-func run(ctx context.Context, lookup settings.Lookup, logOut io.Writer, ready func(addrs)) error {
-	s, err := settings.Load(lookup)
+func run(ctx context.Context, lookup envsettings.Lookup, logOut io.Writer, ready func(addrs)) error {
+	s, err := envsettings.Load(lookup)
 	if err != nil {
 		return fmt.Errorf("settings: %w", err)
 	}
@@ -100,7 +100,7 @@ func run(ctx context.Context, lookup settings.Lookup, logOut io.Writer, ready fu
 		WatchRoot: s.RuntimeWatchRoot, IgnoreDotFiles: s.RuntimeIgnoreDotFiles, Log: log}
 	var first runtimedir.Snapshot
 	var rules *rls.Rules
-	if s.ConfigType == settings.ConfigFile { // else from xDS: startXDS below
+	if s.ConfigType == envsettings.ConfigFile { // else from xDS: startXDS below
 		first = dir.Read()
 		rules, err = srv.compile(first)
 		if err != nil {
@@ -129,7 +129,7 @@ func run(ctx context.Context, lookup settings.Lookup, logOut io.Writer, ready fu
 		srv.applied(fileNames(first), rules)
 	}
 	watch := func(ctx context.Context) { dir.Watch(ctx, s.RuntimePollInterval, first, srv.reload) }
-	if s.ConfigType == settings.ConfigXDS {
+	if s.ConfigType == envsettings.ConfigXDS {
 		stop, err := srv.startXDS(ctx)
 		if err != nil {
 			return err
@@ -221,46 +221,11 @@ func (srv *server) setServing(ok bool) {
 // context ends.
 func (srv *server) serve(ctx context.Context, watch func(context.Context), ready func(addrs)) (err error) {
 	s := srv.s
-	var closers []io.Closer
-	defer func() {
-		for _, c := range closers {
-			_ = c.Close()
-		}
-	}()
-	listen := func(network, addr string) (net.Listener, error) {
-		l, err := net.Listen(network, addr)
-		if err != nil {
-			return nil, fmt.Errorf("listen: %w", err)
-		}
-		closers = append(closers, l)
-		return l, nil
-	}
-	var a addrs
-	grpcNet, grpcAddr := "tcp", net.JoinHostPort(s.GrpcHost, strconv.Itoa(s.GrpcPort))
-	if s.GrpcUDS != "" {
-		grpcNet, grpcAddr = "unix", s.GrpcUDS
-	}
-	gl, err := listen(grpcNet, grpcAddr)
+	ls, err := srv.listen()
+	defer ls.close()
 	if err != nil {
 		return err
 	}
-	hl, err := listen("tcp", net.JoinHostPort(s.Host, strconv.Itoa(s.Port)))
-	if err != nil {
-		return err
-	}
-	dl, err := listen("tcp", net.JoinHostPort(s.DebugHost, strconv.Itoa(s.DebugPort)))
-	if err != nil {
-		return err
-	}
-	a.GRPC, a.HTTP, a.Debug = gl.Addr().String(), hl.Addr().String(), dl.Addr().String()
-	var pl net.Listener
-	if s.UsePrometheus {
-		if pl, err = listen("tcp", s.PrometheusAddr); err != nil {
-			return err
-		}
-		a.Prometheus = pl.Addr().String()
-	}
-
 	gopts, err := srv.grpcOptions()
 	if err != nil {
 		return err
@@ -272,7 +237,7 @@ func (srv *server) serve(ctx context.Context, watch func(context.Context), ready
 	ds := &http.Server{Handler: srv.debugMux(), ReadHeaderTimeout: 10 * time.Second}
 	servers := []*http.Server{hs, ds}
 	var ps *http.Server
-	if pl != nil {
+	if ls.prometheus != nil {
 		ps = &http.Server{Handler: srv.prometheusMux(), ReadHeaderTimeout: 10 * time.Second}
 		servers = append(servers, ps)
 	}
@@ -286,16 +251,17 @@ func (srv *server) serve(ctx context.Context, watch func(context.Context), ready
 			}
 		})
 	}
-	goServe("gRPC", func() error { return gs.Serve(gl) })
-	goServe("HTTP", func() error { return hs.Serve(hl) })
-	goServe("debug", func() error { return ds.Serve(dl) })
+	goServe("gRPC", func() error { return gs.Serve(ls.grpc) })
+	goServe("HTTP", func() error { return hs.Serve(ls.http) })
+	goServe("debug", func() error { return ds.Serve(ls.debug) })
 	if ps != nil {
-		goServe("prometheus", func() error { return ps.Serve(pl) })
+		goServe("prometheus", func() error { return ps.Serve(ls.prometheus) })
 	}
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	if watch != nil {
 		wg.Go(func() { watch(watchCtx) })
 	}
+	a := ls.addrs
 	srv.log.Warn("listening", "grpc", a.GRPC, "http", a.HTTP, "debug", a.Debug, "prometheus", a.Prometheus)
 	if ready != nil {
 		ready(a)
@@ -310,6 +276,67 @@ func (srv *server) serve(ctx context.Context, watch func(context.Context), ready
 	srv.setServing(false)
 	srv.health.Shutdown()
 	stopWatch()
+	srv.drain(gs, servers)
+	wg.Wait()
+	return err
+}
+
+// listeners are the server's open listeners (prometheus nil unless
+// USE_PROMETHEUS) and their addresses.
+type listeners struct {
+	grpc, http, debug, prometheus net.Listener
+	addrs
+	opened []io.Closer
+}
+
+// close closes every listener opened.
+func (ls *listeners) close() {
+	for _, c := range ls.opened {
+		_ = c.Close()
+	}
+}
+
+// listen opens the listeners the settings name. The listeners opened are
+// returned even with an error, for the caller to close.
+func (srv *server) listen() (*listeners, error) {
+	s := srv.s
+	ls := &listeners{}
+	open := func(network, addr string) (net.Listener, error) {
+		l, err := net.Listen(network, addr)
+		if err != nil {
+			return nil, fmt.Errorf("listen: %w", err)
+		}
+		ls.opened = append(ls.opened, l)
+		return l, nil
+	}
+	grpcNet, grpcAddr := "tcp", net.JoinHostPort(s.GrpcHost, strconv.Itoa(s.GrpcPort))
+	if s.GrpcUDS != "" {
+		grpcNet, grpcAddr = "unix", s.GrpcUDS
+	}
+	var err error
+	if ls.grpc, err = open(grpcNet, grpcAddr); err != nil {
+		return ls, err
+	}
+	if ls.http, err = open("tcp", net.JoinHostPort(s.Host, strconv.Itoa(s.Port))); err != nil {
+		return ls, err
+	}
+	if ls.debug, err = open("tcp", net.JoinHostPort(s.DebugHost, strconv.Itoa(s.DebugPort))); err != nil {
+		return ls, err
+	}
+	ls.GRPC, ls.HTTP, ls.Debug = ls.grpc.Addr().String(), ls.http.Addr().String(), ls.debug.Addr().String()
+	if s.UsePrometheus {
+		if ls.prometheus, err = open("tcp", s.PrometheusAddr); err != nil {
+			return ls, err
+		}
+		ls.Prometheus = ls.prometheus.Addr().String()
+	}
+	return ls, nil
+}
+
+// drain lets gs finish its calls within the drain timeout (then closes
+// those left), and shuts the HTTP servers down.
+func (srv *server) drain(gs *grpc.Server, servers []*http.Server) {
+	s := srv.s
 	drained := make(chan struct{})
 	go func() { gs.GracefulStop(); close(drained) }()
 	select {
@@ -323,6 +350,4 @@ func (srv *server) serve(ctx context.Context, watch func(context.Context), ready
 	for _, h := range servers {
 		_ = h.Shutdown(sctx)
 	}
-	wg.Wait()
-	return err
 }

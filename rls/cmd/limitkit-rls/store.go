@@ -29,7 +29,7 @@ import (
 	"github.com/limitkit/limitkit/backend/rueidisstore"
 	"github.com/limitkit/limitkit/backend/storeurl"
 	"github.com/limitkit/limitkit/fallback"
-	"github.com/limitkit/limitkit/rls/internal/settings"
+	"github.com/limitkit/limitkit/rls/internal/envsettings"
 )
 
 // denyEntryBytes is about what one deny cache entry costs (its hash key,
@@ -98,7 +98,7 @@ type redisClient struct {
 // REDIS_* variables, or LIMITKIT_BACKEND_URL; a Redis store is wrapped in
 // fallback (fbOpts add hooks) and, with LOCAL_CACHE_SIZE_IN_BYTES, in the
 // deny cache, whose bus runs on the same client.
-func openStore(ctx context.Context, s *settings.Settings, policy backend.FailurePolicy, log *slog.Logger, fbOpts ...fallback.Option) (*openedStore, error) {
+func openStore(ctx context.Context, s *envsettings.Settings, policy backend.FailurePolicy, log *slog.Logger, fbOpts ...fallback.Option) (*openedStore, error) {
 	if s.Memory() {
 		m, err := memorystore.New(memorystore.WithMaxKeys(s.MemoryMaxKeys))
 		if err != nil {
@@ -165,7 +165,7 @@ func openStore(ctx context.Context, s *settings.Settings, policy backend.Failure
 // openURL opens LIMITKIT_BACKEND_URL through backend/storeurl, which checks
 // the connection at start and gives the deny cache's bus on the same
 // client, with either library.
-func openURL(ctx context.Context, s *settings.Settings) (*redisClient, error) {
+func openURL(ctx context.Context, s *envsettings.Settings) (*redisClient, error) {
 	if strings.HasPrefix(strings.ToLower(s.BackendURL), "memory:") {
 		return nil, errors.New("LIMITKIT_BACKEND_URL=memory:// : leave LIMITKIT_BACKEND_URL, REDIS_URL and BACKEND_TYPE unset (or BACKEND_TYPE=memory) for the in-memory store")
 	}
@@ -192,7 +192,7 @@ func goRedis(c redis.UniversalClient) (*redisClient, error) {
 // openReference opens the store the reference's variables describe:
 // REDIS_TYPE, REDIS_SOCKET_TYPE, REDIS_URL, REDIS_AUTH, REDIS_TLS and its
 // files, REDIS_POOL_SIZE, REDIS_TIMEOUT.
-func openReference(ctx context.Context, s *settings.Settings, log *slog.Logger) (*redisClient, error) {
+func openReference(ctx context.Context, s *envsettings.Settings, log *slog.Logger) (*redisClient, error) {
 	user, pass := splitAuth(s.RedisAuth)
 	_, sentinelPass := splitAuth(s.RedisSentinelAuth)
 	addrs, u, err := splitAddrs(s.RedisURL)
@@ -280,7 +280,7 @@ const startCheckAttempts = 3
 // fails the start with the cause. A Redis that does not answer is
 // retried, then the service starts without it (limiting as
 // LIMITKIT_ON_FAILURE says until it answers), with a warning.
-func checkStart(ctx context.Context, c redis.UniversalClient, s *settings.Settings, log *slog.Logger) error {
+func checkStart(ctx context.Context, c redis.UniversalClient, s *envsettings.Settings, log *slog.Logger) error {
 	var err error
 	for attempt := range startCheckAttempts {
 		if attempt > 0 {
@@ -453,7 +453,7 @@ func splitList(s string) []string {
 
 // redisTLS is REDIS_TLS's configuration: the system roots or
 // REDIS_TLS_CACERT, a client certificate when both files are given.
-func redisTLS(s *settings.Settings) (*tls.Config, error) {
+func redisTLS(s *envsettings.Settings) (*tls.Config, error) {
 	if !s.RedisTLS {
 		return nil, nil
 	}

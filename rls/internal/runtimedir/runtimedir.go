@@ -151,85 +151,109 @@ func (o Options) readCached(cache map[string]cached) (Snapshot, map[string]cache
 }
 
 func (o Options) read(cache, next map[string]cached) ([]File, []Skip, error) {
+	dir, err := o.checkDir()
+	if err != nil {
+		return nil, nil, err
+	}
+	r := &dirReader{o: o, dir: dir, cache: cache, next: next}
+	// The trailing separator follows dir when it is a symlink (a swapped
+	// directory), which WalkDir would otherwise visit as a file.
+	if err := filepath.WalkDir(dir+string(filepath.Separator), r.visit); err != nil {
+		return nil, nil, err
+	}
+	slices.SortFunc(r.files, func(a, b File) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(r.skipped, func(a, b Skip) int { return strings.Compare(a.Name, b.Name) })
+	return r.files, r.skipped, nil
+}
+
+// checkDir checks the options name a directory, and returns it.
+func (o Options) checkDir() (string, error) {
 	if o.Root == "" {
-		return nil, nil, errors.New("RUNTIME_ROOT is empty: set it to the directory holding the configuration")
+		return "", errors.New("RUNTIME_ROOT is empty: set it to the directory holding the configuration")
 	}
 	if o.WatchRoot && o.Subdirectory == "" {
-		return nil, nil, errors.New("RUNTIME_SUBDIRECTORY is empty: with RUNTIME_WATCH_ROOT=true the files are read from RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY; set it, or set RUNTIME_WATCH_ROOT=false")
+		return "", errors.New("RUNTIME_SUBDIRECTORY is empty: with RUNTIME_WATCH_ROOT=true the files are read from RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY; set it, or set RUNTIME_WATCH_ROOT=false")
 	}
 	if o.AppDirectory == "" {
-		return nil, nil, errors.New("RUNTIME_APPDIRECTORY is empty: set it to the configuration folder's name (the reference's default is config)")
+		return "", errors.New("RUNTIME_APPDIRECTORY is empty: set it to the configuration folder's name (the reference's default is config)")
 	}
 	dir := o.Dir()
 	info, err := os.Stat(dir)
 	if err != nil {
-		return nil, nil, fmt.Errorf("runtime directory: %w", err)
+		return "", fmt.Errorf("runtime directory: %w", err)
 	}
 	if !info.IsDir() {
-		return nil, nil, fmt.Errorf("runtime directory %s is not a directory", dir)
+		return "", fmt.Errorf("runtime directory %s is not a directory", dir)
 	}
-	var (
-		files   []File
-		skipped []Skip
-	)
-	// The trailing separator follows dir when it is a symlink (a swapped
-	// directory), which WalkDir would otherwise visit as a file.
-	err = filepath.WalkDir(dir+string(filepath.Separator), func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return fmt.Errorf("runtime directory: %w", err)
+	return dir, nil
+}
+
+// dirReader reads the files of one walk of dir, reusing what cache holds
+// of a file unchanged since, and keeping in next what it read.
+type dirReader struct {
+	o           Options
+	dir         string
+	cache, next map[string]cached
+	files       []File
+	skipped     []Skip
+}
+
+// visit is the filepath.WalkDirFunc of the walk.
+func (r *dirReader) visit(path string, d fs.DirEntry, err error) error {
+	if err != nil {
+		return fmt.Errorf("runtime directory: %w", err)
+	}
+	dot := strings.HasPrefix(d.Name(), ".") && filepath.Clean(path) != filepath.Clean(r.dir)
+	if d.IsDir() {
+		if r.o.IgnoreDotFiles && dot {
+			return filepath.SkipDir
 		}
-		dot := strings.HasPrefix(d.Name(), ".") && filepath.Clean(path) != filepath.Clean(dir)
-		if d.IsDir() {
-			if o.IgnoreDotFiles && dot {
-				return filepath.SkipDir
-			}
+		return nil
+	}
+	if r.o.IgnoreDotFiles && dot {
+		return nil
+	}
+	rel, err := filepath.Rel(r.dir, path)
+	if err != nil {
+		return fmt.Errorf("runtime directory: %w", err)
+	}
+	name := strings.ReplaceAll(filepath.ToSlash(rel), "/", ".")
+	if r.o.WatchRoot && !strings.HasPrefix(name, r.o.AppDirectory+".") {
+		return nil
+	}
+	return r.file(path, name)
+}
+
+// file reads the file at path, named name, unless it is not a regular
+// file (skipped) or the cache holds it unchanged.
+func (r *dirReader) file(path, name string) error {
+	info, err := os.Stat(path) // follows a symlink
+	if err != nil {
+		return fmt.Errorf("runtime file %s: %w", name, err)
+	}
+	if why := notRegular(info.Mode()); why != "" {
+		r.skipped = append(r.skipped, Skip{Name: name, Reason: why})
+		return nil
+	}
+	key := statKey(info)
+	c, ok := r.cache[path]
+	if !ok || c.key != key || c.readAt.Sub(info.ModTime()) < racy {
+		if testReadHook != nil {
+			testReadHook(path)
+		}
+		data, info, err := readRegular(path)
+		if errors.Is(err, errNotRegular) {
+			r.skipped = append(r.skipped, Skip{Name: name, Reason: notRegular(info.Mode())})
 			return nil
 		}
-		if o.IgnoreDotFiles && dot {
-			return nil
-		}
-		rel, err := filepath.Rel(dir, path)
-		if err != nil {
-			return fmt.Errorf("runtime directory: %w", err)
-		}
-		name := strings.ReplaceAll(filepath.ToSlash(rel), "/", ".")
-		if o.WatchRoot && !strings.HasPrefix(name, o.AppDirectory+".") {
-			return nil
-		}
-		info, err := os.Stat(path) // follows a symlink
 		if err != nil {
 			return fmt.Errorf("runtime file %s: %w", name, err)
 		}
-		if why := notRegular(info.Mode()); why != "" {
-			skipped = append(skipped, Skip{Name: name, Reason: why})
-			return nil
-		}
-		key := statKey(info)
-		c, ok := cache[path]
-		if !ok || c.key != key || c.readAt.Sub(info.ModTime()) < racy {
-			if testReadHook != nil {
-				testReadHook(path)
-			}
-			data, info, err := readRegular(path)
-			if errors.Is(err, errNotRegular) {
-				skipped = append(skipped, Skip{Name: name, Reason: notRegular(info.Mode())})
-				return nil
-			}
-			if err != nil {
-				return fmt.Errorf("runtime file %s: %w", name, err)
-			}
-			c = cached{key: statKey(info), readAt: time.Now(), data: data, sum: sha256.Sum256(data)}
-		}
-		next[path] = c
-		files = append(files, File{Name: name, Path: path, Data: c.data})
-		return nil
-	})
-	if err != nil {
-		return nil, nil, err
+		c = cached{key: statKey(info), readAt: time.Now(), data: data, sum: sha256.Sum256(data)}
 	}
-	slices.SortFunc(files, func(a, b File) int { return strings.Compare(a.Name, b.Name) })
-	slices.SortFunc(skipped, func(a, b Skip) int { return strings.Compare(a.Name, b.Name) })
-	return files, skipped, nil
+	r.next[path] = c
+	r.files = append(r.files, File{Name: name, Path: path, Data: c.data})
+	return nil
 }
 
 var errNotRegular = errors.New("not a regular file")
@@ -310,86 +334,124 @@ func (o Options) rootID() string {
 // with fsnotify and polls every interval where it cannot. apply runs on Watch's goroutine; Watch returns when ctx ends.
 func (o Options) Watch(ctx context.Context, interval time.Duration, applied Snapshot, apply func(Snapshot)) {
 	w := o.watcher(applied)
-	n, err := newNotifier(o)
-	if testNoNotify && n != nil {
-		n.close()
-		n, err = nil, errors.New("test: polling")
-	}
-	if err != nil {
-		o.logger().Warn("runtime directory: cannot watch for changes; polling instead", "every", interval, "err", err)
-	}
-	defer func() {
-		if n != nil {
-			n.close()
-		}
-	}()
-	// A check is due after an event, and every interval while polling or
-	// while a change waits for its second read. With events the second
-	// read comes sooner (settle): a write still going on sends more.
-	var due <-chan time.Time
-	arm := func() {
-		if due == nil {
-			wait := interval
-			if n != nil {
-				wait = min(interval, settle)
-			}
-			due = time.After(wait)
-		}
-	}
-	arm() // a change made before the watch began has no event
+	l := &watchLoop{o: o, interval: interval}
+	l.start()
+	defer l.stop()
+	l.arm() // a change made before the watch began has no event
 	for {
 		var events <-chan fsnotify.Event
 		var errs <-chan error
-		if n != nil {
-			events, errs = n.w.Events, n.w.Errors
+		if l.n != nil {
+			events, errs = l.n.w.Events, l.n.w.Errors
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case ev, ok := <-events:
-			if !ok {
-				n.close()
-				n = nil
-				arm()
-				continue
-			}
-			if n.relevant(ev) {
-				arm()
-			}
+			l.event(ev, ok)
 			continue
 		case err, ok := <-errs:
-			if !ok {
-				n.close()
-				n = nil
-			} else {
-				o.logger().Warn("runtime directory: watch error; checking the directory", "err", err)
-			}
-			arm()
+			l.watchError(err, ok)
 			continue
-		case <-due:
-			due = nil
+		case <-l.due:
+			l.due = nil
 		}
-		// Watch new directories before reading: a file made after the
-		// read then has its event.
-		if n != nil {
-			if err := n.sync(); err != nil {
-				o.logger().Warn("runtime directory: cannot watch for changes; polling until it can", "every", interval, "err", err)
-				n.close()
-				n = nil
-			}
-		} else if testNoNotify {
-			// stay polling
-		} else if n2, err := newNotifier(o); err == nil {
-			n = n2 // watching works again (the directory is back)
-		}
+		l.resync()
 		if testPollHook != nil {
 			testPollHook()
 		}
 		if s, ok := w.poll(); ok {
 			apply(s)
 		}
-		if n == nil || w.pending != nil {
-			arm()
+		if l.n == nil || w.pending != nil {
+			l.arm()
+		}
+	}
+}
+
+// watchLoop is Watch's state: the notifier (nil while polling) and when
+// the next check is due. A check is due after an event, and every
+// interval while polling or while a change waits for its second read.
+// With events the second read comes sooner (settle): a write still going
+// on sends more.
+type watchLoop struct {
+	o        Options
+	interval time.Duration
+	n        *notifier
+	due      <-chan time.Time
+}
+
+// start watches for events, or polls when it cannot.
+func (l *watchLoop) start() {
+	n, err := newNotifier(l.o)
+	if testNoNotify && n != nil {
+		n.close()
+		n, err = nil, errors.New("test: polling")
+	}
+	if err != nil {
+		l.o.logger().Warn("runtime directory: cannot watch for changes; polling instead", "every", l.interval, "err", err)
+	}
+	l.n = n
+}
+
+func (l *watchLoop) stop() {
+	if l.n != nil {
+		l.n.close()
+	}
+}
+
+// arm makes a check due, unless one is.
+func (l *watchLoop) arm() {
+	if l.due == nil {
+		wait := l.interval
+		if l.n != nil {
+			wait = min(l.interval, settle)
+		}
+		l.due = time.After(wait)
+	}
+}
+
+// event takes an event (ok false: the notifier closed; poll instead).
+func (l *watchLoop) event(ev fsnotify.Event, ok bool) {
+	if !ok {
+		l.n.close()
+		l.n = nil
+		l.arm()
+		return
+	}
+	if l.n.relevant(ev) {
+		l.arm()
+	}
+}
+
+// watchError takes an error of the notifier (ok false: it closed; poll
+// instead) and checks the directory.
+func (l *watchLoop) watchError(err error, ok bool) {
+	if !ok {
+		l.n.close()
+		l.n = nil
+	} else {
+		l.o.logger().Warn("runtime directory: watch error; checking the directory", "err", err)
+	}
+	l.arm()
+}
+
+// resync watches new directories before a read, so that a file made after
+// the read has its event; while polling, it tries to watch again (the
+// directory is back).
+func (l *watchLoop) resync() {
+	switch {
+	case l.n != nil:
+		if err := l.n.sync(); err != nil {
+			l.o.logger().Warn("runtime directory: cannot watch for changes; polling until it can", "every", l.interval, "err", err)
+			l.n.close()
+			l.n = nil
+		}
+	case testNoNotify:
+		// stay polling
+	default:
+		if n, err := newNotifier(l.o); err == nil {
+			l.n = n
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"testing"
 	"time"
 
@@ -71,49 +72,17 @@ func (c *comparison) run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
-	var memCells []*benchmarks.Cell
-	if c.memory {
-		for _, ct := range benchmarks.MemoryContenders() {
-			if !c.filter.MatchString(ct.Name) {
-				continue
-			}
-			c.order["memory"] = append(c.order["memory"], ct)
-			for _, w := range c.memWorkloads {
-				cell, err := benchmarks.Prepare(ctx, ct, w)
-				if err != nil {
-					return err
-				}
-				defer cell.Close()
-				memCells = append(memCells, cell)
-			}
-		}
+	memCells, err := c.memoryCells(ctx)
+	defer closeCells(memCells)
+	if err != nil {
+		return err
 	}
-	var srv *harness.Server
-	var floors []benchmarks.Floor
-	var redisCells []redisCell
-	if c.redis {
-		var err error
-		if srv, err = harness.StartServer(); err != nil {
-			c.skipped = append(c.skipped, "Redis benchmarks skipped: "+err.Error())
-			srv = nil
-		}
-		if srv != nil {
-			defer srv.Close()
-			c.redisVersion = srv.Version(ctx)
-			for _, ct := range benchmarks.RedisContenders(srv.Addr()) {
-				if c.filter.MatchString(ct.Name) {
-					c.order["redis"] = append(c.order["redis"], ct)
-				}
-			}
-			redisCells = c.redisCells()
-			if c.runFloors && (c.filter.String() == "" || c.filter.MatchString("redis-benchmark")) {
-				if _, err := exec.LookPath("redis-benchmark"); err != nil {
-					c.skipped = append(c.skipped, "redis-benchmark floors skipped: redis-benchmark not found on PATH (apt-get install redis-tools)")
-				} else if floors, err = benchmarks.Floors(ctx, srv, time.Now().UnixMilli(), 64, c.redisWorkloads); err != nil {
-					return err
-				}
-			}
-		}
+	srv, redisCells, floors, err := c.startRedis(ctx)
+	if srv != nil {
+		defer srv.Close()
+	}
+	if err != nil {
+		return err
 	}
 	c.estimate = c.estimateRun(len(memCells), len(redisCells), len(floors))
 	c.logf("estimated run time: %s (%d rounds: %d in-memory cells, %d Redis cells of %v warm-up + %v × %d caller counts, %d redis-benchmark runs)",
@@ -124,26 +93,8 @@ func (c *comparison) run() error {
 
 	for rep := range c.count {
 		if c.memory {
-			if err := flag.Set("test.benchtime", c.memTime.String()); err != nil {
+			if err := c.memoryRound(ctx, memCells, rep); err != nil {
 				return err
-			}
-			c.logf("round %d/%d: in memory, %d cells", rep+1, c.count, len(memCells))
-			for _, cell := range harness.Rotate(memCells, rep, c.count) {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				for _, mode := range []string{"serial", "parallel"} {
-					bench := cell.Serial()
-					if mode == "parallel" {
-						bench = cell.Parallel()
-					}
-					s, err := measure(cell, bench)
-					if err != nil {
-						return err
-					}
-					s.round = rep
-					c.add(cellKey{"memory", cell.Contender.Name, cell.Workload.String(), mode}, s)
-				}
 			}
 		}
 		if srv != nil {
@@ -156,6 +107,95 @@ func (c *comparison) run() error {
 		}
 	}
 	c.elapsed = time.Since(c.started)
+	return nil
+}
+
+// memoryCells prepares the in-memory cells of the contenders the filter
+// selects (none without -memory), in c.order. The cells prepared are
+// returned even with an error, for the caller to close.
+func (c *comparison) memoryCells(ctx context.Context) ([]*benchmarks.Cell, error) {
+	if !c.memory {
+		return nil, nil
+	}
+	var cells []*benchmarks.Cell
+	for _, ct := range benchmarks.MemoryContenders() {
+		if !c.filter.MatchString(ct.Name) {
+			continue
+		}
+		c.order["memory"] = append(c.order["memory"], ct)
+		for _, w := range c.memWorkloads {
+			cell, err := benchmarks.Prepare(ctx, ct, w)
+			if err != nil {
+				return cells, err
+			}
+			cells = append(cells, cell)
+		}
+	}
+	return cells, nil
+}
+
+// closeCells closes cells, the last prepared first.
+func closeCells(cells []*benchmarks.Cell) {
+	for _, cell := range slices.Backward(cells) {
+		cell.Close()
+	}
+}
+
+// startRedis starts the Redis server of the Redis cells (none without
+// -redis; a server that cannot start is noted in c.skipped) and returns
+// it, its cells and the redis-benchmark floors. The server is returned
+// even with an error, for the caller to close.
+func (c *comparison) startRedis(ctx context.Context) (*harness.Server, []redisCell, []benchmarks.Floor, error) {
+	if !c.redis {
+		return nil, nil, nil, nil
+	}
+	srv, err := harness.StartServer()
+	if err != nil {
+		c.skipped = append(c.skipped, "Redis benchmarks skipped: "+err.Error())
+		return nil, nil, nil, nil
+	}
+	c.redisVersion = srv.Version(ctx)
+	for _, ct := range benchmarks.RedisContenders(srv.Addr()) {
+		if c.filter.MatchString(ct.Name) {
+			c.order["redis"] = append(c.order["redis"], ct)
+		}
+	}
+	cells := c.redisCells()
+	if !c.runFloors || (c.filter.String() != "" && !c.filter.MatchString("redis-benchmark")) {
+		return srv, cells, nil, nil
+	}
+	if _, err := exec.LookPath("redis-benchmark"); err != nil {
+		c.skipped = append(c.skipped, "redis-benchmark floors skipped: redis-benchmark not found on PATH (apt-get install redis-tools)")
+		return srv, cells, nil, nil
+	}
+	floors, err := benchmarks.Floors(ctx, srv, time.Now().UnixMilli(), 64, c.redisWorkloads)
+	return srv, cells, floors, err
+}
+
+// memoryRound measures every in-memory cell once, serial and parallel,
+// starting at another cell each round.
+func (c *comparison) memoryRound(ctx context.Context, cells []*benchmarks.Cell, rep int) error {
+	if err := flag.Set("test.benchtime", c.memTime.String()); err != nil {
+		return err
+	}
+	c.logf("round %d/%d: in memory, %d cells", rep+1, c.count, len(cells))
+	for _, cell := range harness.Rotate(cells, rep, c.count) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		for _, mode := range []string{"serial", "parallel"} {
+			bench := cell.Serial()
+			if mode == "parallel" {
+				bench = cell.Parallel()
+			}
+			s, err := measure(cell, bench)
+			if err != nil {
+				return err
+			}
+			s.round = rep
+			c.add(cellKey{"memory", cell.Contender.Name, cell.Workload.String(), mode}, s)
+		}
+	}
 	return nil
 }
 

@@ -1,4 +1,4 @@
-// Package settings reads limitkit-rls's configuration from the environment:
+// Package envsettings reads limitkit-rls's configuration from the environment:
 // the variables of the reference server (envoyproxy/ratelimit), with its
 // names and defaults, and a few of limitkit's own (LIMITKIT_*).
 //
@@ -6,7 +6,7 @@
 // memcache, tracing, key expiry jitter, ...) is accepted and listed in
 // Settings.Ignored, so that the binary can log it and go on. A value that
 // cannot be read (PORT=abc) is an error naming the variable.
-package settings
+package envsettings
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package settings
+package configtree
 
 import (
 	"fmt"
@@ -6,11 +6,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/internal/suggest"
 )
 
-// Decoder checks and converts the values of a tree. Its zero value stops at
-// the first problem; limiter/config sets Report to collect them all.
+// Decoder checks and converts the values of a tree: strict fields (Each,
+// Unknown), typed scalars, errors with the line and the dotted path. Its
+// zero value stops at the first problem; limiter/config sets Report to
+// collect them all.
 type Decoder struct {
 	// Lines, when not nil, gets the line of each field read, keyed by its
 	// dotted path.
@@ -23,11 +25,6 @@ type Decoder struct {
 	// the repeat out); when nil, they stop the walk.
 	Report func(error)
 }
-
-// Limit decodes a limiter.Config from the mapping n at path and returns it
-// (as any, since limiter imports this package). Package limiter sets it in
-// an init func: the Config's fields are listed there, once.
-var Limit func(d Decoder, n *Node, path string) (any, error)
 
 // Join appends key to the dotted path.
 func Join(path, key string) string {
@@ -47,12 +44,12 @@ func (d Decoder) record(path string, line int) {
 // lists the fields there.
 func (d Decoder) Unknown(f Pair, path, known string) error {
 	fields := strings.Split(known, ", ")
-	if n := Nearest(f.Key, fields); n != "" && d.Typos != nil {
+	if n := suggest.Nearest(f.Key, fields); n != "" && d.Typos != nil {
 		// The field is misspelt, not missing: say so once.
 		d.Typos[Join(path, n)] = true
 	}
 	return &Error{Line: f.KeyLine, Field: Join(path, f.Key),
-		Err: fmt.Errorf("unknown field%s; the fields here are %s", DidYouMean(f.Key, fields), known)}
+		Err: fmt.Errorf("unknown field%s; the fields here are %s", suggest.DidYouMean(f.Key, fields), known)}
 }
 
 // Mapping checks n is a mapping and records its line. A null value counts
@@ -66,18 +63,17 @@ func (d Decoder) Mapping(n *Node, path string) ([]Pair, error) {
 		return nil, &Error{Line: n.Line, Field: path, Err: fmt.Errorf("%s is not a mapping of fields", Describe(n))}
 	}
 	pairs := make([]Pair, 0, len(n.Pairs))
-next:
-	for i, p := range n.Pairs {
-		for _, q := range n.Pairs[:i] {
-			if q.Key == p.Key {
-				err := &Error{Line: p.KeyLine, Field: Join(path, p.Key), Err: fmt.Errorf("given twice (also on line %d)", q.KeyLine)}
-				if d.Report == nil {
-					return nil, err
-				}
-				d.Report(err)
-				continue next
+	first := make(map[string]int, len(n.Pairs)) // a key's first line
+	for _, p := range n.Pairs {
+		if line, twice := first[p.Key]; twice {
+			err := &Error{Line: p.KeyLine, Field: Join(path, p.Key), Err: fmt.Errorf("given twice (also on line %d)", line)}
+			if d.Report == nil {
+				return nil, err
 			}
+			d.Report(err)
+			continue
 		}
+		first[p.Key] = p.KeyLine
 		pairs = append(pairs, p)
 	}
 	return pairs, nil
@@ -113,7 +109,16 @@ func Describe(n *Node) string {
 	if n.Tag == NullTag {
 		return "an empty value"
 	}
-	return strconv.Quote(n.Value)
+	return strconv.Quote(Shorten(n.Value))
+}
+
+// Shorten bounds text of a document echoed in an error.
+func Shorten(s string) string {
+	const most = 64
+	if len(s) <= most {
+		return s
+	}
+	return s[:most] + "..."
 }
 
 // Scalar checks n is a non-null scalar and records its line.
@@ -131,7 +136,7 @@ func (d Decoder) Str(n *Node, path string) (string, error) {
 		return "", err
 	}
 	if n.Tag != StrTag {
-		return "", &Error{Line: n.Line, Field: path, Err: fmt.Errorf("%s is not a string; quote it", n.Value)}
+		return "", &Error{Line: n.Line, Field: path, Err: fmt.Errorf("%s is not a string; quote it", Shorten(n.Value))}
 	}
 	return n.Value, nil
 }
@@ -167,7 +172,7 @@ func (d Decoder) Int64(n *Node, path string) (int64, error) {
 			return v, nil
 		}
 	}
-	return 0, &Error{Line: n.Line, Field: path, Err: fmt.Errorf("%s is not a whole number", strconv.Quote(n.Value))}
+	return 0, &Error{Line: n.Line, Field: path, Err: fmt.Errorf("%s is not a whole number", strconv.Quote(Shorten(n.Value)))}
 }
 
 // Int reads a whole number that fits 32 bits.
@@ -185,7 +190,7 @@ func (d Decoder) Bool(n *Node, path string) (bool, error) {
 		return false, err
 	}
 	if n.Tag != BoolTag {
-		return false, &Error{Line: n.Line, Field: path, Err: fmt.Errorf("%s is not true or false", strconv.Quote(n.Value))}
+		return false, &Error{Line: n.Line, Field: path, Err: fmt.Errorf("%s is not true or false", strconv.Quote(Shorten(n.Value)))}
 	}
 	return n.Value == "true", nil
 }
@@ -198,21 +203,7 @@ func (d Decoder) Duration(n *Node, path string) (time.Duration, error) {
 	v, err := time.ParseDuration(n.Value)
 	if n.Tag != StrTag || err != nil {
 		return 0, &Error{Line: n.Line, Field: path,
-			Err: fmt.Errorf("%s is not a duration; write it like \"1m\", \"90s\" or \"500ms\"", strconv.Quote(n.Value))}
+			Err: fmt.Errorf("%s is not a duration; write it like \"1m\", \"90s\" or \"500ms\"", strconv.Quote(Shorten(n.Value)))}
 	}
 	return v, nil
-}
-
-// FailurePolicy reads a backend.FailurePolicy ("local:4").
-func (d Decoder) FailurePolicy(n *Node, path string) (backend.FailurePolicy, error) {
-	s, err := d.Str(n, path)
-	if err != nil {
-		return backend.FailurePolicy{}, err
-	}
-	p, err := backend.ParseFailurePolicy(s)
-	if err != nil {
-		name, _, _ := strings.Cut(s, ":")
-		return p, &Error{Line: n.Line, Field: path, Err: fmt.Errorf("%w%s", err, DidYouMean(name, []string{"local", "fail_open", "fail_closed"}))}
-	}
-	return p, nil
 }

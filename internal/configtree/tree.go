@@ -1,10 +1,16 @@
-// Package settings is the one decoding path of limiter.Config, shared by
-// its UnmarshalJSON and by limiter/config's files: a tree of values that
-// YAML and JSON both read into, with the line of each, and a Decoder whose
-// checks and error messages every field goes through. Package limiter owns
-// the Config's fields and registers their decoding here (Limit), so the
-// list of fields is written once.
-package settings
+// Package configtree is the project's one reader of configuration files:
+// a tree of values that YAML (package yamltree) and JSON (ParseJSON) both
+// read into, with the line of each, bounded against hostile documents
+// (Limits), and a Decoder whose strict field checks, line-numbered errors
+// and "did you mean" suggestions every field of limiter/config's files and
+// of limiter.Config's JSON goes through. The rate limit service (module
+// rls) reads its files into the same tree and walks it with the
+// reference's messages.
+//
+// It sits in the root internal/ rather than under limiter/ because Go's
+// internal rule is by path: module rls may import
+// github.com/limitkit/limitkit/internal/..., not limiter/internal/....
+package configtree
 
 import (
 	"bytes"
@@ -16,13 +22,26 @@ import (
 	"strconv"
 )
 
-// Bounds on a document's shape. A limits file is a few dozen nodes; these
-// stop a hostile or broken one (YAML aliases that expand exponentially, deep
-// nesting) before it costs memory or time.
-const (
-	MaxNodes = 100_000
-	MaxDepth = 64
-)
+// Limits bound a document's shape, counting an alias as the values it
+// stands for: a few kilobytes of YAML anchors pointing at lists of anchors
+// (an "alias bomb") stand for billions of values, and are refused before
+// any walk costs memory or time. A zero field is no bound.
+type Limits struct {
+	// MaxValues bounds the values of the document, aliases expanded.
+	MaxValues int
+	// MaxAliased bounds the values reached through aliases (for a format
+	// whose files are bounded by their size alone).
+	MaxAliased int
+	// MaxDepth bounds the nesting, through aliases.
+	MaxDepth int
+}
+
+// FileLimits are the bounds of a limits file (limiter/config, and a
+// limiter.Config in JSON): a few dozen values, nested a few levels.
+var FileLimits = Limits{MaxValues: 100_000, MaxDepth: 64}
+
+// ErrEmpty is the problem of a document with no value.
+var ErrEmpty = errors.New("the file is empty")
 
 // Kind is what a node holds.
 type Kind uint8
@@ -47,7 +66,8 @@ const (
 )
 
 // Node is one value of a document, in a form shared by YAML and JSON, with
-// the line it starts on.
+// the line it starts on. A tree is read-only once parsed: a YAML alias is
+// the very node its anchor names, so nodes may be shared.
 type Node struct {
 	Kind  Kind
 	Tag   Tag
@@ -57,15 +77,18 @@ type Node struct {
 	Items []*Node // a list's items, in order
 }
 
-// Pair is one entry of a mapping.
+// Pair is one entry of a mapping. Key is the key's text; KeyTag its type
+// (YAML allows keys such as 1 or 0.25; JSON's are strings).
 type Pair struct {
 	Key     string
+	KeyTag  Tag
 	KeyLine int
 	Val     *Node
 }
 
 // Error is what is wrong with a value, and where: limiter/config turns it
-// into its *Error, limiter into "field: problem".
+// into its *Error, limiter into "field: problem", rls into its
+// *ConfigError.
 type Error struct {
 	// Line is the 1-based line of the value; 0 when unknown.
 	Line int
@@ -86,28 +109,59 @@ func (e *Error) Error() string {
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
 
-// Budget counts nodes while a tree is built.
-type Budget struct{ nodes int }
+// Budget counts the values of a tree as it is built, against Limits.
+type Budget struct {
+	Limits
+	values, aliased int
+}
 
-// Add counts one node at depth and line, and fails past the bounds.
-func (b *Budget) Add(depth, line int) error {
-	b.nodes++
-	if b.nodes > MaxNodes {
-		return &Error{Line: line, Err: fmt.Errorf("more than %d values (YAML aliases expanding?); a limits file is much smaller", MaxNodes)}
+// Value counts one value written at depth and line, and fails past the
+// bounds.
+func (b *Budget) Value(depth, line int) error {
+	b.values++
+	if b.MaxValues > 0 && b.values > b.MaxValues {
+		return &Error{Line: line, Err: fmt.Errorf("more than %d values; a limits file is much smaller", b.MaxValues)}
 	}
-	if depth > MaxDepth {
-		return &Error{Line: line, Err: fmt.Errorf("nested more than %d levels deep", MaxDepth)}
+	if b.MaxDepth > 0 && depth > b.MaxDepth {
+		return &Error{Line: line, Err: fmt.Errorf("nested more than %d levels deep", b.MaxDepth)}
 	}
 	return nil
 }
 
-// ParseJSON reads one JSON value into a tree, with the line of each value.
+// Alias counts an alias at depth and line that stands for size values,
+// height levels deep, and fails past the bounds. size saturates (see
+// SizeAdd), so it never wraps.
+func (b *Budget) Alias(size, depth, height, line int) error {
+	b.values = SizeAdd(b.values, size)
+	b.aliased = SizeAdd(b.aliased, size)
+	if (b.MaxValues > 0 && b.values > b.MaxValues) || (b.MaxAliased > 0 && b.aliased > b.MaxAliased) {
+		most := b.MaxValues
+		if most == 0 || (b.MaxAliased > 0 && b.aliased > b.MaxAliased) {
+			most = b.MaxAliased
+		}
+		return &Error{Line: line, Err: fmt.Errorf("YAML aliases expand to more than %d values; write the values out, or reuse fewer anchors", most)}
+	}
+	if b.MaxDepth > 0 && depth+height > b.MaxDepth {
+		return &Error{Line: line, Err: fmt.Errorf("nested more than %d levels deep (through aliases)", b.MaxDepth)}
+	}
+	return nil
+}
+
+// SizeAdd adds two counts of values, saturating far below overflow: the
+// size of an aliased subtree grows exponentially with the anchors' nesting.
+func SizeAdd(a, b int) int {
+	const most = 1 << 29
+	return min(a+b, most)
+}
+
+// ParseJSON reads one JSON value into a tree, with the line of each value,
+// within FileLimits.
 func ParseJSON(data []byte) (*Node, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, &Error{Err: errors.New("the file is empty")}
+		return nil, &Error{Err: ErrEmpty}
 	}
 	lines := lineStarts(data)
-	p := &jsonParser{dec: json.NewDecoder(bytes.NewReader(data)), lines: lines}
+	p := &jsonParser{dec: json.NewDecoder(bytes.NewReader(data)), lines: lines, b: Budget{Limits: FileLimits}}
 	p.dec.UseNumber()
 	tok, err := p.token()
 	if err != nil {
@@ -165,7 +219,7 @@ func (p *jsonParser) token() (json.Token, error) {
 
 func (p *jsonParser) value(tok json.Token, depth int) (*Node, error) {
 	line := p.line()
-	if err := p.b.Add(depth, line); err != nil {
+	if err := p.b.Value(depth, line); err != nil {
 		return nil, err
 	}
 	switch t := tok.(type) {
