@@ -42,8 +42,7 @@ type Composite struct {
 
 // NewComposite returns a Composite of configs (1 to backend.MaxRequests of
 // them, each with its own prefix; guards are not allowed inside a
-// composite: add the guard as a limit of its own). opts are the Limiter's
-// options.
+// composite: add the guard as a limit of its own). opts are those of New.
 func NewComposite(store backend.Store, configs []Config, opts ...Option) (*Composite, error) {
 	if store == nil {
 		return nil, errNilStore
@@ -52,15 +51,13 @@ func NewComposite(store backend.Store, configs []Config, opts ...Option) (*Compo
 	if err != nil {
 		return nil, err
 	}
-	cc.gen = 1
-	c := &Composite{store: store, clock: clock.System}
-	c.cur.Store(cc)
-	// Options are written for a Limiter; apply them to one and copy.
-	l := &Limiter{clock: c.clock}
-	for _, opt := range opts {
-		opt(l)
+	o, err := newOptions(opts)
+	if err != nil {
+		return nil, err
 	}
-	c.clock = l.clock
+	cc.gen = 1
+	c := &Composite{store: store, clock: o.clock}
+	c.cur.Store(cc)
 	return c, nil
 }
 
@@ -131,12 +128,13 @@ func (c *Composite) SetConfigs(configs []Config) error {
 
 // Allow decides one request: keys[i] is the key of limit i.
 func (c *Composite) Allow(ctx context.Context, keys ...string) (Decision, error) {
-	return c.AllowN(ctx, 1, keys...)
+	return c.AllowN(ctx, keys, 1)
 }
 
 // AllowN decides a request of n units: keys[i] is the key of limit i. n must
-// be between 1 and the smallest limit.
-func (c *Composite) AllowN(ctx context.Context, n int64, keys ...string) (Decision, error) {
+// be between 1 and the smallest limit. The arguments come in the order of
+// Limiter.AllowN's, the keys before the cost.
+func (c *Composite) AllowN(ctx context.Context, keys []string, n int64) (Decision, error) {
 	cc := c.cur.Load()
 	if err := checkKeyCount(cc, keys); err != nil {
 		return Decision{}, err
@@ -190,11 +188,12 @@ func checkKeyCount(cc *compiled, keys []string) error {
 // units). The Lease is on the concurrency limit's key. A composite without
 // a concurrency limit returns an error wrapping ErrInvalidRequest.
 func (c *Composite) Acquire(ctx context.Context, keys ...string) (*Lease, Decision, error) {
-	return c.AcquireN(ctx, 1, keys...)
+	return c.AcquireN(ctx, keys, 1)
 }
 
-// AcquireN is Acquire of n units of every limit.
-func (c *Composite) AcquireN(ctx context.Context, n int64, keys ...string) (*Lease, Decision, error) {
+// AcquireN is Acquire of n units of every limit; the arguments come in the
+// order of Limiter.AcquireN's.
+func (c *Composite) AcquireN(ctx context.Context, keys []string, n int64) (*Lease, Decision, error) {
 	cc := c.cur.Load()
 	if err := checkKeyCount(cc, keys); err != nil {
 		return nil, Decision{}, err

@@ -106,13 +106,13 @@ func TestEntranceCheck(t *testing.T) {
 			}
 			return leases.Release(ctx, k, id)
 		}},
-		{"Composite.AllowN", true, func(k string, n int64) error { return decision(comp.AllowN(ctx, n, "alice", k)) }},
+		{"Composite.AllowN", true, func(k string, n int64) error { return decision(comp.AllowN(ctx, []string{"alice", k}, n)) }},
 		{"Composite.Peek", false, func(k string, _ int64) error { return decision(comp.Peek(ctx, k, "acme")) }},
 		{"Composite.Reset", false, func(k string, _ int64) error { return comp.Reset(ctx, "alice", k) }},
 		{"Composite.Admit", false, func(k string, _ int64) error {
 			return leased(comp.Admit(ctx, limiter.Request{Keys: []string{k, "acme"}}))
 		}},
-		{"Composite.AcquireN", true, func(k string, n int64) error { return leased(compLease.AcquireN(ctx, n, k, "acme")) }},
+		{"Composite.AcquireN", true, func(k string, n int64) error { return leased(compLease.AcquireN(ctx, []string{k, "acme"}, n)) }},
 		{"Plans.AllowN", true, func(k string, n int64) error { return planned(plans.AllowN(ctx, k, n)) }},
 		{"Plans.Admit", false, func(k string, _ int64) error {
 			return planLeased(plans.Admit(ctx, limiter.Request{Keys: []string{k}}))
@@ -144,6 +144,6 @@ func TestEntranceCheck(t *testing.T) {
 	// A cost above the least enforced limit names that rule's limit.
 	_, err = guarded.AllowN(ctx, "k", 3)
 	require.ErrorContains(t, err, "cost 3 is above the limit 2")
-	_, err = comp.AllowN(ctx, 4, "a", "b")
+	_, err = comp.AllowN(ctx, []string{"a", "b"}, 4)
 	require.ErrorContains(t, err, "cost 4 is above the limit 2")
 }

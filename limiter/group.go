@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/clock"
 )
 
 // source holds the configurations of one Limiter, or of every Limiter of
@@ -45,14 +44,14 @@ func NewGroup(store backend.Store, configs []Config, opts ...Option) (*Group, er
 	if err != nil {
 		return nil, err
 	}
+	o, err := newOptions(opts)
+	if err != nil {
+		return nil, err
+	}
 	src := newSource(cs)
 	g := &Group{}
 	for i := range cs {
-		l := &Limiter{store: store, clock: clock.System, src: src, idx: i}
-		for _, opt := range opts {
-			opt(l)
-		}
-		g.limiters = append(g.limiters, l)
+		g.limiters = append(g.limiters, &Limiter{store: store, clock: o.clock, src: src, idx: i})
 	}
 	return g, nil
 }

@@ -55,6 +55,7 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -64,6 +65,7 @@ import (
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/internal/boundid"
+	"github.com/limitkit/limitkit/internal/option"
 )
 
 // Errors reported for bad input; test with errors.Is.
@@ -78,17 +80,35 @@ var (
 // errNilStore refuses a constructor given no store.
 var errNilStore = fmt.Errorf("%w: store is nil; pass a backend.Store such as memorystore.New()", ErrInvalidConfig)
 
-// Option configures a Limiter.
-type Option func(*Limiter)
+// Option configures New, NewComposite and NewGroup. Options apply in
+// order; a nil Option is ignored.
+type Option func(*options) error
+
+// options are what the Options set, over the defaults of newOptions.
+type options struct {
+	clock clock.Clock
+}
 
 // WithClock makes the limiter read time from c instead of the system clock.
-// When c is a clock.Timer (clock.Fake is), Wait also waits on it.
+// When c is a clock.Timer (clock.Fake is), Wait also waits on it. A nil c
+// is refused.
 func WithClock(c clock.Clock) Option {
-	return func(l *Limiter) {
-		if c != nil {
-			l.clock = c
+	return func(o *options) error {
+		if c == nil {
+			return errors.New("WithClock: the clock is nil; pass a clock.Clock (clock.System, a clock.Fake), or leave the option out")
 		}
+		o.clock = c
+		return nil
 	}
+}
+
+// newOptions applies opts over the defaults.
+func newOptions(opts []Option) (options, error) {
+	o := options{clock: clock.System}
+	if err := option.Apply(&o, opts); err != nil {
+		return o, fmt.Errorf("limiter: %w", err)
+	}
+	return o, nil
 }
 
 // Decision is the outcome of a call: whether the request was admitted, the
@@ -109,8 +129,9 @@ type Limiter struct {
 	idx int
 }
 
-// New returns a limiter for cfg on store, or an error wrapping
-// ErrInvalidConfig that says what to change.
+// New returns a limiter for cfg on store, or an error that says what to
+// change: one wrapping ErrInvalidConfig for cfg, or naming the option
+// refused.
 func New(store backend.Store, cfg Config, opts ...Option) (*Limiter, error) {
 	if store == nil {
 		return nil, errNilStore
@@ -119,11 +140,11 @@ func New(store backend.Store, cfg Config, opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{store: store, clock: clock.System, src: newSource([]*compiled{c})}
-	for _, opt := range opts {
-		opt(l)
+	o, err := newOptions(opts)
+	if err != nil {
+		return nil, err
 	}
-	return l, nil
+	return &Limiter{store: store, clock: o.clock, src: newSource([]*compiled{c})}, nil
 }
 
 // Config returns the limiter's configuration, defaults filled in: the one
