@@ -65,32 +65,32 @@ func NewComposite(store backend.Store, configs []Config, opts ...Option) (*Compo
 // i's rules read the key at index i of a call.
 func compileComposite(configs []Config) (*compiled, error) {
 	if len(configs) == 0 || len(configs) > backend.MaxRequests {
-		return nil, fmt.Errorf("%w: %d limits in a composite; give 1 to %d", ErrInvalidConfig, len(configs), backend.MaxRequests)
+		return nil, invalidf(ErrInvalidConfig, "%d limits in a composite; give 1 to %d", len(configs), backend.MaxRequests)
 	}
 	cc := &compiled{}
 	var parts []part
 	for i, cfg := range configs {
 		cfg, _, err := cfg.checked()
 		if err != nil {
-			return nil, fmt.Errorf("limit %d: %w", i, err)
+			return nil, within(err, fmt.Sprintf("limit %d", i))
 		}
 		if cfg.Guard != nil {
-			return nil, fmt.Errorf("%w: limit %d has a guard; in a composite, add the guard as a limit of its own", ErrInvalidConfig, i)
+			return nil, invalidf(ErrInvalidConfig, "limit %d has a guard; in a composite, add the guard as a limit of its own", i)
 		}
 		if len(cfg.Exempt)+len(cfg.Deny) > 0 {
-			return nil, fmt.Errorf("%w: limit %d has exempt or deny entries; a composite has none (use them on a Limiter)", ErrInvalidConfig, i)
+			return nil, invalidf(ErrInvalidConfig, "limit %d has exempt or deny entries; a composite has none (use them on a Limiter)", i)
 		}
 		if cfg.rule().HoldsLeases() {
 			for j, prev := range cc.configs {
 				if prev.rule().HoldsLeases() {
-					return nil, fmt.Errorf("%w: limits %d and %d are both concurrency limits; a composite holds one lease per decision",
-						ErrInvalidConfig, j, i)
+					return nil, invalidf(ErrInvalidConfig,
+						"limits %d and %d are both concurrency limits; a composite holds one lease per decision", j, i)
 				}
 			}
 		}
 		for j, prev := range cc.configs {
 			if prev.Prefix == cfg.Prefix {
-				return nil, fmt.Errorf("%w: limits %d and %d share the prefix %q; give each its own", ErrInvalidConfig, j, i, cfg.Prefix)
+				return nil, invalidf(ErrInvalidConfig, "limits %d and %d share the prefix %q; give each its own", j, i, cfg.Prefix)
 			}
 		}
 		cc.configs = append(cc.configs, cfg)
@@ -111,7 +111,7 @@ func (c *Composite) Configs() []Config { return append([]Config(nil), c.cur.Load
 func (c *Composite) SetConfigs(configs []Config) error {
 	old := c.cur.Load()
 	if len(configs) != len(old.configs) {
-		return fmt.Errorf("%w: %d limits for a composite of %d; keep the number (callers pass one key per limit)", ErrInvalidConfig, len(configs), len(old.configs))
+		return invalidf(ErrInvalidConfig, "%d limits for a composite of %d; keep the number (callers pass one key per limit)", len(configs), len(old.configs))
 	}
 	cc, err := compileComposite(configs)
 	if err != nil {
@@ -176,7 +176,7 @@ func (c *Composite) Reset(ctx context.Context, keys ...string) error {
 // Composite's entrance check that a Limiter's calls need not make.
 func checkKeyCount(cc *compiled, keys []string) error {
 	if len(keys) != len(cc.configs) {
-		return fmt.Errorf("%w: %d keys for %d limits; give one key per limit", ErrInvalidRequest, len(keys), len(cc.configs))
+		return invalidf(ErrInvalidRequest, "%d keys for %d limits; give one key per limit", len(keys), len(cc.configs))
 	}
 	return nil
 }
@@ -199,7 +199,7 @@ func (c *Composite) AcquireN(ctx context.Context, keys []string, n int64) (*Leas
 		return nil, Decision{}, err
 	}
 	if cc.lease < 0 {
-		return nil, Decision{}, fmt.Errorf("%w: the composite has no concurrency limit; use Allow", ErrInvalidRequest)
+		return nil, Decision{}, invalidf(ErrInvalidRequest, "the composite has no concurrency limit; use Allow")
 	}
 	return acquire(ctx, c, c.store, c.clock, cc, keys, n, c.clock.Now())
 }

@@ -2,6 +2,7 @@ package limiter_test
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -127,7 +128,9 @@ func TestEntranceCheck(t *testing.T) {
 			// 3 is above the guard's, the lease's and the composite's
 			// least limit.
 			for _, n := range []int64{0, -1, 3} {
-				require.ErrorIs(t, c.do("k", n), limiter.ErrInvalidRequest, "%s with cost %d", c.name, n)
+				err := c.do("k", n)
+				require.ErrorIs(t, err, limiter.ErrInvalidRequest, "%s with cost %d", c.name, n)
+				require.True(t, strings.HasPrefix(err.Error(), "limiter: "), "one prefix per package: %v", err)
 			}
 		}
 		require.Equal(t, before, store.calls.Load(), "%s: a refused call reached the store", c.name)

@@ -61,7 +61,7 @@ func compileAll(configs []Config) ([]*compiled, error) {
 	for i, cfg := range configs {
 		c, err := compile(cfg)
 		if err != nil {
-			return nil, fmt.Errorf("limit %d: %w", i, err)
+			return nil, within(err, fmt.Sprintf("limit %d", i))
 		}
 		cs[i] = c
 	}
@@ -78,7 +78,7 @@ func (g *Group) Limiters() []*Limiter { return slices.Clone(g.limiters) }
 // is described at Limiter.SetConfig.
 func (g *Group) SetConfigs(configs []Config) error {
 	if len(configs) != len(g.limiters) {
-		return fmt.Errorf("%w: %d configs for a group of %d limiters; give one per limiter", ErrInvalidConfig, len(configs), len(g.limiters))
+		return invalidf(ErrInvalidConfig, "%d configs for a group of %d limiters; give one per limiter", len(configs), len(g.limiters))
 	}
 	cs, err := compileAll(configs)
 	if err != nil {

@@ -78,7 +78,7 @@ var (
 )
 
 // errNilStore refuses a constructor given no store.
-var errNilStore = fmt.Errorf("%w: store is nil; pass a backend.Store such as memorystore.New()", ErrInvalidConfig)
+var errNilStore = invalidf(ErrInvalidConfig, "store is nil; pass a backend.Store such as memorystore.New()")
 
 // Option configures New, NewComposite and NewGroup. Options apply in
 // order; a nil Option is ignored.
@@ -354,7 +354,7 @@ func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Lease, De
 				return nil, d, nil
 			}
 			if err := c.all[c.lease].rule.ValidateCost(n); err != nil {
-				return nil, Decision{}, err
+				return nil, Decision{}, restate(ErrInvalidRequest, err)
 			}
 			return newLease(l, l.store, l.clock, key, n, c.all[c.lease], 0, now), d, nil
 		}
@@ -394,7 +394,7 @@ type Request struct {
 // nil unless one was granted; release it as Acquire's.
 func (l *Limiter) Admit(ctx context.Context, req Request) (*Lease, Decision, error) {
 	if len(req.Keys) != 1 {
-		return nil, Decision{}, fmt.Errorf("%w: %d keys for one limit; give one", ErrInvalidRequest, len(req.Keys))
+		return nil, Decision{}, invalidf(ErrInvalidRequest, "%d keys for one limit; give one", len(req.Keys))
 	}
 	c := l.current()
 	key := req.Keys[0]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,7 +60,14 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		_, err := limiter.New(store, cfg)
 		require.ErrorIs(t, err, limiter.ErrInvalidConfig, want)
 		require.ErrorContains(t, err, want)
+		require.True(t, strings.HasPrefix(err.Error(), "limiter: "), "one prefix per package: %v", err)
 		require.ErrorIs(t, cfg.Validate(), limiter.ErrInvalidConfig, want)
+		if cfg.Prefix == "" {
+			cfg.Prefix = "g:"
+		}
+		_, err = limiter.NewGroup(store, []limiter.Config{{Limit: 1, Window: time.Second}, cfg})
+		require.ErrorIs(t, err, limiter.ErrInvalidConfig, want)
+		require.True(t, strings.HasPrefix(err.Error(), "limiter: limit 1: "), "the index goes after the prefix: %v", err)
 	}
 	_, err = limiter.New(nil, limiter.Config{Limit: 1, Window: time.Second})
 	require.ErrorIs(t, err, limiter.ErrInvalidConfig)
