@@ -17,6 +17,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
@@ -229,6 +230,18 @@ func millis(ms int64) time.Duration {
 // MaxRequests is the most requests one TakeAll call decides.
 const MaxRequests = 16
 
+// inRequest names request i in err, one of Request.Validate's errors,
+// after its sentinel, so that every error of this package starts with
+// one: "limitkit: invalid request: request 2: key is empty".
+func inRequest(i int, err error) error {
+	for _, s := range []error{algorithms.ErrInvalidRule, algorithms.ErrInvalidRequest} {
+		if detail, ok := strings.CutPrefix(err.Error(), s.Error()+": "); ok {
+			return fmt.Errorf("%w: request %d: %s", s, i, detail)
+		}
+	}
+	return fmt.Errorf("%w: request %d: %w", algorithms.ErrInvalidRequest, i, err)
+}
+
 // ValidateAll reports whether reqs can be decided together by TakeAll: 1 to
 // MaxRequests valid requests, all at the same time, and no two on the same
 // state (same key and algorithm), and at most one of a rule that holds
@@ -243,7 +256,7 @@ func ValidateAll(reqs []Request) error {
 	for i := range reqs {
 		r := &reqs[i]
 		if err := r.Validate(); err != nil {
-			return fmt.Errorf("request %d: %w", i, err)
+			return inRequest(i, err)
 		}
 		if r.Rule.HoldsLeases() {
 			if lease >= 0 {

@@ -24,6 +24,23 @@ func TestValidateAllOneLease(t *testing.T) {
 	require.ErrorContains(t, err, "in a call of its own")
 }
 
+// TestValidateAllNamesTheRequest: a bad request is named after the
+// sentinel its error wraps, which stays first in the message.
+func TestValidateAllNamesTheRequest(t *testing.T) {
+	rule := algorithms.Rule{Algorithm: algorithms.SlidingLog, Limit: 2, Window: time.Second}
+	good := backend.Request{Key: backend.Key{Prefix: "a:", ID: "u"}, Rule: rule, Now: time.UnixMilli(5), Cost: 1}
+	emptyKey := good
+	emptyKey.Key = backend.Key{Prefix: "b:"}
+	err := backend.ValidateAll([]backend.Request{good, emptyKey})
+	require.ErrorIs(t, err, algorithms.ErrInvalidRequest)
+	require.EqualError(t, err, "limitkit: invalid request: request 1: key is empty")
+	badRule := good
+	badRule.Key.Prefix, badRule.Rule.Limit = "c:", 0
+	err = backend.ValidateAll([]backend.Request{good, badRule})
+	require.ErrorIs(t, err, algorithms.ErrInvalidRule)
+	require.EqualError(t, err, "limitkit: invalid rule: request 1: limit is 0; it must be at least 1")
+}
+
 func TestValidateLease(t *testing.T) {
 	req := backend.Request{Key: backend.Key{ID: "u"}, Rule: algorithms.Rule{Algorithm: algorithms.GCRA, Limit: 2, Window: time.Second}, Now: time.UnixMilli(5), Cost: 1}
 	require.ErrorIs(t, backend.ValidateLease(&req), algorithms.ErrInvalidRequest)

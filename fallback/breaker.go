@@ -44,7 +44,7 @@ func stateOf(s gobreaker.State) backend.BreakerState {
 // forgetAfter is how long a node's breaker is kept after the last request
 // routed to it: two open timeouts, so that a breaker that opened lives
 // through one probe period (see the package doc).
-func (c *config) forgetAfter() int64 { return int64(2 * c.openTimeout) }
+func (c *options) forgetAfter() int64 { return int64(2 * c.openTimeout) }
 
 // newBreaker returns a closed breaker for node ("" for the only one).
 func (s *shared) newBreaker(node string) *breaker {

@@ -333,15 +333,21 @@ func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
 
 func TestBadOptions(t *testing.T) {
 	p := newFlaky(t)
-	for _, opt := range []fallback.Option{
-		fallback.WithTimeout(0), fallback.WithFailureThreshold(0), fallback.WithOpenTimeout(-1),
-		fallback.WithProbes(0), fallback.WithLocalStore(nil), fallback.WithLogger(nil),
+	for name, opt := range map[string]fallback.Option{
+		"WithTimeout": fallback.WithTimeout(0), "WithFailureThreshold": fallback.WithFailureThreshold(0),
+		"WithOpenTimeout": fallback.WithOpenTimeout(-1), "WithProbes": fallback.WithProbes(0),
+		"WithLocalStore": fallback.WithLocalStore(nil), "WithLogger": fallback.WithLogger(nil),
+		"WithBaselines": fallback.WithBaselines(-1),
 	} {
-		_, err := fallback.New(p, opt)
-		require.Error(t, err)
+		// A valid option before it is applied; the bad one's error names it.
+		_, err := fallback.New(p, fallback.WithName("x"), opt)
+		require.ErrorContains(t, err, "fallback: "+name+": ", name)
 	}
 	_, err := fallback.New(nil)
 	require.ErrorContains(t, err, "primary store is nil")
+	s, err := fallback.New(p, nil, fallback.WithLogger(quietLogger()))
+	require.NoError(t, err, "a nil option is ignored")
+	require.NotNil(t, s)
 }
 
 func waitFor(t *testing.T, cond func() bool) {

@@ -32,7 +32,7 @@ func (s *Store) GiveBack(ctx context.Context, req backend.Request) (backend.Resu
 func giveBackLocally(local backend.Store, ctx context.Context, req backend.Request) (backend.Result, error) {
 	r, ok := backend.As[backend.UnitRefunder](local)
 	if !ok {
-		return backend.Result{}, fmt.Errorf("the local store %T cannot give units back", local)
+		return backend.Result{}, fmt.Errorf("fallback: the local store %T cannot give units back; give WithLocalStore a store that can (memorystore)", local)
 	}
 	return r.GiveBack(ctx, req)
 }

@@ -105,7 +105,7 @@ func TestHostileIDsDoNotReachErrors(t *testing.T) {
 		}
 		_, err = comp.Allow(ctx, huge, huge)
 		check("Composite.Allow", err)
-		_, err = comp.AllowN(ctx, 1, huge, huge+"x")
+		_, err = comp.AllowN(ctx, []string{huge, huge + "x"}, 1)
 		check("Composite.AllowN", err)
 		_, err = comp.Peek(ctx, huge, huge)
 		check("Composite.Peek", err)

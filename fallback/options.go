@@ -32,10 +32,11 @@ const (
 // answer (Reset) when the primary could not be reached.
 var ErrUnavailable = errors.New("fallback: primary store unavailable")
 
-// Option configures a Store.
-type Option func(*config) error
+// Option configures New. Options apply in order; a nil Option is ignored.
+type Option func(*options) error
 
-type config struct {
+// options are what the Options set, over the defaults New gives.
+type options struct {
 	timeout     time.Duration
 	timeoutSet  bool
 	threshold   uint32
@@ -54,9 +55,9 @@ type config struct {
 // DefaultTimeout). New refuses a timeout that leaves less than AckHeadroom
 // after such a wait.
 func WithTimeout(d time.Duration) Option {
-	return func(c *config) error {
+	return func(c *options) error {
 		if d <= 0 {
-			return fmt.Errorf("fallback: timeout is %v; it must be positive", d)
+			return fmt.Errorf("WithTimeout: the timeout is %v; give a positive duration", d)
 		}
 		c.timeout, c.timeoutSet = d, true
 		return nil
@@ -71,9 +72,9 @@ func WithTimeout(d time.Duration) Option {
 // starts after its last failure). A success in between starts the count
 // again.
 func WithFailureThreshold(n int) Option {
-	return func(c *config) error {
+	return func(c *options) error {
 		if n < 1 {
-			return fmt.Errorf("fallback: failure threshold is %d; it must be at least 1", n)
+			return fmt.Errorf("WithFailureThreshold: the threshold is %d; give 1 or more", n)
 		}
 		c.threshold = uint32(n)
 		return nil
@@ -83,9 +84,9 @@ func WithFailureThreshold(n int) Option {
 // WithOpenTimeout sets how long the breaker stays open before it probes the
 // primary again (default DefaultOpenTimeout).
 func WithOpenTimeout(d time.Duration) Option {
-	return func(c *config) error {
+	return func(c *options) error {
 		if d <= 0 {
-			return fmt.Errorf("fallback: open timeout is %v; it must be positive", d)
+			return fmt.Errorf("WithOpenTimeout: the open timeout is %v; give a positive duration", d)
 		}
 		c.openTimeout = d
 		return nil
@@ -95,9 +96,9 @@ func WithOpenTimeout(d time.Duration) Option {
 // WithProbes sets how many requests go to the primary while half-open, and
 // how many consecutive successes close the breaker (default DefaultProbes).
 func WithProbes(n int) Option {
-	return func(c *config) error {
+	return func(c *options) error {
 		if n < 1 {
-			return fmt.Errorf("fallback: probes is %d; it must be at least 1", n)
+			return fmt.Errorf("WithProbes: the probe count is %d; give 1 or more", n)
 		}
 		c.probes = uint32(n)
 		return nil
@@ -107,7 +108,7 @@ func WithProbes(n int) Option {
 // WithPolicy sets the policy of the returned Store (default backend.LocalPolicy(1)).
 // Store.Policy gives views with other policies.
 func WithPolicy(p backend.FailurePolicy) Option {
-	return func(c *config) error {
+	return func(c *options) error {
 		if p.Mode() == backend.ModeUnset {
 			p = backend.LocalPolicy(1)
 		}
@@ -119,9 +120,9 @@ func WithPolicy(p backend.FailurePolicy) Option {
 // WithLocalStore sets the store that Local policies decide on (default: a
 // new memorystore with its defaults).
 func WithLocalStore(s backend.Store) Option {
-	return func(c *config) error {
+	return func(c *options) error {
 		if s == nil {
-			return errors.New("fallback: local store is nil")
+			return errors.New("WithLocalStore: the store is nil; pass a backend.Store, or leave the option out for a memorystore")
 		}
 		c.local = s
 		return nil
@@ -131,7 +132,7 @@ func WithLocalStore(s backend.Store) Option {
 // WithStateHook calls fn on every breaker state change, in order, outside
 // the breaker's lock.
 func WithStateHook(fn func(backend.StateChange)) Option {
-	return func(c *config) error {
+	return func(c *options) error {
 		c.hook = fn
 		return nil
 	}
@@ -139,9 +140,9 @@ func WithStateHook(fn func(backend.StateChange)) Option {
 
 // WithLogger logs state changes to l (default slog.Default()).
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
+	return func(c *options) error {
 		if l == nil {
-			return errors.New("fallback: logger is nil")
+			return errors.New("WithLogger: the logger is nil; pass a *slog.Logger, or leave the option out for slog.Default()")
 		}
 		c.logger = l
 		return nil
@@ -150,7 +151,7 @@ func WithLogger(l *slog.Logger) Option {
 
 // WithName names the breaker in logs (default "limitkit").
 func WithName(name string) Option {
-	return func(c *config) error {
+	return func(c *options) error {
 		c.name = name
 		return nil
 	}
@@ -165,9 +166,9 @@ func WithName(name string) Option {
 // key with 0 here, is decided from the policy's share of a fresh limit.
 // Each entry costs about 200 bytes beside its key's prefix and id.
 func WithBaselines(n int) Option {
-	return func(c *config) error {
+	return func(c *options) error {
 		if n < 0 {
-			return fmt.Errorf("fallback: baselines is %d; give 0 (remember none) or more", n)
+			return fmt.Errorf("WithBaselines: the count is %d; give 0 (remember none) or more", n)
 		}
 		c.baselines = n
 		return nil

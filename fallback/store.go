@@ -12,6 +12,7 @@ import (
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/internal/boundid"
+	"github.com/limitkit/limitkit/internal/option"
 )
 
 // Store is a backend.Store that decides on the primary while it is healthy
@@ -25,7 +26,7 @@ type Store struct {
 type shared struct {
 	primary backend.Store
 	local   backend.Store
-	cfg     config
+	cfg     options
 	// base remembers the primary's last answers (nil: WithBaselines(0)).
 	base *baselines
 
@@ -73,7 +74,7 @@ func New(primary backend.Store, opts ...Option) (*Store, error) {
 	if primary == nil {
 		return nil, errors.New("fallback: primary store is nil")
 	}
-	c := config{
+	c := options{
 		timeout:     DefaultTimeout,
 		threshold:   DefaultFailureThreshold,
 		openTimeout: DefaultOpenTimeout,
@@ -83,10 +84,8 @@ func New(primary backend.Store, opts ...Option) (*Store, error) {
 		logger:      slog.Default(),
 		name:        "limitkit",
 	}
-	for _, opt := range opts {
-		if err := opt(&c); err != nil {
-			return nil, err
-		}
+	if err := option.Apply(&c, opts); err != nil {
+		return nil, fmt.Errorf("fallback: %w", err)
 	}
 	if err := c.fitAck(primary); err != nil {
 		return nil, err
@@ -107,7 +106,7 @@ func New(primary backend.Store, opts ...Option) (*Store, error) {
 // fitAck makes the timeout hold the primary's replica acknowledgement
 // wait: derived when WithTimeout was not given, refused when it was and is
 // too short.
-func (c *config) fitAck(primary backend.Store) error {
+func (c *options) fitAck(primary backend.Store) error {
 	w, ok := backend.As[backend.AckWaiter](primary)
 	if !ok || w.ReplicaAckTimeout() <= 0 {
 		return nil

@@ -42,8 +42,7 @@ type Composite struct {
 
 // NewComposite returns a Composite of configs (1 to backend.MaxRequests of
 // them, each with its own prefix; guards are not allowed inside a
-// composite: add the guard as a limit of its own). opts are the Limiter's
-// options.
+// composite: add the guard as a limit of its own). opts are those of New.
 func NewComposite(store backend.Store, configs []Config, opts ...Option) (*Composite, error) {
 	if store == nil {
 		return nil, errNilStore
@@ -52,15 +51,13 @@ func NewComposite(store backend.Store, configs []Config, opts ...Option) (*Compo
 	if err != nil {
 		return nil, err
 	}
-	cc.gen = 1
-	c := &Composite{store: store, clock: clock.System}
-	c.cur.Store(cc)
-	// Options are written for a Limiter; apply them to one and copy.
-	l := &Limiter{clock: c.clock}
-	for _, opt := range opts {
-		opt(l)
+	o, err := newOptions(opts)
+	if err != nil {
+		return nil, err
 	}
-	c.clock = l.clock
+	cc.gen = 1
+	c := &Composite{store: store, clock: o.clock}
+	c.cur.Store(cc)
 	return c, nil
 }
 
@@ -68,32 +65,32 @@ func NewComposite(store backend.Store, configs []Config, opts ...Option) (*Compo
 // i's rules read the key at index i of a call.
 func compileComposite(configs []Config) (*compiled, error) {
 	if len(configs) == 0 || len(configs) > backend.MaxRequests {
-		return nil, fmt.Errorf("%w: %d limits in a composite; give 1 to %d", ErrInvalidConfig, len(configs), backend.MaxRequests)
+		return nil, invalidf(ErrInvalidConfig, "%d limits in a composite; give 1 to %d", len(configs), backend.MaxRequests)
 	}
 	cc := &compiled{}
 	var parts []part
 	for i, cfg := range configs {
 		cfg, _, err := cfg.checked()
 		if err != nil {
-			return nil, fmt.Errorf("limit %d: %w", i, err)
+			return nil, within(err, fmt.Sprintf("limit %d", i))
 		}
 		if cfg.Guard != nil {
-			return nil, fmt.Errorf("%w: limit %d has a guard; in a composite, add the guard as a limit of its own", ErrInvalidConfig, i)
+			return nil, invalidf(ErrInvalidConfig, "limit %d has a guard; in a composite, add the guard as a limit of its own", i)
 		}
 		if len(cfg.Exempt)+len(cfg.Deny) > 0 {
-			return nil, fmt.Errorf("%w: limit %d has exempt or deny entries; a composite has none (use them on a Limiter)", ErrInvalidConfig, i)
+			return nil, invalidf(ErrInvalidConfig, "limit %d has exempt or deny entries; a composite has none (use them on a Limiter)", i)
 		}
 		if cfg.rule().HoldsLeases() {
 			for j, prev := range cc.configs {
 				if prev.rule().HoldsLeases() {
-					return nil, fmt.Errorf("%w: limits %d and %d are both concurrency limits; a composite holds one lease per decision",
-						ErrInvalidConfig, j, i)
+					return nil, invalidf(ErrInvalidConfig,
+						"limits %d and %d are both concurrency limits; a composite holds one lease per decision", j, i)
 				}
 			}
 		}
 		for j, prev := range cc.configs {
 			if prev.Prefix == cfg.Prefix {
-				return nil, fmt.Errorf("%w: limits %d and %d share the prefix %q; give each its own", ErrInvalidConfig, j, i, cfg.Prefix)
+				return nil, invalidf(ErrInvalidConfig, "limits %d and %d share the prefix %q; give each its own", j, i, cfg.Prefix)
 			}
 		}
 		cc.configs = append(cc.configs, cfg)
@@ -114,7 +111,7 @@ func (c *Composite) Configs() []Config { return append([]Config(nil), c.cur.Load
 func (c *Composite) SetConfigs(configs []Config) error {
 	old := c.cur.Load()
 	if len(configs) != len(old.configs) {
-		return fmt.Errorf("%w: %d limits for a composite of %d; keep the number (callers pass one key per limit)", ErrInvalidConfig, len(configs), len(old.configs))
+		return invalidf(ErrInvalidConfig, "%d limits for a composite of %d; keep the number (callers pass one key per limit)", len(configs), len(old.configs))
 	}
 	cc, err := compileComposite(configs)
 	if err != nil {
@@ -131,12 +128,13 @@ func (c *Composite) SetConfigs(configs []Config) error {
 
 // Allow decides one request: keys[i] is the key of limit i.
 func (c *Composite) Allow(ctx context.Context, keys ...string) (Decision, error) {
-	return c.AllowN(ctx, 1, keys...)
+	return c.AllowN(ctx, keys, 1)
 }
 
 // AllowN decides a request of n units: keys[i] is the key of limit i. n must
-// be between 1 and the smallest limit.
-func (c *Composite) AllowN(ctx context.Context, n int64, keys ...string) (Decision, error) {
+// be between 1 and the smallest limit. The arguments come in the order of
+// Limiter.AllowN's, the keys before the cost.
+func (c *Composite) AllowN(ctx context.Context, keys []string, n int64) (Decision, error) {
 	cc := c.cur.Load()
 	if err := checkKeyCount(cc, keys); err != nil {
 		return Decision{}, err
@@ -178,7 +176,7 @@ func (c *Composite) Reset(ctx context.Context, keys ...string) error {
 // Composite's entrance check that a Limiter's calls need not make.
 func checkKeyCount(cc *compiled, keys []string) error {
 	if len(keys) != len(cc.configs) {
-		return fmt.Errorf("%w: %d keys for %d limits; give one key per limit", ErrInvalidRequest, len(keys), len(cc.configs))
+		return invalidf(ErrInvalidRequest, "%d keys for %d limits; give one key per limit", len(keys), len(cc.configs))
 	}
 	return nil
 }
@@ -190,17 +188,18 @@ func checkKeyCount(cc *compiled, keys []string) error {
 // units). The Lease is on the concurrency limit's key. A composite without
 // a concurrency limit returns an error wrapping ErrInvalidRequest.
 func (c *Composite) Acquire(ctx context.Context, keys ...string) (*Lease, Decision, error) {
-	return c.AcquireN(ctx, 1, keys...)
+	return c.AcquireN(ctx, keys, 1)
 }
 
-// AcquireN is Acquire of n units of every limit.
-func (c *Composite) AcquireN(ctx context.Context, n int64, keys ...string) (*Lease, Decision, error) {
+// AcquireN is Acquire of n units of every limit; the arguments come in the
+// order of Limiter.AcquireN's.
+func (c *Composite) AcquireN(ctx context.Context, keys []string, n int64) (*Lease, Decision, error) {
 	cc := c.cur.Load()
 	if err := checkKeyCount(cc, keys); err != nil {
 		return nil, Decision{}, err
 	}
 	if cc.lease < 0 {
-		return nil, Decision{}, fmt.Errorf("%w: the composite has no concurrency limit; use Allow", ErrInvalidRequest)
+		return nil, Decision{}, invalidf(ErrInvalidRequest, "the composite has no concurrency limit; use Allow")
 	}
 	return acquire(ctx, c, c.store, c.clock, cc, keys, n, c.clock.Now())
 }

@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
@@ -134,7 +133,7 @@ func (m Mode) validate(field string) error {
 	if len(s) > 32 {
 		s = s[:32] + "..."
 	}
-	return fmt.Errorf("%w: %s %q: write %q or %q", ErrInvalidConfig, field, s, Enforce, Shadow)
+	return invalidf(ErrInvalidConfig, "%s %q: write %q or %q", field, s, Enforce, Shadow)
 }
 
 // withDefaults returns c with its empty fields set to their defaults.
@@ -167,21 +166,21 @@ func (c Config) Validate() error {
 func (c Config) checked() (Config, *lists, error) {
 	c = c.withDefaults()
 	if err := c.rule().Validate(); err != nil {
-		return c, nil, err
+		return c, nil, restate(ErrInvalidConfig, err)
 	}
 	if err := c.Mode.validate("mode"); err != nil {
 		return c, nil, err
 	}
 	if err := (backend.Key{Prefix: c.Prefix, ID: "-"}).Validate(); err != nil {
-		return c, nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return c, nil, restate(ErrInvalidConfig, err)
 	}
 	if g := c.Guard; g != nil {
 		if err := g.rule().Validate(); err != nil {
-			return c, nil, fmt.Errorf("guard: %w", err)
+			return c, nil, within(restate(ErrInvalidConfig, err), "guard")
 		}
 		if g.rule().HoldsLeases() {
-			return c, nil, fmt.Errorf("%w: guard algorithm %q: a guard is a rate limit; make the concurrency limit the main one (guarded by a rate limit), or use a Composite",
-				ErrInvalidConfig, g.Algorithm)
+			return c, nil, invalidf(ErrInvalidConfig,
+				"guard algorithm %q: a guard is a rate limit; make the concurrency limit the main one (guarded by a rate limit), or use a Composite", g.Algorithm)
 		}
 		if err := g.Mode.validate("guard.mode"); err != nil {
 			return c, nil, err
@@ -261,7 +260,7 @@ func (c *Config) UnmarshalJSON(data []byte) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	return restate(ErrInvalidConfig, err)
 }
 
 // decodeConfig reads the mapping n at path.

@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
 	"slices"
 	"time"
@@ -130,7 +129,7 @@ func (p *part) request(keys []string, n int64, now time.Time) backend.Request {
 }
 
 // errEmptyKey refuses a call with an empty key.
-var errEmptyKey = fmt.Errorf("%w: key is empty; pass the id to limit (a user, an address, a token)", ErrInvalidRequest)
+var errEmptyKey = invalidf(ErrInvalidRequest, "key is empty; pass the id to limit (a user, an address, a token)")
 
 // checkRequest is the entrance check of a call: its keys must not be empty,
 // and its cost n must be one every enforced rule can admit. Every entrance
@@ -150,7 +149,7 @@ func (c *compiled) checkRequest(keys []string, n int64) error {
 	}
 	for i := range c.enforce {
 		if err := c.enforce[i].rule.ValidateCost(n); err != nil {
-			return err // the first rule the cost does not fit, as it says
+			return restate(ErrInvalidRequest, err) // the first rule the cost does not fit, as it says
 		}
 	}
 	return nil

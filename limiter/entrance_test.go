@@ -2,6 +2,7 @@ package limiter_test
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -106,13 +107,13 @@ func TestEntranceCheck(t *testing.T) {
 			}
 			return leases.Release(ctx, k, id)
 		}},
-		{"Composite.AllowN", true, func(k string, n int64) error { return decision(comp.AllowN(ctx, n, "alice", k)) }},
+		{"Composite.AllowN", true, func(k string, n int64) error { return decision(comp.AllowN(ctx, []string{"alice", k}, n)) }},
 		{"Composite.Peek", false, func(k string, _ int64) error { return decision(comp.Peek(ctx, k, "acme")) }},
 		{"Composite.Reset", false, func(k string, _ int64) error { return comp.Reset(ctx, "alice", k) }},
 		{"Composite.Admit", false, func(k string, _ int64) error {
 			return leased(comp.Admit(ctx, limiter.Request{Keys: []string{k, "acme"}}))
 		}},
-		{"Composite.AcquireN", true, func(k string, n int64) error { return leased(compLease.AcquireN(ctx, n, k, "acme")) }},
+		{"Composite.AcquireN", true, func(k string, n int64) error { return leased(compLease.AcquireN(ctx, []string{k, "acme"}, n)) }},
 		{"Plans.AllowN", true, func(k string, n int64) error { return planned(plans.AllowN(ctx, k, n)) }},
 		{"Plans.Admit", false, func(k string, _ int64) error {
 			return planLeased(plans.Admit(ctx, limiter.Request{Keys: []string{k}}))
@@ -127,7 +128,9 @@ func TestEntranceCheck(t *testing.T) {
 			// 3 is above the guard's, the lease's and the composite's
 			// least limit.
 			for _, n := range []int64{0, -1, 3} {
-				require.ErrorIs(t, c.do("k", n), limiter.ErrInvalidRequest, "%s with cost %d", c.name, n)
+				err := c.do("k", n)
+				require.ErrorIs(t, err, limiter.ErrInvalidRequest, "%s with cost %d", c.name, n)
+				require.True(t, strings.HasPrefix(err.Error(), "limiter: "), "one prefix per package: %v", err)
 			}
 		}
 		require.Equal(t, before, store.calls.Load(), "%s: a refused call reached the store", c.name)
@@ -144,6 +147,6 @@ func TestEntranceCheck(t *testing.T) {
 	// A cost above the least enforced limit names that rule's limit.
 	_, err = guarded.AllowN(ctx, "k", 3)
 	require.ErrorContains(t, err, "cost 3 is above the limit 2")
-	_, err = comp.AllowN(ctx, 4, "a", "b")
+	_, err = comp.AllowN(ctx, []string{"a", "b"}, 4)
 	require.ErrorContains(t, err, "cost 4 is above the limit 2")
 }

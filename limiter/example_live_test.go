@@ -33,7 +33,7 @@ func ExampleLimiter_SetConfig() {
 	// Output:
 	// <nil>
 	// allowed true remaining 4
-	// limitkit: invalid rule: limit is 0; it must be at least 1
+	// limiter: limit is 0; it must be at least 1
 	// limit in force: 8
 }
 
@@ -81,5 +81,5 @@ func ExampleConfig_lists() {
 	// 203.0.113.9   allowed false exempt false deny-listed true
 	// 198.51.100.1  allowed true  exempt false deny-listed false
 	// 198.51.100.1  allowed false exempt false deny-listed false
-	// limitkit: invalid rule: exempt entry "10.0.0.1/8": has host bits set; write 10.0.0.0/8
+	// limiter: exempt entry "10.0.0.1/8": has host bits set; write 10.0.0.0/8
 }

@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/clock"
 )
 
 // source holds the configurations of one Limiter, or of every Limiter of
@@ -45,14 +44,14 @@ func NewGroup(store backend.Store, configs []Config, opts ...Option) (*Group, er
 	if err != nil {
 		return nil, err
 	}
+	o, err := newOptions(opts)
+	if err != nil {
+		return nil, err
+	}
 	src := newSource(cs)
 	g := &Group{}
 	for i := range cs {
-		l := &Limiter{store: store, clock: clock.System, src: src, idx: i}
-		for _, opt := range opts {
-			opt(l)
-		}
-		g.limiters = append(g.limiters, l)
+		g.limiters = append(g.limiters, &Limiter{store: store, clock: o.clock, src: src, idx: i})
 	}
 	return g, nil
 }
@@ -62,7 +61,7 @@ func compileAll(configs []Config) ([]*compiled, error) {
 	for i, cfg := range configs {
 		c, err := compile(cfg)
 		if err != nil {
-			return nil, fmt.Errorf("limit %d: %w", i, err)
+			return nil, within(err, fmt.Sprintf("limit %d", i))
 		}
 		cs[i] = c
 	}
@@ -79,7 +78,7 @@ func (g *Group) Limiters() []*Limiter { return slices.Clone(g.limiters) }
 // is described at Limiter.SetConfig.
 func (g *Group) SetConfigs(configs []Config) error {
 	if len(configs) != len(g.limiters) {
-		return fmt.Errorf("%w: %d configs for a group of %d limiters; give one per limiter", ErrInvalidConfig, len(configs), len(g.limiters))
+		return invalidf(ErrInvalidConfig, "%d configs for a group of %d limiters; give one per limiter", len(configs), len(g.limiters))
 	}
 	cs, err := compileAll(configs)
 	if err != nil {

@@ -30,13 +30,12 @@ var (
 )
 
 // errUseAcquire refuses Allow, AllowN and Wait on a concurrency limit.
-var errUseAcquire = fmt.Errorf("%w: this is a concurrency limit; use Acquire and release the lease: an Allow would hold a slot until the lease timeout",
-	ErrInvalidRequest)
+var errUseAcquire = invalidf(ErrInvalidRequest, "this is a concurrency limit; use Acquire and release the lease: an Allow would hold a slot until the lease timeout")
 
 // noConcurrency refuses Acquire on a limit that is not a concurrency limit.
 func noConcurrency(c *compiled) error {
-	return fmt.Errorf("%w: this limit is not a concurrency limit (algorithm %q); use Allow, or set the algorithm to %q",
-		ErrInvalidRequest, c.config.Algorithm, "concurrency")
+	return invalidf(ErrInvalidRequest,
+		"this limit is not a concurrency limit (algorithm %q); use Allow, or set the algorithm to %q", c.config.Algorithm, "concurrency")
 }
 
 // Lease is a share of a concurrency limit held by one caller: Acquire
@@ -200,8 +199,8 @@ func leaseStore(store backend.Store) (backend.LeaseStore, error) {
 	if ls, ok := store.(backend.LeaseStore); ok {
 		return ls, nil
 	}
-	return nil, fmt.Errorf("%w: store %T holds no leases (it implements no backend.LeaseStore); use a store of this module, or forward Release and Renew in your wrapper",
-		ErrInvalidConfig, store)
+	return nil, invalidf(ErrInvalidConfig,
+		"store %T holds no leases (it implements no backend.LeaseStore); use a store of this module, or forward Release and Renew in your wrapper", store)
 }
 
 // leaseRequest is the request that names a lease of cost on key under p at
@@ -315,11 +314,11 @@ func keyDigest(key string) uint32 {
 // ErrInvalidRequest and quote at most maxLeaseID bytes of it.
 func parseLeaseID(s string) (id, cost int64, digest uint32, err error) {
 	if len(s) > maxLeaseID {
-		return 0, 0, 0, fmt.Errorf("%w: lease id is %d bytes, longer than any Lease.ID (at most %d); pass Lease.ID() unchanged",
-			ErrInvalidRequest, len(s), maxLeaseID)
+		return 0, 0, 0, invalidf(ErrInvalidRequest,
+			"lease id is %d bytes, longer than any Lease.ID (at most %d); pass Lease.ID() unchanged", len(s), maxLeaseID)
 	}
 	bad := func() (int64, int64, uint32, error) {
-		return 0, 0, 0, fmt.Errorf("%w: lease id %s is not a Lease.ID; pass Lease.ID() unchanged", ErrInvalidRequest, boundid.Quote(s))
+		return 0, 0, 0, invalidf(ErrInvalidRequest, "lease id %s is not a Lease.ID; pass Lease.ID() unchanged", boundid.Quote(s))
 	}
 	rest, ok := strings.CutPrefix(s, leaseIDPrefix)
 	if !ok {

@@ -55,6 +55,7 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -64,6 +65,7 @@ import (
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/internal/boundid"
+	"github.com/limitkit/limitkit/internal/option"
 )
 
 // Errors reported for bad input; test with errors.Is.
@@ -76,19 +78,37 @@ var (
 )
 
 // errNilStore refuses a constructor given no store.
-var errNilStore = fmt.Errorf("%w: store is nil; pass a backend.Store such as memorystore.New()", ErrInvalidConfig)
+var errNilStore = invalidf(ErrInvalidConfig, "store is nil; pass a backend.Store such as memorystore.New()")
 
-// Option configures a Limiter.
-type Option func(*Limiter)
+// Option configures New, NewComposite and NewGroup. Options apply in
+// order; a nil Option is ignored.
+type Option func(*options) error
+
+// options are what the Options set, over the defaults of newOptions.
+type options struct {
+	clock clock.Clock
+}
 
 // WithClock makes the limiter read time from c instead of the system clock.
-// When c is a clock.Timer (clock.Fake is), Wait also waits on it.
+// When c is a clock.Timer (clock.Fake is), Wait also waits on it. A nil c
+// is refused.
 func WithClock(c clock.Clock) Option {
-	return func(l *Limiter) {
-		if c != nil {
-			l.clock = c
+	return func(o *options) error {
+		if c == nil {
+			return errors.New("WithClock: the clock is nil; pass a clock.Clock (clock.System, a clock.Fake), or leave the option out")
 		}
+		o.clock = c
+		return nil
 	}
+}
+
+// newOptions applies opts over the defaults.
+func newOptions(opts []Option) (options, error) {
+	o := options{clock: clock.System}
+	if err := option.Apply(&o, opts); err != nil {
+		return o, fmt.Errorf("limiter: %w", err)
+	}
+	return o, nil
 }
 
 // Decision is the outcome of a call: whether the request was admitted, the
@@ -109,8 +129,9 @@ type Limiter struct {
 	idx int
 }
 
-// New returns a limiter for cfg on store, or an error wrapping
-// ErrInvalidConfig that says what to change.
+// New returns a limiter for cfg on store, or an error that says what to
+// change: one wrapping ErrInvalidConfig for cfg, or naming the option
+// refused.
 func New(store backend.Store, cfg Config, opts ...Option) (*Limiter, error) {
 	if store == nil {
 		return nil, errNilStore
@@ -119,11 +140,11 @@ func New(store backend.Store, cfg Config, opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{store: store, clock: clock.System, src: newSource([]*compiled{c})}
-	for _, opt := range opts {
-		opt(l)
+	o, err := newOptions(opts)
+	if err != nil {
+		return nil, err
 	}
-	return l, nil
+	return &Limiter{store: store, clock: o.clock, src: newSource([]*compiled{c})}, nil
 }
 
 // Config returns the limiter's configuration, defaults filled in: the one
@@ -333,7 +354,7 @@ func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Lease, De
 				return nil, d, nil
 			}
 			if err := c.all[c.lease].rule.ValidateCost(n); err != nil {
-				return nil, Decision{}, err
+				return nil, Decision{}, restate(ErrInvalidRequest, err)
 			}
 			return newLease(l, l.store, l.clock, key, n, c.all[c.lease], 0, now), d, nil
 		}
@@ -373,7 +394,7 @@ type Request struct {
 // nil unless one was granted; release it as Acquire's.
 func (l *Limiter) Admit(ctx context.Context, req Request) (*Lease, Decision, error) {
 	if len(req.Keys) != 1 {
-		return nil, Decision{}, fmt.Errorf("%w: %d keys for one limit; give one", ErrInvalidRequest, len(req.Keys))
+		return nil, Decision{}, invalidf(ErrInvalidRequest, "%d keys for one limit; give one", len(req.Keys))
 	}
 	c := l.current()
 	key := req.Keys[0]

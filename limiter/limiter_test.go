@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,11 +60,46 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		_, err := limiter.New(store, cfg)
 		require.ErrorIs(t, err, limiter.ErrInvalidConfig, want)
 		require.ErrorContains(t, err, want)
+		require.True(t, strings.HasPrefix(err.Error(), "limiter: "), "one prefix per package: %v", err)
 		require.ErrorIs(t, cfg.Validate(), limiter.ErrInvalidConfig, want)
+		if cfg.Prefix == "" {
+			cfg.Prefix = "g:"
+		}
+		_, err = limiter.NewGroup(store, []limiter.Config{{Limit: 1, Window: time.Second}, cfg})
+		require.ErrorIs(t, err, limiter.ErrInvalidConfig, want)
+		require.True(t, strings.HasPrefix(err.Error(), "limiter: limit 1: "), "the index goes after the prefix: %v", err)
 	}
 	_, err = limiter.New(nil, limiter.Config{Limit: 1, Window: time.Second})
 	require.ErrorIs(t, err, limiter.ErrInvalidConfig)
 	require.ErrorContains(t, err, "store is nil")
+}
+
+// TestOptions: every constructor refuses a nil clock, naming the option,
+// and skips a nil option; the clock given reaches each (a fake clock's
+// time is in the decisions).
+func TestOptions(t *testing.T) {
+	store, err := memorystore.New()
+	require.NoError(t, err)
+	cfg := limiter.Config{Limit: 1, Window: time.Minute}
+	_, err = limiter.New(store, cfg, limiter.WithClock(nil))
+	require.ErrorContains(t, err, "limiter: WithClock: the clock is nil")
+	_, err = limiter.NewComposite(store, []limiter.Config{cfg}, limiter.WithClock(nil))
+	require.ErrorContains(t, err, "limiter: WithClock: ")
+	_, err = limiter.NewGroup(store, []limiter.Config{cfg}, limiter.WithClock(nil))
+	require.ErrorContains(t, err, "limiter: WithClock: ")
+
+	fake := clock.NewFake(start)
+	lim, err := limiter.New(store, limiter.Config{Limit: 1, Window: time.Minute, Prefix: "opt:"}, nil, limiter.WithClock(fake))
+	require.NoError(t, err, "a nil option is skipped")
+	_, err = lim.Allow(t.Context(), "k")
+	require.NoError(t, err)
+	d, err := lim.Allow(t.Context(), "k")
+	require.NoError(t, err)
+	require.False(t, d.Allowed)
+	fake.Advance(time.Minute)
+	d, err = lim.Allow(t.Context(), "k")
+	require.NoError(t, err)
+	require.True(t, d.Allowed, "the fake clock decides: a minute later the key is free")
 }
 
 func TestDefaults(t *testing.T) {

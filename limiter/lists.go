@@ -38,7 +38,7 @@ func parseEntries(field string, entries []string) (map[string]struct{}, []netip.
 	for _, e := range entries {
 		p, isAddr, err := parseEntry(e)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: %s entry %s: %w", ErrInvalidConfig, field, boundid.Quote(e), err)
+			return nil, nil, invalidf(ErrInvalidConfig, "%s entry %s: %w", field, boundid.Quote(e), err)
 		}
 		if isAddr {
 			nets = append(nets, p)

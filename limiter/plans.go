@@ -43,24 +43,24 @@ type Plans struct {
 // under one key prefix (their counts would mix).
 func NewPlans(plans map[string]*Limiter, resolve Resolver) (*Plans, error) {
 	if resolve == nil {
-		return nil, fmt.Errorf("%w: plan resolver is nil", ErrInvalidConfig)
+		return nil, invalidf(ErrInvalidConfig, "plan resolver is nil")
 	}
 	if len(plans) == 0 {
-		return nil, fmt.Errorf("%w: no plans; give at least one", ErrInvalidConfig)
+		return nil, invalidf(ErrInvalidConfig, "no plans; give at least one")
 	}
 	names := slices.Sorted(maps.Keys(plans))
 	prefixes := map[string]string{}
 	for _, name := range names {
 		l := plans[name]
 		if name == "" {
-			return nil, fmt.Errorf("%w: a plan has an empty name", ErrInvalidConfig)
+			return nil, invalidf(ErrInvalidConfig, "a plan has an empty name")
 		}
 		if l == nil {
-			return nil, fmt.Errorf("%w: plan %q has no limiter", ErrInvalidConfig, name)
+			return nil, invalidf(ErrInvalidConfig, "plan %q has no limiter", name)
 		}
 		prefix := l.Config().Prefix
 		if other, ok := prefixes[prefix]; ok {
-			return nil, fmt.Errorf("%w: plans %q and %q both count under the prefix %q; give each plan its own", ErrInvalidConfig, other, name, prefix)
+			return nil, invalidf(ErrInvalidConfig, "plans %q and %q both count under the prefix %q; give each plan its own", other, name, prefix)
 		}
 		prefixes[prefix] = name
 	}
@@ -132,7 +132,7 @@ func (p *Plans) AcquireN(ctx context.Context, key string, n int64) (*Lease, Deci
 // Limiter.Admit), and returns the plan's name with it.
 func (p *Plans) Admit(ctx context.Context, req Request) (*Lease, Decision, string, error) {
 	if len(req.Keys) != 1 {
-		return nil, Decision{}, "", fmt.Errorf("%w: %d keys for a plan's limit; give one", ErrInvalidRequest, len(req.Keys))
+		return nil, Decision{}, "", invalidf(ErrInvalidRequest, "%d keys for a plan's limit; give one", len(req.Keys))
 	}
 	name, l, err := p.Resolve(ctx, req.Keys[0])
 	if err != nil {

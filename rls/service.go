@@ -29,9 +29,10 @@ type Service struct {
 
 var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
 
-// Option configures a Service.
+// Option configures New. Options apply in order; a nil Option is ignored.
 type Option func(*options) error
 
+// options are what the Options set, over the defaults New gives.
 type options struct {
 	shadow         bool
 	quota          bool
@@ -76,7 +77,7 @@ func WithQuotaMode(on bool) Option {
 func WithFailurePolicy(p backend.FailurePolicy) Option {
 	return func(o *options) error {
 		if p.Mode() == backend.ModeUnset {
-			return errors.New("rls: WithFailurePolicy: the policy is unset; give local, local:N, fail_open or fail_closed")
+			return errors.New("WithFailurePolicy: the policy is unset; give local, local:N, fail_open or fail_closed")
 		}
 		o.onFailure = p
 		return nil
@@ -110,7 +111,7 @@ func WithResponseHeaders(names HeaderNames) Option {
 func WithClock(c clock.Clock) Option {
 	return func(o *options) error {
 		if c == nil {
-			return errors.New("rls: WithClock: the clock is nil")
+			return errors.New("WithClock: the clock is nil; pass a clock.Clock, or leave the option out for clock.System")
 		}
 		o.clock = c
 		return nil
@@ -129,7 +130,7 @@ func WithStats(f func(Stat)) Option {
 func WithMaxStatKeys(n int) Option {
 	return func(o *options) error {
 		if n < 0 {
-			return fmt.Errorf("rls: WithMaxStatKeys: %d is negative; give 0 or more", n)
+			return fmt.Errorf("WithMaxStatKeys: %d is negative; give 0 or more", n)
 		}
 		o.maxStatKeys = n
 		return nil
@@ -141,7 +142,7 @@ func WithMaxStatKeys(n int) Option {
 func WithNearLimitRatio(r float64) Option {
 	return func(o *options) error {
 		if !(r > 0 && r <= 1) {
-			return fmt.Errorf("rls: WithNearLimitRatio: %v is not in (0, 1]", r)
+			return fmt.Errorf("WithNearLimitRatio: %v is not in (0, 1]; give a share such as 0.8", r)
 		}
 		o.nearRatio = r
 		return nil
@@ -154,7 +155,7 @@ func WithKeyPrefix(p string) Option {
 	return func(o *options) error {
 		k := backend.Key{Prefix: p, ID: "x"}
 		if err := k.Validate(); err != nil {
-			return fmt.Errorf("rls: WithKeyPrefix: %w", err)
+			return fmt.Errorf("WithKeyPrefix: %w", err)
 		}
 		o.prefix = p
 		return nil
@@ -182,7 +183,7 @@ func New(store backend.Store, rules *Rules, opts ...Option) (*Service, error) {
 			continue
 		}
 		if err := opt(&o); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("rls: %w", err)
 		}
 	}
 	s := &Service{store: store, opts: o, stats: &statKeys{max: o.maxStatKeys}}

@@ -79,6 +79,7 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/internal/option"
 )
 
 // Defaults of the options.
@@ -89,9 +90,10 @@ const (
 	DefaultOutbox = 4096
 )
 
-// Option configures a Store.
-type Option func(*options)
+// Option configures New. Options apply in order; a nil Option is ignored.
+type Option func(*options) error
 
+// options are what the Options set, over the defaults New gives.
 type options struct {
 	maxEntries int
 	probe      time.Duration
@@ -100,23 +102,55 @@ type options struct {
 }
 
 // WithMaxEntries bounds the number of remembered denials (default
-// DefaultMaxEntries).
-func WithMaxEntries(n int) Option { return func(o *options) { o.maxEntries = n } }
+// DefaultMaxEntries). It must be at least 64 (one per shard of the cache).
+func WithMaxEntries(n int) Option {
+	return func(o *options) error {
+		if n < shards {
+			return fmt.Errorf("WithMaxEntries: the maximum is %d, below %d (one per shard); raise it", n, shards)
+		}
+		o.maxEntries = n
+		return nil
+	}
+}
 
 // WithProbeInterval sets how often the cache checks that its subscription
 // still delivers and renews its announcements of the rules it writes under
 // (default DefaultProbeInterval). A silently broken subscription is noticed
 // within two intervals; a rule stops counting three intervals after its
-// last write.
-func WithProbeInterval(d time.Duration) Option { return func(o *options) { o.probe = d } }
+// last write. It must be at least 1ms.
+func WithProbeInterval(d time.Duration) Option {
+	return func(o *options) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("WithProbeInterval: the interval is %v, below 1ms; raise it", d)
+		}
+		o.probe = d
+		return nil
+	}
+}
 
 // WithChannel sets the pub/sub channel (default DefaultChannel). Every
-// process sharing a store must use the same one.
-func WithChannel(name string) Option { return func(o *options) { o.channel = name } }
+// process sharing a store must use the same one. It must not be empty.
+func WithChannel(name string) Option {
+	return func(o *options) error {
+		if name == "" {
+			return errors.New("WithChannel: the channel is empty; name one, or leave the option out for DefaultChannel")
+		}
+		o.channel = name
+		return nil
+	}
+}
 
 // WithLogger sets where subscription problems are logged (default
-// slog.Default()).
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+// slog.Default()). A nil logger is refused.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) error {
+		if l == nil {
+			return errors.New("WithLogger: the logger is nil; pass a *slog.Logger, or leave the option out for slog.Default()")
+		}
+		o.logger = l
+		return nil
+	}
+}
 
 // Stats counts what a Store did.
 type Stats struct {
@@ -191,19 +225,12 @@ var cacheLeases = false
 // shares it (then the cache answers as soon as it is made). Call Close when
 // done.
 func New(inner backend.Store, bus Bus, opts ...Option) (*Store, error) {
-	o := options{maxEntries: DefaultMaxEntries, probe: DefaultProbeInterval, channel: DefaultChannel, logger: slog.Default()}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	switch {
-	case inner == nil:
+	if inner == nil {
 		return nil, errors.New("denycache: store is nil; pass the store to cache denials of")
-	case o.maxEntries < shards:
-		return nil, fmt.Errorf("denycache: max entries %d is below %d; raise it", o.maxEntries, shards)
-	case o.probe < time.Millisecond:
-		return nil, fmt.Errorf("denycache: probe interval %v is below 1ms; raise it", o.probe)
-	case o.channel == "":
-		return nil, errors.New("denycache: channel is empty; name one (or leave the default)")
+	}
+	o := options{maxEntries: DefaultMaxEntries, probe: DefaultProbeInterval, channel: DefaultChannel, logger: slog.Default()}
+	if err := option.Apply(&o, opts); err != nil {
+		return nil, fmt.Errorf("denycache: %w", err)
 	}
 	s := &Store{inner: inner, bus: bus, opts: o, seed: maphash.MakeSeed(), perShrd: o.maxEntries / shards,
 		id: newNonce(), born: time.Now(), groups: make(map[groupID]*group), done: make(chan struct{})}

@@ -69,6 +69,21 @@ func TestConformanceMemory(t *testing.T) {
 	require.Positive(t, cache.Stats().Hits, "the suite never reached the cache: the test would pass vacuously")
 }
 
+func TestBadOptions(t *testing.T) {
+	mem, err := memorystore.New()
+	require.NoError(t, err)
+	for name, opt := range map[string]denycache.Option{
+		"WithMaxEntries": denycache.WithMaxEntries(63), "WithProbeInterval": denycache.WithProbeInterval(time.Microsecond),
+		"WithChannel": denycache.WithChannel(""), "WithLogger": denycache.WithLogger(nil),
+	} {
+		_, err := denycache.New(mem, nil, opt)
+		require.ErrorContains(t, err, "denycache: "+name+": ", name)
+	}
+	cache, err := denycache.New(mem, nil, nil, denycache.WithMaxEntries(64))
+	require.NoError(t, err, "a nil option is ignored; 64 entries are enough")
+	require.NoError(t, cache.Close())
+}
+
 // TestConformanceRedis runs the conformance suite (step tables, the random
 // sequence against the Go engine, TakeAll) through the cache on a real
 // redis-server with each client: the cached answers are the store's.

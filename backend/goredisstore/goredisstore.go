@@ -87,6 +87,7 @@ import (
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/internal/redisengine"
 	"github.com/limitkit/limitkit/backend/internal/redisopt"
+	"github.com/limitkit/limitkit/internal/option"
 	"github.com/limitkit/limitkit/internal/rediswire"
 )
 
@@ -112,7 +113,11 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("goredisstore: the client is nil")
 	}
-	ropts, err := redisopt.Resolve("goredisstore", opts)
+	var o options
+	if err := option.Apply(&o, opts); err != nil {
+		return nil, fmt.Errorf("goredisstore: %w", err)
+	}
+	ropts, err := redisopt.Resolve("goredisstore", o.redis)
 	if err != nil {
 		return nil, err
 	}

@@ -176,3 +176,14 @@ func TestBatchedPeeksAndTakeAlls(t *testing.T) {
 			c.Masters, func(key string) *redistest.Server { return c.MasterOf(redistest.KeySlot(key)) })
 	})
 }
+
+// TestNilOptionIgnored: New skips a nil Option and applies the ones after
+// it (the refused batch size shows WithBatching(0) was applied). New does
+// not contact the server, so none is started.
+func TestNilOptionIgnored(t *testing.T) {
+	c := newClient(t, &redis.Options{Addr: "127.0.0.1:1"})
+	_, err := goredisstore.New(c, nil, goredisstore.WithBatching(2))
+	require.NoError(t, err)
+	_, err = goredisstore.New(c, nil, goredisstore.WithBatching(0))
+	require.ErrorContains(t, err, "batch size 0")
+}

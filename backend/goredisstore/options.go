@@ -11,14 +11,28 @@ import (
 // stores; this file is their typed face, and its doc comments match the
 // other store's word for word (a test in backend/internal/redisopt checks).
 
-// Option configures a Store.
-type Option func(*redisopt.Config)
+// Option configures New. Options apply in order; a nil Option is ignored.
+type Option func(*options) error
+
+// options are what the Options set: the shared Redis options, applied in
+// order over their defaults by New.
+type options struct {
+	redis []func(*redisopt.Config)
+}
+
+// with makes an Option of a shared Redis option.
+func with(f func(*redisopt.Config)) Option {
+	return func(o *options) error {
+		o.redis = append(o.redis, f)
+		return nil
+	}
+}
 
 // WithServerTime makes every decision at the Redis server's time (the
 // scripts call TIME) instead of the request's Now. Use it when the clocks of
 // the processes sharing a limit cannot be trusted. Requests' Now is then
 // ignored, so a fake clock has no effect.
-func WithServerTime() Option { return redisopt.ServerTime() }
+func WithServerTime() Option { return with(redisopt.ServerTime()) }
 
 // WithReplicaAck makes every admission wait until at least replicas
 // replicas acknowledged its writes (WAIT replicas timeout, sent right after
@@ -29,7 +43,7 @@ func WithServerTime() Option { return redisopt.ServerTime() }
 // client); New refuses cluster clients. Each admission costs up to timeout
 // more when replicas lag.
 func WithReplicaAck(replicas int, timeout time.Duration, onShort backend.OnShortAck) Option {
-	return redisopt.ReplicaAck(replicas, timeout, onShort)
+	return with(redisopt.ReplicaAck(replicas, timeout, onShort))
 }
 
 // DefaultBatch is how many concurrent Takes may travel together in one
@@ -53,4 +67,4 @@ const DefaultBatch = redisopt.DefaultBatch
 // and the server: one with a tight deadline does not fail those batched
 // with it. A Take that stops waiting (its context ended) is withdrawn if
 // still queued, or else abandoned in flight, and may then still be counted.
-func WithBatching(max int) Option { return redisopt.Batching(max) }
+func WithBatching(max int) Option { return with(redisopt.Batching(max)) }

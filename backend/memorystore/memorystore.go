@@ -35,6 +35,7 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/internal/option"
 )
 
 // DefaultMaxKeys is the number of keys a store holds unless WithMaxKeys says
@@ -53,19 +54,20 @@ const (
 	sweepSample  = 2
 )
 
-// Option configures a Store.
-type Option func(*config) error
+// Option configures New. Options apply in order; a nil Option is ignored.
+type Option func(*options) error
 
-type config struct {
+// options are what the Options set, over the defaults New gives.
+type options struct {
 	maxKeys int
 }
 
 // WithMaxKeys bounds the number of keys the store holds (default
 // DefaultMaxKeys). It must be at least 1.
 func WithMaxKeys(n int) Option {
-	return func(c *config) error {
+	return func(c *options) error {
 		if n < 1 {
-			return fmt.Errorf("memorystore: max keys is %d; it must be at least 1", n)
+			return fmt.Errorf("WithMaxKeys: the maximum is %d; give 1 or more", n)
 		}
 		c.maxKeys = n
 		return nil
@@ -113,11 +115,9 @@ type shardState struct {
 // New returns an empty store. With no options it holds up to DefaultMaxKeys
 // keys.
 func New(opts ...Option) (*Store, error) {
-	c := config{maxKeys: DefaultMaxKeys}
-	for _, opt := range opts {
-		if err := opt(&c); err != nil {
-			return nil, err
-		}
+	c := options{maxKeys: DefaultMaxKeys}
+	if err := option.Apply(&c, opts); err != nil {
+		return nil, fmt.Errorf("memorystore: %w", err)
 	}
 	bits := uint(0)
 	for 1<<bits < maxShards && (2<<bits)*keysPerShard <= c.maxKeys {

@@ -23,8 +23,15 @@ func req(id string, rule algorithms.Rule, now time.Time) backend.Request {
 func TestWithMaxKeysRejectsNonPositive(t *testing.T) {
 	for _, n := range []int{0, -1} {
 		_, err := memorystore.New(memorystore.WithMaxKeys(n))
-		require.ErrorContains(t, err, "at least 1")
+		require.ErrorContains(t, err, "memorystore: WithMaxKeys: ")
+		require.ErrorContains(t, err, "give 1 or more")
 	}
+}
+
+func TestNilOptionIgnored(t *testing.T) {
+	s, err := memorystore.New(nil, memorystore.WithMaxKeys(5), nil)
+	require.NoError(t, err)
+	require.NotNil(t, s)
 }
 
 func TestNoArguments(t *testing.T) {

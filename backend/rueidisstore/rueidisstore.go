@@ -77,6 +77,7 @@ import (
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/internal/redisengine"
 	"github.com/limitkit/limitkit/backend/internal/redisopt"
+	"github.com/limitkit/limitkit/internal/option"
 	"github.com/limitkit/limitkit/internal/rediswire"
 )
 
@@ -101,7 +102,11 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("rueidisstore: the client is nil")
 	}
-	ropts, err := redisopt.Resolve("rueidisstore", opts)
+	var o options
+	if err := option.Apply(&o, opts); err != nil {
+		return nil, fmt.Errorf("rueidisstore: %w", err)
+	}
+	ropts, err := redisopt.Resolve("rueidisstore", o.redis)
 	if err != nil {
 		return nil, err
 	}

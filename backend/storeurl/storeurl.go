@@ -73,9 +73,9 @@ import (
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/denycache"
 	"github.com/limitkit/limitkit/backend/goredisstore"
-	"github.com/limitkit/limitkit/backend/internal/redisopt"
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/backend/rueidisstore"
+	"github.com/limitkit/limitkit/internal/option"
 )
 
 // Client libraries for Redis, the values of WithClient.
@@ -115,25 +115,30 @@ func (k Kind) String() string {
 // TLS handshake with a server without TLS.
 const CheckMargin = time.Second
 
-// Option configures Open and Parse.
-type Option func(*options)
+// Option configures Open and Parse. Options apply in order; a nil Option
+// is ignored.
+type Option func(*options) error
 
+// options are what the Options set, over the defaults resolve gives.
 type options struct {
 	client             string
 	username, password *string
 	poolSize           int
 	dialTimeout        time.Duration
-	store              []func(*redisopt.Config)
-	storeNames         []string // of the store options, for memory://'s error
+	// The Redis store options, for each client's store.
+	goRedis    []goredisstore.Option
+	rueidis    []rueidisstore.Option
+	storeNames []string // of the store options, for memory://'s error
 }
 
 // WithClient chooses the Redis client library: GoRedis (the default) or
 // Rueidis. An empty name keeps the default.
 func WithClient(name string) Option {
-	return func(o *options) {
+	return func(o *options) error {
 		if name != "" {
 			o.client = name
 		}
+		return nil
 	}
 }
 
@@ -142,42 +147,71 @@ func WithClient(name string) Option {
 // URL's: for a password kept apart from the URL (an environment variable,
 // a secret file). An empty password is a password; leave the option out
 // to keep the URL's.
-func WithPassword(password string) Option { return func(o *options) { o.password = &password } }
+func WithPassword(password string) Option {
+	return func(o *options) error { o.password = &password; return nil }
+}
 
 // WithUsername sets the ACL user name that goes with the password, in
 // place of the URL's.
-func WithUsername(user string) Option { return func(o *options) { o.username = &user } }
+func WithUsername(user string) Option {
+	return func(o *options) error { o.username = &user; return nil }
+}
 
 // WithPoolSize sets go-redis' connection pool size per node (its
 // PoolSize; default 10 per CPU), in place of the URL's pool_size. rueidis
 // has no pool for what the stores send (it pipelines every call over its
 // connection to each node), so with rueidis the option has no effect.
 // Open refuses n < 0.
-func WithPoolSize(n int) Option { return func(o *options) { o.poolSize = n } }
+func WithPoolSize(n int) Option {
+	return func(o *options) error {
+		if n < 0 {
+			return fmt.Errorf("WithPoolSize(%d): give at least 1, or leave it out for the client's default", n)
+		}
+		o.poolSize = n
+		return nil
+	}
+}
 
 // WithDialTimeout sets the clients' dial timeout (default 5 s, or the
 // URL's dial_timeout), which also bounds Open's check (see the package
 // doc). Open refuses d < 0.
-func WithDialTimeout(d time.Duration) Option { return func(o *options) { o.dialTimeout = d } }
+func WithDialTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 0 {
+			return fmt.Errorf("WithDialTimeout(%v): give a positive duration, or leave it out for 5s", d)
+		}
+		o.dialTimeout = d
+		return nil
+	}
+}
 
 // WithServerTime makes the Redis store decide at the server's clock
 // (goredisstore.WithServerTime). memory:// refuses it.
-func WithServerTime() Option { return storeOption("WithServerTime", redisopt.ServerTime()) }
+func WithServerTime() Option {
+	return storeOption("WithServerTime", goredisstore.WithServerTime(), rueidisstore.WithServerTime())
+}
 
 // WithReplicaAck makes every admission wait for replicas
 // (goredisstore.WithReplicaAck). Cluster URLs and memory:// refuse it.
 func WithReplicaAck(replicas int, timeout time.Duration, onShort backend.OnShortAck) Option {
-	return storeOption("WithReplicaAck", redisopt.ReplicaAck(replicas, timeout, onShort))
+	return storeOption("WithReplicaAck", goredisstore.WithReplicaAck(replicas, timeout, onShort),
+		rueidisstore.WithReplicaAck(replicas, timeout, onShort))
 }
 
 // WithBatching sets how many concurrent Takes may share one script call
 // (goredisstore.WithBatching). memory:// refuses it.
-func WithBatching(max int) Option { return storeOption("WithBatching", redisopt.Batching(max)) }
+func WithBatching(max int) Option {
+	return storeOption("WithBatching", goredisstore.WithBatching(max), rueidisstore.WithBatching(max))
+}
 
-func storeOption(name string, f func(*redisopt.Config)) Option {
-	return func(o *options) {
-		o.store = append(o.store, f)
+// storeOption records a Redis store option, named name, for both clients'
+// stores.
+func storeOption(name string, g goredisstore.Option, r rueidisstore.Option) Option {
+	return func(o *options) error {
+		o.goRedis = append(o.goRedis, g)
+		o.rueidis = append(o.rueidis, r)
 		o.storeNames = append(o.storeNames, name)
+		return nil
 	}
 }
 
@@ -203,14 +237,8 @@ func (o *options) secrets() []string {
 
 func resolve(opts []Option) (*options, error) {
 	o := &options{client: GoRedis}
-	for _, opt := range opts {
-		opt(o)
-	}
-	if o.poolSize < 0 {
-		return nil, fmt.Errorf("WithPoolSize(%d): give at least 1, or leave it out for the client's default", o.poolSize)
-	}
-	if o.dialTimeout < 0 {
-		return nil, fmt.Errorf("WithDialTimeout(%v): give a positive duration, or leave it out for 5s", o.dialTimeout)
+	if err := option.Apply(o, opts); err != nil {
+		return nil, err // Parse and Open wrap it in an *Error: "storeurl: "
 	}
 	return o, nil
 }
@@ -334,7 +362,7 @@ func (t *target) open(ctx context.Context, o *options) (*Opened, error) {
 			return nil, explain(fmt.Errorf("rueidis could not connect: %w", cerr), t, func() string { return sentinelProblem(ctx, t) })
 		}
 		op.Rueidis, op.Bus = c, rueidisstore.NewBus(c)
-		if op.Store, err = rueidisstore.New(c, convert[rueidisstore.Option](o.store)...); err != nil {
+		if op.Store, err = rueidisstore.New(c, o.rueidis...); err != nil {
 			err = &Error{Err: err}
 		} else {
 			err = checkRueidis(ctx, t, c)
@@ -342,7 +370,7 @@ func (t *target) open(ctx context.Context, o *options) (*Opened, error) {
 	} else {
 		c := t.newGoRedis()
 		op.GoRedis, op.Bus = c, goredisstore.NewBus(c)
-		if op.Store, err = goredisstore.New(c, convert[goredisstore.Option](o.store)...); err != nil {
+		if op.Store, err = goredisstore.New(c, o.goRedis...); err != nil {
 			err = &Error{Err: err}
 		} else {
 			err = checkGoRedis(ctx, t, c)
@@ -353,12 +381,4 @@ func (t *target) open(ctx context.Context, o *options) (*Opened, error) {
 		return nil, err
 	}
 	return op, nil
-}
-
-func convert[O ~func(*redisopt.Config)](fs []func(*redisopt.Config)) []O {
-	out := make([]O, len(fs))
-	for i, f := range fs {
-		out[i] = f
-	}
-	return out
 }

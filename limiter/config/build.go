@@ -11,6 +11,7 @@ import (
 	"github.com/limitkit/limitkit/backend/denycache"
 	"github.com/limitkit/limitkit/backend/storeurl"
 	"github.com/limitkit/limitkit/fallback"
+	"github.com/limitkit/limitkit/internal/option"
 	"github.com/limitkit/limitkit/limiter"
 )
 
@@ -57,25 +58,27 @@ func urlError(err error) error {
 	return err
 }
 
-// BuildOption configures Build.
-type BuildOption func(*buildOptions)
+// Option configures Build. Options apply in order; a nil Option is
+// ignored.
+type Option func(*options) error
 
-type buildOptions struct {
+// options are what the Options set.
+type options struct {
 	limiter  []limiter.Option
 	fallback []fallback.Option
 }
 
 // WithLimiterOptions passes opts to every limiter Build makes, such as
 // limiter.WithClock for a fake clock in tests.
-func WithLimiterOptions(opts ...limiter.Option) BuildOption {
-	return func(o *buildOptions) { o.limiter = append(o.limiter, opts...) }
+func WithLimiterOptions(opts ...limiter.Option) Option {
+	return func(o *options) error { o.limiter = append(o.limiter, opts...); return nil }
 }
 
 // WithFallbackOptions passes opts to fallback.New after those the file
 // sets, for what a file cannot say (a state hook, a logger). It has no
 // effect without a fallback section.
-func WithFallbackOptions(opts ...fallback.Option) BuildOption {
-	return func(o *buildOptions) { o.fallback = append(o.fallback, opts...) }
+func WithFallbackOptions(opts ...fallback.Option) Option {
+	return func(o *options) error { o.fallback = append(o.fallback, opts...); return nil }
 }
 
 // Set is the limiters a Config declares, sharing one store.
@@ -99,16 +102,16 @@ type Set struct {
 // master or a server that does not answer fails Build with the reason,
 // with both clients. ctx bounds the opening. Close the Set to close the
 // Redis client it made.
-func (c *Config) Build(ctx context.Context, opts ...BuildOption) (*Set, error) {
+func (c *Config) Build(ctx context.Context, opts ...Option) (*Set, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	var o buildOptions
-	for _, opt := range opts {
-		opt(&o)
+	var o options
+	if err := option.Apply(&o, opts); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
 	}
 	st, err := c.Backend.open(ctx, o.fallback)
 	if err != nil {

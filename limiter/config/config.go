@@ -289,7 +289,10 @@ func (e *Error) Error() string {
 	}
 	msg := "invalid"
 	if e.Err != nil {
-		msg = strings.TrimPrefix(e.Err.Error(), limiter.ErrInvalidConfig.Error()+": ")
+		// The field says where: drop the prefix of package limiter's
+		// errors, or the rule sentinel's of a rule checked here.
+		msg = strings.TrimPrefix(e.Err.Error(), "limiter: ")
+		msg = strings.TrimPrefix(msg, limiter.ErrInvalidConfig.Error()+": ")
 	}
 	b.WriteString(msg)
 	return b.String()

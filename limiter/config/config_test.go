@@ -333,7 +333,7 @@ func TestOneDecodingPath(t *testing.T) {
 		var e *Error
 		require.ErrorAs(t, fileErr, &e, policy)
 		require.ErrorIs(t, jsonErr, limiter.ErrInvalidConfig, policy)
-		// limiter: "limitkit: invalid rule: window: msg"; the file: field
+		// limiter: "limiter: window: msg"; the file: field
 		// "policies.p.window", message msg.
 		field, _ := strings.CutPrefix(e.Field, "policies.p")
 		field = strings.TrimPrefix(field, ".")
@@ -342,6 +342,6 @@ func TestOneDecodingPath(t *testing.T) {
 		if field != "" {
 			want = field + ": " + want
 		}
-		require.Equal(t, limiter.ErrInvalidConfig.Error()+": "+want, jsonErr.Error(), policy)
+		require.Equal(t, "limiter: "+want, jsonErr.Error(), policy)
 	}
 }

@@ -20,17 +20,25 @@ const DefaultMaxRetries = 3
 // WithMaxDelay says otherwise.
 const DefaultMaxDelay = time.Minute
 
-// RetryOption configures RetryUnary.
-type RetryOption func(*retrier) error
+// RetryOption configures RetryUnary, as Option configures the server
+// interceptors: options apply in order, and a nil RetryOption is ignored.
+type RetryOption func(*retryOptions) error
+
+// retryOptions are what the RetryOptions set, over the defaults RetryUnary
+// gives.
+type retryOptions struct {
+	maxRetries int
+	maxDelay   time.Duration
+}
 
 // WithMaxRetries sets how many times one call is retried (default
 // DefaultMaxRetries; 0 never retries).
 func WithMaxRetries(n int) RetryOption {
-	return func(r *retrier) error {
+	return func(o *retryOptions) error {
 		if n < 0 {
-			return fmt.Errorf("grpclimit: max retries is %d; give 0 or more", n)
+			return fmt.Errorf("WithMaxRetries: the count is %d; give 0 or more", n)
 		}
-		r.maxRetries = n
+		o.maxRetries = n
 		return nil
 	}
 }
@@ -38,19 +46,17 @@ func WithMaxRetries(n int) RetryOption {
 // WithMaxDelay sets the longest retry delay waited (default
 // DefaultMaxDelay): a denial asking for longer is returned at once.
 func WithMaxDelay(d time.Duration) RetryOption {
-	return func(r *retrier) error {
+	return func(o *retryOptions) error {
 		if d <= 0 {
-			return fmt.Errorf("grpclimit: max delay is %v; give a positive duration", d)
+			return fmt.Errorf("WithMaxDelay: the delay is %v; give a positive duration", d)
 		}
-		r.maxDelay = d
+		o.maxDelay = d
 		return nil
 	}
 }
 
-type retrier struct {
-	maxRetries int
-	maxDelay   time.Duration
-}
+// retrier retries denied calls within its options.
+type retrier struct{ retryOptions }
 
 // RetryUnary returns a unary client interceptor that honours rate-limit
 // denials: a call failing with codes.ResourceExhausted and an
@@ -65,10 +71,13 @@ type retrier struct {
 // Streams are not retried: their denial arrives with the first receive,
 // after the caller may have sent messages.
 func RetryUnary(opts ...RetryOption) (grpc.UnaryClientInterceptor, error) {
-	r := &retrier{maxRetries: DefaultMaxRetries, maxDelay: DefaultMaxDelay}
+	r := &retrier{retryOptions{maxRetries: DefaultMaxRetries, maxDelay: DefaultMaxDelay}}
 	for _, opt := range opts {
-		if err := opt(r); err != nil {
-			return nil, err
+		if opt == nil {
+			continue
+		}
+		if err := opt(&r.retryOptions); err != nil {
+			return nil, fmt.Errorf("grpclimit: %w", err)
 		}
 	}
 	return r.unary, nil

@@ -136,10 +136,12 @@ func TestRetryDelay(t *testing.T) {
 
 func TestRetryUnaryRejectsBadOptions(t *testing.T) {
 	for name, opt := range map[string]grpclimit.RetryOption{
-		"negative retries": grpclimit.WithMaxRetries(-1),
-		"zero delay":       grpclimit.WithMaxDelay(0),
+		"WithMaxRetries": grpclimit.WithMaxRetries(-1),
+		"WithMaxDelay":   grpclimit.WithMaxDelay(0),
 	} {
-		_, err := grpclimit.RetryUnary(opt)
-		assert.Error(t, err, name)
+		_, err := grpclimit.RetryUnary(nil, opt)
+		assert.ErrorContains(t, err, "grpclimit: "+name+": ", "a nil option is skipped and the bad one named")
 	}
+	_, err := grpclimit.RetryUnary(nil, grpclimit.WithMaxRetries(0))
+	assert.NoError(t, err)
 }

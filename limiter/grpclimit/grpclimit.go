@@ -58,11 +58,9 @@ package grpclimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
-	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
@@ -92,109 +90,11 @@ const (
 	FailClosed
 )
 
-// Option configures an Interceptor.
-type Option func(*Interceptor) error
-
-// WithKey sets how calls are keyed (default PeerAddr()).
-func WithKey(k KeyFunc) Option {
-	return func(i *Interceptor) error { return transport.SetFunc(&i.key, k, k == nil, "grpclimit: key func") }
-}
-
-// WithMethods limits only the methods matching patterns (default: every
-// method). A pattern is a full method, "/package.Service/Method", or a whole
-// service, "/package.Service/*". Check the patterns against a server's
-// services with Validate.
-func WithMethods(patterns ...string) Option {
-	return func(i *Interceptor) error {
-		if len(patterns) == 0 {
-			return errors.New("grpclimit: WithMethods has no patterns; leave it out to limit every method")
-		}
-		return i.only.add(patterns)
-	}
-}
-
-// WithoutMethods never limits the methods matching patterns (same syntax
-// as WithMethods), such as health checks: "/grpc.health.v1.Health/*". It
-// wins over WithMethods. Exempt calls cost no store call.
-func WithoutMethods(patterns ...string) Option {
-	return func(i *Interceptor) error {
-		if len(patterns) == 0 {
-			return errors.New("grpclimit: WithoutMethods has no patterns")
-		}
-		return i.exempt.add(patterns)
-	}
-}
-
-// Defaults of the options.
-const (
-	// DefaultPolicyName names the policy in the metadata and in
-	// QuotaFailure unless WithPolicyName says otherwise.
-	DefaultPolicyName = transport.DefaultPolicyName
-	// DefaultReleaseTimeout bounds the release of a lease unless
-	// WithReleaseTimeout says otherwise.
-	DefaultReleaseTimeout = transport.DefaultReleaseTimeout
-)
-
-// WithPolicyName names the policy in the rate-limit metadata and in
-// QuotaFailure (default DefaultPolicyName). The name must be printable
-// ASCII.
-func WithPolicyName(name string) Option {
-	return func(i *Interceptor) error { return i.set.SetPolicyName(name) }
-}
-
-// The metadata field sets WithHeaders selects, as in limiter/httplimit:
-// DraftHeaders (ratelimit-policy and ratelimit, the IETF httpapi draft's
-// fields; the default) and XRateLimitHeaders (x-ratelimit-limit,
-// x-ratelimit-remaining and x-ratelimit-reset, seconds from now).
-const (
-	DraftHeaders      = transport.DraftHeaders
-	XRateLimitHeaders = transport.XRateLimitHeaders
-)
-
-// Headers selects which rate-limit fields response metadata carries;
-// combine them with |.
-type Headers = transport.Headers
-
-// WithHeaders selects the metadata fields sent (default DraftHeaders). 0
-// sends none but retry-after.
-func WithHeaders(h Headers) Option {
-	return func(i *Interceptor) error { return i.set.SetHeaders(h) }
-}
-
-// WithReleaseTimeout bounds how long the release of a lease may take
-// (default DefaultReleaseTimeout). A release that fails or times out is
-// logged; its slot comes back when the lease times out.
-func WithReleaseTimeout(d time.Duration) Option {
-	return func(i *Interceptor) error { return i.set.SetReleaseTimeout(d) }
-}
-
-// WithLogger sets the logger store failures and failed lease releases are
-// reported to (default slog.Default()).
-func WithLogger(l *slog.Logger) Option {
-	return func(i *Interceptor) error { return i.set.SetLogger(l) }
-}
-
-// WithErrorPolicy sets what happens when the store fails (default
-// FailOpen).
-func WithErrorPolicy(p ErrorPolicy) Option {
-	return func(i *Interceptor) error {
-		if p != FailOpen && p != FailClosed {
-			return fmt.Errorf("grpclimit: unknown error policy %d; use FailOpen or FailClosed", p)
-		}
-		i.onError = p
-		return nil
-	}
-}
-
 // Interceptor limits the calls of a gRPC server. It is safe for concurrent
 // use; build it with New, NewComposite or NewPlans.
 type Interceptor struct {
-	set     transport.Settings
-	core    *transport.Core[call]
-	key     KeyFunc
-	only    methods
-	exempt  methods
-	onError ErrorPolicy
+	options
+	core *transport.Core[call]
 }
 
 // call is what key funcs read: the call's context and full method.
@@ -206,8 +106,8 @@ type call struct {
 // New returns interceptors enforcing lim. It returns an error for a nil
 // limiter, an invalid option or a malformed method pattern.
 func New(lim *limiter.Limiter, opts ...Option) (*Interceptor, error) {
-	return build(opts, func(i *Interceptor) (*transport.Core[call], error) {
-		return transport.ForLimiter(lim, i.key.onCall, i.set.PolicyName, quotas)
+	return build(opts, func(o *options) (*transport.Core[call], error) {
+		return transport.ForLimiter(lim, o.key.onCall, o.set.PolicyName, quotas)
 	})
 }
 
@@ -215,8 +115,8 @@ func New(lim *limiter.Limiter, opts ...Option) (*Interceptor, error) {
 // each call's key (limiter.Plans.Admit): each plan's limit, with its
 // metadata, follows that plan's configuration.
 func NewPlans(p *limiter.Plans, opts ...Option) (*Interceptor, error) {
-	return build(opts, func(i *Interceptor) (*transport.Core[call], error) {
-		return transport.ForPlans(p, i.key.onCall, i.set.PolicyName, quotas)
+	return build(opts, func(o *options) (*transport.Core[call], error) {
+		return transport.ForPlans(p, o.key.onCall, o.set.PolicyName, quotas)
 	})
 }
 
@@ -241,18 +141,18 @@ func NewComposite(c *limiter.Composite, limits []Limit, opts ...Option) (*Interc
 	for j, l := range limits {
 		keys[j], names[j] = l.Key, l.Policy
 	}
-	return build(opts, func(i *Interceptor) (*transport.Core[call], error) {
-		i.set.PolicyName = transport.First(names, i.set.PolicyName)
+	return build(opts, func(o *options) (*transport.Core[call], error) {
+		o.set.PolicyName = transport.First(names, o.set.PolicyName)
 		return transport.ForComposite(c, onCalls(keys), names, quotas)
 	})
 }
 
 // build applies opts to an Interceptor with the defaults and gives it the
 // core newCore makes.
-func build(opts []Option, newCore func(*Interceptor) (*transport.Core[call], error)) (*Interceptor, error) {
-	i := &Interceptor{set: transport.NewSettings("grpclimit"), key: PeerAddr()}
+func build(opts []Option, newCore func(*options) (*transport.Core[call], error)) (*Interceptor, error) {
+	i := &Interceptor{options: options{set: transport.NewSettings(), key: PeerAddr()}}
 	var err error
-	if i.core, err = transport.Build("grpclimit", i, opts, newCore); err != nil {
+	if i.core, err = transport.Build("grpclimit", &i.options, opts, newCore); err != nil {
 		return nil, err
 	}
 	return i, nil

@@ -42,7 +42,7 @@ func (m *methods) add(patterns []string) error {
 // parsePattern splits "/pkg.Svc/Method" or "/pkg.Svc/*".
 func parsePattern(p string) (service, method string, err error) {
 	if len(p) > 512 {
-		return "", "", fmt.Errorf("grpclimit: method pattern of %d bytes; give \"/package.Service/Method\" or \"/package.Service/*\"", len(p))
+		return "", "", fmt.Errorf("method pattern of %d bytes; give \"/package.Service/Method\" or \"/package.Service/*\"", len(p))
 	}
 	rest, ok := strings.CutPrefix(p, "/")
 	if ok {
@@ -50,7 +50,7 @@ func parsePattern(p string) (service, method string, err error) {
 	}
 	if !ok || service == "" || method == "" || strings.ContainsAny(method, "/") ||
 		strings.ContainsAny(service, "* \t") || (strings.Contains(method, "*") && method != "*") {
-		return "", "", fmt.Errorf("grpclimit: method pattern %q: give a full method \"/package.Service/Method\" or a service \"/package.Service/*\"", p)
+		return "", "", fmt.Errorf("method pattern %q: give a full method \"/package.Service/Method\" or a service \"/package.Service/*\"", p)
 	}
 	return service, method, nil
 }
@@ -98,7 +98,7 @@ func (i *Interceptor) Validate(s ServiceInfoProvider) error {
 	for _, p := range append(slices.Clip(i.only.patterns), i.exempt.patterns...) {
 		svc, method, err := parsePattern(p)
 		if err != nil {
-			return err // New already parsed it; kept for safety
+			return fmt.Errorf("grpclimit: %w", err) // New already parsed it; kept for safety
 		}
 		si, ok := info[svc]
 		if ok && method != "*" {

@@ -327,25 +327,32 @@ func TestNewRejectsBadInput(t *testing.T) {
 	lim, _ := newLimiter(t, nil, limiter.Config{Limit: 1, Window: time.Minute})
 	_, err := grpclimit.New(nil)
 	assert.Error(t, err)
-	for name, opt := range map[string]grpclimit.Option{
-		"nil key":            grpclimit.WithKey(nil),
-		"no slash":           grpclimit.WithMethods("grpc.health.v1.Health/Check"),
-		"no method":          grpclimit.WithMethods("/grpc.health.v1.Health"),
-		"empty method":       grpclimit.WithMethods("/grpc.health.v1.Health/"),
-		"extra segment":      grpclimit.WithMethods("/a/b/c"),
-		"partial wildcard":   grpclimit.WithMethods("/a/Get*"),
-		"wildcard service":   grpclimit.WithoutMethods("/*/Check"),
-		"no patterns":        grpclimit.WithMethods(),
-		"no exempt patterns": grpclimit.WithoutMethods(),
-		"empty policy":       grpclimit.WithPolicyName(""),
-		"control byte":       grpclimit.WithPolicyName("a\nb"),
-		"header set":         grpclimit.WithHeaders(8),
-		"error policy":       grpclimit.WithErrorPolicy(7),
-		"nil logger":         grpclimit.WithLogger(nil),
+	for _, c := range []struct {
+		name, option string
+		opt          grpclimit.Option
+	}{
+		{"nil key", "WithKey", grpclimit.WithKey(nil)},
+		{"no slash", "WithMethods", grpclimit.WithMethods("grpc.health.v1.Health/Check")},
+		{"no method", "WithMethods", grpclimit.WithMethods("/grpc.health.v1.Health")},
+		{"empty method", "WithMethods", grpclimit.WithMethods("/grpc.health.v1.Health/")},
+		{"extra segment", "WithMethods", grpclimit.WithMethods("/a/b/c")},
+		{"partial wildcard", "WithMethods", grpclimit.WithMethods("/a/Get*")},
+		{"wildcard service", "WithoutMethods", grpclimit.WithoutMethods("/*/Check")},
+		{"no patterns", "WithMethods", grpclimit.WithMethods()},
+		{"no exempt patterns", "WithoutMethods", grpclimit.WithoutMethods()},
+		{"empty policy", "WithPolicyName", grpclimit.WithPolicyName("")},
+		{"control byte", "WithPolicyName", grpclimit.WithPolicyName("a\nb")},
+		{"header set", "WithHeaders", grpclimit.WithHeaders(8)},
+		{"error policy", "WithErrorPolicy", grpclimit.WithErrorPolicy(7)},
+		{"nil logger", "WithLogger", grpclimit.WithLogger(nil)},
+		{"release timeout", "WithReleaseTimeout", grpclimit.WithReleaseTimeout(0)},
 	} {
-		_, err := grpclimit.New(lim, opt)
-		assert.Error(t, err, name)
+		// A valid option first: the error names the one refused.
+		_, err := grpclimit.New(lim, grpclimit.WithHeaders(grpclimit.DraftHeaders), c.opt)
+		assert.ErrorContains(t, err, "grpclimit: "+c.option+": ", c.name)
 	}
+	_, err = grpclimit.New(lim, nil, grpclimit.WithPolicyName("p"))
+	assert.NoError(t, err, "a nil option is ignored")
 	_, err = grpclimit.New(lim, grpclimit.WithMethods(check, "/grpc.health.v1.Health/*"))
 	assert.NoError(t, err, "control: good patterns")
 }

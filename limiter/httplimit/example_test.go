@@ -125,5 +125,5 @@ func ExampleWithDenyListHandler() {
 	// 192.0.2.1 200
 	// 192.0.2.1 429
 	// 198.51.100.66 403
-	// limitkit: invalid rule: exempt entry "203.0.113.0/24 ": has white space around it; remove it
+	// limiter: exempt entry "203.0.113.0/24 ": has white space around it; remove it
 }

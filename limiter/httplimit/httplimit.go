@@ -90,7 +90,6 @@ package httplimit
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -126,92 +125,18 @@ const DefaultPolicyName = transport.DefaultPolicyName
 // through to the next handler, or false after writing a response itself.
 type ErrorHandler func(w http.ResponseWriter, r *http.Request, err error) (serve bool)
 
-// Option configures a Middleware.
-type Option func(*Middleware) error
-
-// WithKey sets how requests are keyed (default ClientIP()).
-func WithKey(k KeyFunc) Option {
-	return func(m *Middleware) error { return transport.SetFunc(&m.key, k, k == nil, "httplimit: key func") }
-}
-
-// WithPolicyName names the policy in the draft headers (default
-// DefaultPolicyName). Give each limit its own name when one response can
-// carry several. The name must be printable ASCII.
-func WithPolicyName(name string) Option {
-	return func(m *Middleware) error { return m.set.SetPolicyName(name) }
-}
-
-// WithHeaders selects the header fields sent (default DraftHeaders). 0
-// sends none but Retry-After.
-func WithHeaders(h Headers) Option {
-	return func(m *Middleware) error { return m.set.SetHeaders(h) }
-}
-
-// WithLogger sets the logger of the default error handler and of failed
-// lease releases (default slog.Default()).
-func WithLogger(l *slog.Logger) Option {
-	return func(m *Middleware) error { return m.set.SetLogger(l) }
-}
-
-// WithErrorHandler sets what happens when the store fails (default: log
-// with the middleware's logger and let the request through).
-func WithErrorHandler(h ErrorHandler) Option {
-	return func(m *Middleware) error {
-		return transport.SetFunc(&m.onError, h, h == nil, "httplimit: error handler")
-	}
-}
-
-// WithDeniedHandler sets the handler that answers denied requests. The
-// rate-limit headers and Retry-After are set, and the decision is in the
-// request's context (DecisionFrom), before it runs; it must write the status
-// itself (default: 429 with a problem+json body for clients that accept
-// JSON, a short text body for others). Requests on the deny list are
-// WithDenyListHandler's.
-func WithDeniedHandler(h http.Handler) Option {
-	return handlerOption(h, "denied", func(m *Middleware) *http.Handler { return &m.denied })
-}
-
-// WithDenyListHandler sets the handler that answers requests on the limit's
-// deny list, limiter.Config.Deny (default: 403 Forbidden with a short text
-// body). Requests over the limit are WithDeniedHandler's.
-func WithDenyListHandler(h http.Handler) Option {
-	return handlerOption(h, "deny-list", func(m *Middleware) *http.Handler { return &m.deny })
-}
-
-// WithMissingKey sets the handler that answers requests for which the key
-// func finds no key (default: 400 with a short text body). To limit such
-// requests by another key instead, use FirstOf in WithKey.
-func WithMissingKey(h http.Handler) Option {
-	return handlerOption(h, "missing-key", func(m *Middleware) *http.Handler { return &m.missingKey })
-}
-
-func handlerOption(h http.Handler, what string, field func(*Middleware) *http.Handler) Option {
-	return func(m *Middleware) error {
-		if h == nil {
-			return errors.New("httplimit: " + what + " handler is nil")
-		}
-		*field(m) = h
-		return nil
-	}
-}
-
 // Middleware limits the requests of the handlers it wraps. It is safe for
 // concurrent use; build it with New, NewComposite or NewPlans.
 type Middleware struct {
-	set        transport.Settings
-	core       *transport.Core[*http.Request]
-	key        KeyFunc
-	onError    ErrorHandler
-	denied     http.Handler
-	deny       http.Handler
-	missingKey http.Handler
+	options
+	core *transport.Core[*http.Request]
 }
 
 // New returns middleware enforcing lim. It returns an error for a nil
 // limiter or an invalid option.
 func New(lim *limiter.Limiter, opts ...Option) (*Middleware, error) {
-	return build(opts, func(m *Middleware) (*transport.Core[*http.Request], error) {
-		return transport.ForLimiter(lim, m.key, m.set.PolicyName, problems)
+	return build(opts, func(o *options) (*transport.Core[*http.Request], error) {
+		return transport.ForLimiter(lim, o.key, o.set.PolicyName, problems)
 	})
 }
 
@@ -219,23 +144,51 @@ func New(lim *limiter.Limiter, opts ...Option) (*Middleware, error) {
 // resolver chooses for its key (limiter.Plans.Admit). Every plan's limit
 // has its own headers, and they change with that plan's configuration.
 func NewPlans(p *limiter.Plans, opts ...Option) (*Middleware, error) {
-	return build(opts, func(m *Middleware) (*transport.Core[*http.Request], error) {
-		return transport.ForPlans(p, m.key, m.set.PolicyName, problems)
+	return build(opts, func(o *options) (*transport.Core[*http.Request], error) {
+		return transport.ForPlans(p, o.key, o.set.PolicyName, problems)
+	})
+}
+
+// Limit is one limit of a limiter.Composite as NewComposite serves it.
+type Limit struct {
+	// Key keys the requests for this limit. Required.
+	Key KeyFunc
+	// Policy names the limit in the draft headers and in problem bodies;
+	// printable ASCII, one name per limit. Required.
+	Policy string
+}
+
+// NewComposite returns middleware enforcing the limits of c, all or
+// nothing, limits[i] describing c's limit i. When one of c's limits is a
+// concurrency limit, each request holds a lease (limiter.Composite.Admit)
+// released as under New; otherwise it takes a unit of each. RateLimit-Policy
+// lists every limit; RateLimit describes the one the decision names
+// (limiter.Decision.Rule). The fields follow limiter.Composite.SetConfigs.
+// WithKey and WithPolicyName do not apply (each Limit has its own).
+func NewComposite(c *limiter.Composite, limits []Limit, opts ...Option) (*Middleware, error) {
+	keys := make([]func(*http.Request) Key, len(limits))
+	names := make([]string, len(limits))
+	for i, l := range limits {
+		keys[i], names[i] = l.Key, l.Policy
+	}
+	return build(opts, func(o *options) (*transport.Core[*http.Request], error) {
+		o.set.PolicyName = transport.First(names, o.set.PolicyName)
+		return transport.ForComposite(c, keys, names, problems)
 	})
 }
 
 // build returns a Middleware with the defaults and opts applied, serving
 // through the core newCore makes.
-func build(opts []Option, newCore func(*Middleware) (*transport.Core[*http.Request], error)) (*Middleware, error) {
-	m := &Middleware{
-		set:        transport.NewSettings("httplimit"),
+func build(opts []Option, newCore func(*options) (*transport.Core[*http.Request], error)) (*Middleware, error) {
+	m := &Middleware{options: options{
+		set:        transport.NewSettings(),
 		key:        ClientIP(),
+		denied:     http.HandlerFunc(tooManyRequests),
 		missingKey: http.HandlerFunc(missingKey),
 		deny:       http.HandlerFunc(forbidden),
-	}
-	m.denied = http.HandlerFunc(m.tooManyRequests)
+	}}
 	var err error
-	if m.core, err = transport.Build("httplimit", m, opts, newCore); err != nil {
+	if m.core, err = transport.Build("httplimit", &m.options, opts, newCore); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -336,7 +289,7 @@ func RetryAfter(d time.Duration) int64 {
 }
 
 // tooManyRequests is the default denied handler.
-func (m *Middleware) tooManyRequests(w http.ResponseWriter, r *http.Request) {
+func tooManyRequests(w http.ResponseWriter, r *http.Request) {
 	// The body depends on Accept: caches must not serve one for the other.
 	w.Header().Add("Vary", "Accept")
 	retry := w.Header().Get("Retry-After")

@@ -141,13 +141,21 @@ func TestOptionErrors(t *testing.T) {
 	lim, _ := newLimiter(t, nil, 1, time.Minute)
 	_, err := New(nil)
 	require.ErrorContains(t, err, "limiter is nil")
-	for _, opt := range []Option{
-		WithKey(nil), WithPolicyName(""), WithPolicyName("caf\u00e9"), WithPolicyName("a\nb"),
-		WithHeaders(1 << 5), WithErrorHandler(nil), WithDeniedHandler(nil), WithMissingKey(nil), WithLogger(nil),
+	for _, c := range []struct {
+		name string
+		opt  Option
+	}{
+		{"WithKey", WithKey(nil)}, {"WithPolicyName", WithPolicyName("")}, {"WithPolicyName", WithPolicyName("caf\u00e9")},
+		{"WithPolicyName", WithPolicyName("a\nb")}, {"WithHeaders", WithHeaders(1 << 5)}, {"WithErrorHandler", WithErrorHandler(nil)},
+		{"WithDeniedHandler", WithDeniedHandler(nil)}, {"WithDenyListHandler", WithDenyListHandler(nil)},
+		{"WithMissingKey", WithMissingKey(nil)}, {"WithLogger", WithLogger(nil)}, {"WithReleaseTimeout", WithReleaseTimeout(0)},
 	} {
-		_, err := New(lim, opt)
-		require.Error(t, err)
+		// A valid option first: the error names the one refused.
+		_, err := New(lim, WithHeaders(DraftHeaders), c.opt)
+		require.ErrorContains(t, err, "httplimit: "+c.name+": ", c.name)
 	}
+	_, err = New(lim, nil, WithPolicyName("p"), nil)
+	require.NoError(t, err, "a nil option is ignored")
 }
 
 func TestMissingKey(t *testing.T) {

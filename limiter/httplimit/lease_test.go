@@ -489,7 +489,7 @@ func TestNewCompositeErrors(t *testing.T) {
 	_, err = New(nil)
 	assert.Error(t, err)
 	_, err = New(mustLeaseLimiter(t), WithReleaseTimeout(0))
-	assert.ErrorContains(t, err, "release timeout 0s")
+	assert.ErrorContains(t, err, "httplimit: WithReleaseTimeout: the timeout is 0s")
 }
 
 func mustLeaseLimiter(t *testing.T) *limiter.Limiter {

@@ -171,7 +171,7 @@ func TestListsProxiedClientAndHandler(t *testing.T) {
 	assert.Equal(t, 429, do(h, request("10.0.0.1:1", "X-Forwarded-For", "203.0.113.1")).Code)
 	assert.EqualValues(t, 2, store.calls.Load())
 	_, err = New(lim, WithDenyListHandler(nil))
-	require.ErrorContains(t, err, "deny-list handler is nil")
+	require.ErrorContains(t, err, "httplimit: WithDenyListHandler: the handler is nil")
 }
 
 // TestListsRealServer: an exempt loopback client of a real server is never

@@ -74,10 +74,10 @@ func ViewFrom(ctx context.Context) *View {
 // WithReleaseTimeout says otherwise.
 const DefaultReleaseTimeout = 2 * time.Second
 
-// Settings are the options every transport has.
+// Settings are the options every transport has. Their setters return
+// errors naming the option ("WithLogger: ..."), which Build prefixes with
+// the transport's name.
 type Settings struct {
-	// Pkg names the transport in errors: "httplimit".
-	Pkg        string
 	PolicyName string
 	Headers    Headers
 	Logger     *slog.Logger
@@ -87,9 +87,9 @@ type Settings struct {
 	ReleaseHook    func(ctx context.Context, lease *limiter.Lease) error
 }
 
-// NewSettings returns the defaults of the transport pkg.
-func NewSettings(pkg string) Settings {
-	return Settings{Pkg: pkg, PolicyName: DefaultPolicyName, Headers: DraftHeaders,
+// NewSettings returns the defaults.
+func NewSettings() Settings {
+	return Settings{PolicyName: DefaultPolicyName, Headers: DraftHeaders,
 		Logger: slog.Default(), ReleaseTimeout: DefaultReleaseTimeout}
 }
 
@@ -113,7 +113,7 @@ const DefaultPolicyName = "default"
 // SetPolicyName sets the policy name, printable ASCII.
 func (s *Settings) SetPolicyName(name string) error {
 	if err := ratelimitfields.CheckName(name); err != nil {
-		return fmt.Errorf("%s: %w", s.Pkg, err)
+		return fmt.Errorf("WithPolicyName: %w", err)
 	}
 	s.PolicyName = name
 	return nil
@@ -122,7 +122,7 @@ func (s *Settings) SetPolicyName(name string) error {
 // SetHeaders sets the header sets sent.
 func (s *Settings) SetHeaders(h Headers) error {
 	if h&^(DraftHeaders|XRateLimitHeaders) != 0 {
-		return fmt.Errorf("%s: unknown header set %#x", s.Pkg, uint8(h))
+		return fmt.Errorf("WithHeaders: unknown header set %#x; combine DraftHeaders and XRateLimitHeaders with |", uint8(h))
 	}
 	s.Headers = h
 	return nil
@@ -131,7 +131,7 @@ func (s *Settings) SetHeaders(h Headers) error {
 // SetLogger sets the logger of store failures and failed releases.
 func (s *Settings) SetLogger(l *slog.Logger) error {
 	if l == nil {
-		return fmt.Errorf("%s: logger is nil", s.Pkg)
+		return errors.New("WithLogger: the logger is nil; pass a *slog.Logger, or leave the option out for slog.Default()")
 	}
 	s.Logger = l
 	return nil
@@ -140,7 +140,7 @@ func (s *Settings) SetLogger(l *slog.Logger) error {
 // SetReleaseTimeout sets how long a lease's release may take.
 func (s *Settings) SetReleaseTimeout(d time.Duration) error {
 	if d <= 0 {
-		return fmt.Errorf("%s: release timeout %v; give a positive duration such as 2s", s.Pkg, d)
+		return fmt.Errorf("WithReleaseTimeout: the timeout is %v; give a positive duration such as 2s", d)
 	}
 	s.ReleaseTimeout = d
 	return nil
@@ -204,11 +204,11 @@ func (s *Settings) LogFailure(ctx context.Context, o *Outcome, then string, attr
 }
 
 // SetFunc sets *dst to f, an option's func, or refuses a nil one (isNil:
-// f == nil, which a type parameter cannot say); what names the option in
-// the error.
-func SetFunc[F any](dst *F, f F, isNil bool, what string) error {
+// f == nil, which a type parameter cannot say) with the error refusal: the
+// option's name, and what to pass instead.
+func SetFunc[F any](dst *F, f F, isNil bool, refusal string) error {
 	if isNil {
-		return errors.New(what + " is nil")
+		return errors.New(refusal)
 	}
 	*dst = f
 	return nil

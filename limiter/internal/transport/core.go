@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/limitkit/limitkit/internal/option"
 	"github.com/limitkit/limitkit/limiter"
 )
 
@@ -201,15 +202,14 @@ func First(names []string, def string) string {
 	return names[0]
 }
 
-// Build applies opts to t, a transport with its defaults set, and makes
-// its core with newCore; pkg names the transport in errors.
-func Build[T any, O ~func(*T) error, R any](pkg string, t *T, opts []O, newCore func(*T) (*Core[R], error)) (*Core[R], error) {
-	for _, opt := range opts {
-		if err := opt(t); err != nil {
-			return nil, err
-		}
+// Build applies opts, in order, to o, a transport's options with their
+// defaults set (a nil option is skipped), and makes its core with newCore;
+// pkg prefixes the errors.
+func Build[T any, O ~func(*T) error, R any](pkg string, o *T, opts []O, newCore func(*T) (*Core[R], error)) (*Core[R], error) {
+	if err := option.Apply(o, opts); err != nil {
+		return nil, fmt.Errorf("%s: %w", pkg, err)
 	}
-	core, err := newCore(t)
+	core, err := newCore(o)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", pkg, err)
 	}

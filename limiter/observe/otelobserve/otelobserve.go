@@ -68,9 +68,10 @@ const OtherPolicy = "other"
 // store's default deadline of 100 ms and beyond.
 var DefaultBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
 
-// Option configures New.
+// Option configures New. Options apply in order; a nil Option is ignored.
 type Option func(*options) error
 
+// options are what the Options set, over the defaults New gives.
 type options struct {
 	maxPolicies int
 	buckets     []float64
@@ -82,7 +83,7 @@ type options struct {
 func WithMaxPolicies(n int) Option {
 	return func(o *options) error {
 		if n < 1 {
-			return fmt.Errorf("otelobserve: max policies is %d; give 1 or more", n)
+			return fmt.Errorf("WithMaxPolicies: the maximum is %d; give 1 or more", n)
 		}
 		o.maxPolicies = n
 		return nil
@@ -94,11 +95,11 @@ func WithMaxPolicies(n int) Option {
 func WithBuckets(b []float64) Option {
 	return func(o *options) error {
 		if len(b) == 0 {
-			return errors.New("otelobserve: no buckets; leave WithBuckets out for the defaults")
+			return errors.New("WithBuckets: no buckets; give some, or leave the option out for DefaultBuckets")
 		}
 		for i := 1; i < len(b); i++ {
 			if b[i] <= b[i-1] {
-				return fmt.Errorf("otelobserve: bucket %d (%g) is not above bucket %d (%g); give increasing boundaries", i, b[i], i-1, b[i-1])
+				return fmt.Errorf("WithBuckets: bucket %d (%g) is not above bucket %d (%g); give increasing boundaries", i, b[i], i-1, b[i-1])
 			}
 		}
 		o.buckets = slices.Clone(b)
@@ -132,8 +133,11 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 	}
 	o := options{maxPolicies: DefaultMaxPolicies, buckets: DefaultBuckets}
 	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
 		if err := opt(&o); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("otelobserve: %w", err)
 		}
 	}
 	meter := mp.Meter(ScopeName)

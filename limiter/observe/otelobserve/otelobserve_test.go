@@ -265,8 +265,8 @@ func TestNewRejectsBadInput(t *testing.T) {
 		"duplicated buckets": otelobserve.WithBuckets([]float64{.1, .1}),
 	} {
 		_, err := otelobserve.New(mp, opt)
-		assert.Error(t, err, name)
+		assert.ErrorContains(t, err, "otelobserve: With", name)
 	}
-	_, err = otelobserve.New(mp, otelobserve.WithBuckets([]float64{.001, .01}), otelobserve.WithMaxPolicies(1))
-	assert.NoError(t, err, "control: good options")
+	_, err = otelobserve.New(mp, nil, otelobserve.WithBuckets([]float64{.001, .01}), otelobserve.WithMaxPolicies(1))
+	assert.NoError(t, err, "control: good options, and a nil one ignored")
 }
