@@ -9,7 +9,7 @@ import (
 
 // ErrBadReply reports a script reply the runner cannot trust: not an array
 // of four integers, or integers out of range. Errors wrap it.
-var ErrBadReply = errors.New("limitkit: malformed reply from Redis script")
+var ErrBadReply = errors.New("malformed reply from a Redis script")
 
 // Decode checks a script's reply for one request of rule and converts it:
 // exactly ReplyLen integers, allowed 0 or 1, remaining in
