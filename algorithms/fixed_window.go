@@ -11,6 +11,7 @@ var fixedWindow = Algorithm{
 	Name:       FixedWindow,
 	Suffix:     ":fw",
 	Salt:       0x165667b19e3779f9,
+	Accuracy:   PerAlignedWindow,
 	Take:       fixedWindowTake,
 	Peek:       fixedWindowPeek,
 	Refund:     fixedWindowRefund,

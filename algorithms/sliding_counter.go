@@ -11,6 +11,7 @@ var slidingCounter = Algorithm{
 	Name:       SlidingCounter,
 	Suffix:     ":sc",
 	Salt:       0xc2b2ae3d27d4eb4f,
+	Accuracy:   Approximate,
 	Take:       slidingCounterTake,
 	Peek:       slidingCounterPeek,
 	Refund:     slidingCounterRefund,

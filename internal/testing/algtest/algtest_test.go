@@ -16,6 +16,7 @@ import (
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/backend/storetest"
 	"github.com/limitkit/limitkit/internal/redisscript"
+	"github.com/limitkit/limitkit/internal/registryhook"
 	"github.com/limitkit/limitkit/internal/testing/docscheck"
 	"github.com/limitkit/limitkit/internal/testing/scripttest"
 )
@@ -39,7 +40,7 @@ func init() {
 		return fw.Peek(s, now, w, limit+1, cost)
 	}
 	for _, a := range []*algorithms.Algorithm{&twin, &broken} {
-		if err := algorithms.Register(a); err != nil {
+		if err := registryhook.Register(a); err != nil {
 			panic(err)
 		}
 	}
@@ -47,10 +48,14 @@ func init() {
 
 func TestRegisterRejectsClashes(t *testing.T) {
 	dup := twin
-	require.ErrorIs(t, algorithms.Register(&dup), algorithms.ErrInvalidRule)
+	require.ErrorIs(t, registryhook.Register(&dup), algorithms.ErrInvalidRule)
 	dup.Name, dup.Suffix, dup.Salt = "test_other", ":to", 1
 	dup.Take = nil
-	require.ErrorIs(t, algorithms.Register(&dup), algorithms.ErrInvalidRule)
+	require.ErrorIs(t, registryhook.Register(&dup), algorithms.ErrInvalidRule)
+	dup.Take = twin.Take
+	dup.Accuracy = 0
+	require.ErrorIs(t, registryhook.Register(&dup), algorithms.ErrInvalidRule, "a row must state its Accuracy")
+	require.ErrorIs(t, registryhook.Register(dup), algorithms.ErrInvalidRule, "not a pointer")
 	require.Nil(t, algorithms.Lookup("test_other"))
 }
 
