@@ -245,12 +245,12 @@ func (t *baselines) boundOf(req *backend.Request, rule algorithms.Rule, n int64)
 }
 
 // avail is what the primary would have left for the key at now had
-// nothing else reached it: the answer's remaining, and for gcra what the
-// bucket refilled since (at least floor(elapsed*limit/window) units).
+// nothing else reached it: the answer's remaining, and for a bucket (gcra)
+// what it refilled since (at least floor(elapsed*limit/window) units).
 func (b bound) avail(now int64) int64 {
 	e := b.e
 	r := e.remaining
-	if e.key.alg == algorithms.GCRA && now > e.at {
+	if refills(e.key.alg) && now > e.at {
 		r = min(e.limit, r+(now-e.at)*e.limit/e.window)
 	}
 	return max(r, 0)
@@ -272,11 +272,11 @@ func (b bound) allows(now, cost int64) bool {
 }
 
 // retryAfter is how long until the baseline lets cost through: its reset,
-// or for gcra when the refill covers it, if sooner.
+// or for a bucket (gcra) when the refill covers it, if sooner.
 func (b bound) retryAfter(now, cost int64) int64 {
 	e := b.e
 	wait := e.resetAt - now
-	if e.key.alg == algorithms.GCRA {
+	if refills(e.key.alg) {
 		// floor(avail/n) >= spent+cost once the refill brought need
 		// units; avail stops at the limit.
 		need := b.n*(e.spent+cost) - e.remaining
@@ -298,6 +298,13 @@ func (b bound) spend(now, cost int64) {
 // what was counted.
 func (b bound) credit(cost int64) {
 	b.e.spent = max(b.e.spent-cost, 0)
+}
+
+// refills reports whether alg is a bucket (algorithms.Algorithm.Refills:
+// gcra), whose allowance comes back as time passes after an answer.
+func refills(alg algorithms.Name) bool {
+	a := algorithms.Lookup(alg)
+	return a != nil && a.Refills
 }
 
 // liveUntil is when units admitted at now by alg with a window of w ms are
