@@ -29,6 +29,12 @@ type Algorithm struct {
 	// left is all there is until its ResetAfter (units come back at window
 	// boundaries or as entries slide out, which an outcome does not tell).
 	Refills bool
+	// CountedUntil, when set, returns when units taken at now (ms) under
+	// a window of w ms no longer count: the end of the aligned window
+	// (fixed_window), or of the one after it, which the sliding counter
+	// weighs. Nil means a window later, now + w (the logs, gcra,
+	// concurrency); see Rule.CountedUntil.
+	CountedUntil func(now, w int64) int64
 	// Suffix is what a store appends to a key's name to keep the states of
 	// different algorithms for one key apart (":gc"). Distinct per
 	// algorithm.

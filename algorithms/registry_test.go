@@ -47,3 +47,27 @@ func TestCheckCatchesAnIncompleteRow(t *testing.T) {
 		}
 	}
 }
+
+// TestCountedUntil: after a take, every algorithm's key is back to its
+// full limit at Rule.CountedUntil (what the fallback store's baselines
+// wait for), and a fixed window's not a ms before (the control: the bound
+// is not merely late).
+func TestCountedUntil(t *testing.T) {
+	const now = 1_700_000_003_700 // inside a 10 s window
+	for _, a := range registry {
+		r := Rule{Algorithm: a.Name, Limit: 5, Window: 10 * sec}
+		var s State
+		if out := r.Take(&s, now, 3); !out.Allowed {
+			t.Fatalf("%s: the take was refused", a.Name)
+		}
+		until := r.CountedUntil(now)
+		if out := r.Peek(&s, until, 1); out.Remaining != r.Limit {
+			t.Errorf("%s: at CountedUntil (+%d ms) %d left, want the limit %d", a.Name, until-now, out.Remaining, r.Limit)
+		}
+		if a.Name == FixedWindow {
+			if out := r.Peek(&s, until-1, 1); out.Remaining == r.Limit {
+				t.Errorf("%s: a ms before CountedUntil the key is already full: the bound is late", a.Name)
+			}
+		}
+	}
+}

@@ -291,7 +291,9 @@ func (b bound) retryAfter(now, cost int64) int64 {
 func (b bound) spend(now, cost int64) {
 	e := b.e
 	e.spent += cost
-	e.spentUntil = max(e.spentUntil, liveUntil(e.key.alg, now, e.window))
+	// When every unit counted is out of its window (Rule.CountedUntil).
+	rule := algorithms.Rule{Algorithm: e.key.alg, Window: time.Duration(e.window) * time.Millisecond}
+	e.spentUntil = max(e.spentUntil, rule.CountedUntil(now))
 }
 
 // credit takes cost units given back (or a local lease released) off
@@ -305,21 +307,6 @@ func (b bound) credit(cost int64) {
 func refills(alg algorithms.Name) bool {
 	a := algorithms.Lookup(alg)
 	return a != nil && a.Refills
-}
-
-// liveUntil is when units admitted at now by alg with a window of w ms are
-// no longer counted: the end of a fixed window, the end of the next one
-// for the sliding counter (it weighs the previous window), a window later
-// for the others.
-func liveUntil(alg algorithms.Name, now, w int64) int64 {
-	end := now - now%w + w
-	switch alg {
-	case algorithms.FixedWindow:
-		return end
-	case algorithms.SlidingCounter:
-		return end + w
-	}
-	return now + w
 }
 
 func ceilDiv(a, b int64) int64 {
