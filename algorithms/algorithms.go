@@ -340,6 +340,18 @@ func (r Rule) ChargedAt(s *State, now int64) int64 {
 	return r.algorithm().ChargedAt(s, now)
 }
 
+// CountedUntil returns when units taken at now (ms) under r no longer
+// count, at the latest (Algorithm.CountedUntil): the end of a fixed
+// window, the end of the next one for the sliding counter, now + Window
+// for the others.
+func (r Rule) CountedUntil(now int64) int64 {
+	w := r.Window.Milliseconds()
+	if a := Lookup(r.Algorithm); a != nil && a.CountedUntil != nil {
+		return a.CountedUntil(now, w)
+	}
+	return now + w
+}
+
 // HoldsLeases reports whether r's algorithm holds leases (Concurrency):
 // its admissions are leases to Release or Renew.
 func (r Rule) HoldsLeases() bool {

@@ -10,6 +10,7 @@ var compactLog = Algorithm{
 	Name:       CompactLog,
 	Suffix:     ":cl",
 	Salt:       0x27d4eb2f165667c5,
+	Accuracy:   Exact,
 	Take:       slidingLogTake,
 	Peek:       slidingLogPeek,
 	Refund:     logRefund,

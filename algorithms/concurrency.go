@@ -11,6 +11,7 @@ var concurrency = Algorithm{
 	Name:       Concurrency,
 	Suffix:     ":cc",
 	Salt:       0x94d049bb133111eb,
+	Accuracy:   Exact,
 	Take:       concurrencyTake,
 	Peek:       concurrencyPeek,
 	Refund:     concurrencyRefund,

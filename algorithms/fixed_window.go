@@ -8,16 +8,18 @@ import (
 
 // fixedWindow is FixedWindow's descriptor.
 var fixedWindow = Algorithm{
-	Name:       FixedWindow,
-	Suffix:     ":fw",
-	Salt:       0x165667b19e3779f9,
-	Take:       fixedWindowTake,
-	Peek:       fixedWindowPeek,
-	Refund:     fixedWindowRefund,
-	GiveBack:   fixedWindowGiveBack,
-	ChargedAt:  fixedWindowChargedAt,
-	LimitBound: func(int64) int64 { return MaxLimit },
-	PerWindow:  true,
+	Name:         FixedWindow,
+	Suffix:       ":fw",
+	Salt:         0x165667b19e3779f9,
+	Accuracy:     PerAlignedWindow,
+	Take:         fixedWindowTake,
+	Peek:         fixedWindowPeek,
+	Refund:       fixedWindowRefund,
+	GiveBack:     fixedWindowGiveBack,
+	ChargedAt:    fixedWindowChargedAt,
+	LimitBound:   func(int64) int64 { return MaxLimit },
+	CountedUntil: func(now, w int64) int64 { return now - now%w + w },
+	PerWindow:    true,
 	// The window's whole count goes at its end, and nothing before.
 	MoreAfter: func(_, _, _, resetAfter int64) (int64, bool) { return resetAfter, resetAfter > 0 },
 	Lua:       fixedWindowLua,

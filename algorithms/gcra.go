@@ -11,6 +11,8 @@ var gcra = Algorithm{
 	Name:       GCRA,
 	Suffix:     ":gc",
 	Salt:       0xd6e8feb86659fd93,
+	Accuracy:   Approximate,
+	Refills:    true,
 	Take:       gcraTake,
 	Peek:       gcraPeek,
 	Refund:     gcraRefund,

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/limitkit/limitkit/internal/registryhook"
 )
 
 // Algorithm describes one algorithm: everything a store, a script runner
@@ -14,8 +16,25 @@ import (
 // reach the steps through Rule (Take, Peek, Refund, ChargedAt), which
 // resolves the descriptor by name.
 type Algorithm struct {
-	// Name is the name used in configuration files.
+	// Name is the name used in configuration files, at most 32 bytes.
 	Name Name
+	// Accuracy is the algorithm's promise measured against the exact
+	// sliding log (or, for one that holds leases, the held leases): what
+	// the model test checks every store against, and which change tables
+	// the conformance suite replays. Required.
+	Accuracy Accuracy
+	// Refills marks a bucket (gcra): an outcome that left r units means at
+	// least min(Limit, r + floor(elapsed*Limit/Window)) left elapsed ms
+	// later if nothing else is taken. Where it is false, what an outcome
+	// left is all there is until its ResetAfter (units come back at window
+	// boundaries or as entries slide out, which an outcome does not tell).
+	Refills bool
+	// CountedUntil, when set, returns when units taken at now (ms) under
+	// a window of w ms no longer count: the end of the aligned window
+	// (fixed_window), or of the one after it, which the sliding counter
+	// weighs. Nil means a window later, now + w (the logs, gcra,
+	// concurrency); see Rule.CountedUntil.
+	CountedUntil func(now, w int64) int64
 	// Suffix is what a store appends to a key's name to keep the states of
 	// different algorithms for one key apart (":gc"). Distinct per
 	// algorithm.
@@ -73,6 +92,54 @@ type Algorithm struct {
 	// Examples are steps worked out by hand; the conformance suite
 	// (backend/storetest) replays them on every store.
 	Examples Examples
+	// Changes are further tables, named by case (the conformance suite
+	// replays each as "case/name"), whose steps change the rule under one
+	// key (Example.Limit, Example.Window): a limit lowered and raised, a
+	// window shortened or lengthened, requests arriving late. An Exact
+	// rate algorithm needs none: the suite holds the exact log's own. A
+	// NeverOver algorithm states its decisions here, as two_level does.
+	Changes map[string][]Example
+}
+
+// Accuracy is an algorithm's promise, measured against a reference: the
+// exact sliding log over the algorithm's own admissions for a rate
+// algorithm, the held leases for one that holds leases.
+type Accuracy uint8
+
+// The promises. The zero value is no promise, which the registry refuses.
+const (
+	// Exact decides as its reference, field by field (Allowed, Remaining,
+	// RetryAfter, ResetAfter), whatever the limits and windows in force
+	// on a key and for requests arriving up to a window late: sliding_log,
+	// compact_log and, over its leases, concurrency.
+	Exact Accuracy = iota + 1
+	// NeverOver admits only what the exact log would admit over the
+	// admissions already made, so never more than the limit in any
+	// window, across limit and window changes; it may deny more:
+	// two_level.
+	NeverOver
+	// PerAlignedWindow decides exactly as a count per window aligned to
+	// the epoch, so up to twice the limit across a window boundary:
+	// fixed_window.
+	PerAlignedWindow
+	// Approximate admits at most twice the limit in any window, with
+	// nothing closer promised: sliding_counter, gcra.
+	Approximate
+)
+
+// String returns the promise's name, as the model test reports it.
+func (a Accuracy) String() string {
+	switch a {
+	case Exact:
+		return "exact"
+	case NeverOver:
+		return "never over"
+	case PerAlignedWindow:
+		return "per aligned window"
+	case Approximate:
+		return "approximate"
+	}
+	return fmt.Sprintf("Accuracy(%d)", uint8(a))
 }
 
 // Examples is a table of steps of one key, on a rule of Limit per Window.
@@ -86,7 +153,11 @@ type Examples struct {
 // the window, a Take (or a Peek; for an algorithm that holds leases, a
 // Release or a Renew) of Cost, and what it reports.
 type Example struct {
-	At                     time.Duration
+	At time.Duration
+	// Limit and Window, when set, are the step's rule in place of the
+	// table's (Algorithm.Changes sets them on every step).
+	Limit                  int64
+	Window                 time.Duration
 	Peek                   bool
 	Cost                   int64
 	Allowed                bool
@@ -104,7 +175,8 @@ type Example struct {
 
 // registry lists the algorithms in the order the documentation presents
 // them. Adding an algorithm is its two files (name.go with its descriptor,
-// name.lua) and a row here.
+// name.lua) and a row here; docs/algorithms.md, "Adding an algorithm",
+// says what the row brings with it.
 var registry = []*Algorithm{
 	&slidingLog,
 	&slidingCounter,
@@ -115,10 +187,32 @@ var registry = []*Algorithm{
 	&concurrency,
 }
 
+// maxNameLen is the longest algorithm name the registry holds.
+const maxNameLen = 32
+
+// byLen holds the registry by the length of the names: Lookup compares a
+// name with the few of its length, which costs about what a switch over
+// the names does (every decision looks its algorithm up), and no row to
+// repeat.
+var byLen [maxNameLen + 1][]*Algorithm
+
 func init() {
 	for _, a := range registry {
-		a.anyWindowBound = a.LimitBound(0)
+		add(a) // checked by TestRowsAreComplete
 	}
+	registryhook.Register = func(a any) error {
+		alg, ok := a.(*Algorithm)
+		if !ok {
+			return fmt.Errorf("%w: register an *algorithms.Algorithm, not %T", ErrInvalidRule, a)
+		}
+		return register(alg)
+	}
+}
+
+// add indexes a checked algorithm.
+func add(a *Algorithm) {
+	a.anyWindowBound = a.LimitBound(0)
+	byLen[len(a.Name)] = append(byLen[len(a.Name)], a)
 }
 
 // HoldsLeases reports whether the algorithm holds leases (Release and
@@ -142,26 +236,10 @@ func Names() []Name {
 
 // Lookup returns the registered algorithm of that name, or nil.
 func Lookup(name Name) *Algorithm {
-	// Every decision looks its algorithm up, so the built-in names are
-	// found by a switch (a few length and byte comparisons, no calls);
-	// the scan below finds any entry, the switch only saves time.
-	switch name {
-	case SlidingLog:
-		return &slidingLog
-	case SlidingCounter:
-		return &slidingCounter
-	case FixedWindow:
-		return &fixedWindow
-	case CompactLog:
-		return &compactLog
-	case TwoLevel:
-		return &twoLevel
-	case GCRA:
-		return &gcra
-	case Concurrency:
-		return &concurrency
+	if len(name) > maxNameLen {
+		return nil
 	}
-	for _, a := range registry {
+	for _, a := range byLen[len(name)] {
 		if a.Name == name {
 			return a
 		}
@@ -169,33 +247,46 @@ func Lookup(name Name) *Algorithm {
 	return nil
 }
 
-// Register adds an algorithm to the registry, after the built-in ones. It
-// exists for algorithms defined outside this package (tests use it to show
-// that the conformance suite, the scripts and the docs check pick a new
-// entry up). It must be called before the package is otherwise used, from
-// an init function or TestMain: the registry is read without locks. The
-// error wraps ErrInvalidRule when a field is missing or a name, suffix or
-// salt is already taken.
-func Register(a *Algorithm) error {
+// check reports what keeps a from joining the registry others: a missing
+// field, or a name, suffix or salt already taken. The error wraps
+// ErrInvalidRule.
+func check(a *Algorithm, others []*Algorithm) error {
 	switch {
 	case a == nil || a.Name == "" || a.Suffix == "" || a.Lua == "":
 		return fmt.Errorf("%w: an algorithm needs a name, a key suffix and a Lua body", ErrInvalidRule)
+	case len(a.Name) > maxNameLen:
+		return fmt.Errorf("%w: algorithm name of %d bytes; at most %d", ErrInvalidRule, len(a.Name), maxNameLen)
 	case a.Take == nil || a.Peek == nil || a.Refund == nil || a.ChargedAt == nil || a.LimitBound == nil:
 		return fmt.Errorf("%w: algorithm %q lacks a step (Take, Peek, Refund, ChargedAt, LimitBound)", ErrInvalidRule, a.Name)
 	case (a.Release == nil) != (a.Renew == nil):
 		return fmt.Errorf("%w: algorithm %q has one of Release and Renew; a lease-holding algorithm needs both", ErrInvalidRule, a.Name)
+	case a.Accuracy < Exact || a.Accuracy > Approximate:
+		return fmt.Errorf("%w: algorithm %q states no Accuracy; set one of Exact, NeverOver, PerAlignedWindow, Approximate", ErrInvalidRule, a.Name)
+	case a.HoldsLeases() && a.Accuracy != Exact:
+		return fmt.Errorf("%w: algorithm %q holds leases, so its Accuracy is Exact (the held leases), not %v", ErrInvalidRule, a.Name, a.Accuracy)
 	}
 	var errs []error
-	for _, b := range registry {
-		if b.Name == a.Name || b.Suffix == a.Suffix || b.Salt == a.Salt {
+	for _, b := range others {
+		if b != a && (b.Name == a.Name || b.Suffix == a.Suffix || b.Salt == a.Salt) {
 			errs = append(errs, fmt.Errorf("%w: algorithm %q shares its name, key suffix or salt with %q", ErrInvalidRule, a.Name, b.Name))
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
+	return errors.Join(errs...)
+}
+
+// register adds an algorithm to the registry, after the built-in ones,
+// for tests that show a new row is picked up by the conformance suite,
+// the model test, the scripts and the docs check (internal/testing/algtest,
+// through internal/registryhook). It must run before the registry is
+// read, from an init function: the registry is read without locks. The
+// error wraps ErrInvalidRule when a field is missing or a name, suffix or
+// salt is already taken.
+func register(a *Algorithm) error {
+	if err := check(a, registry); err != nil {
 		return err
 	}
-	a.anyWindowBound = a.LimitBound(0)
 	registry = append(registry, a)
+	add(a)
 	return nil
 }
 
@@ -208,6 +299,12 @@ const (
 
 func take(at time.Duration, cost int64, allowed bool, remaining int64, retry, reset time.Duration) Example {
 	return Example{At: at, Cost: cost, Allowed: allowed, Remaining: remaining, RetryAfter: retry, ResetAfter: reset}
+}
+
+// under sets the step's rule, for a table whose rule changes (Changes).
+func (e Example) under(limit int64, w time.Duration) Example {
+	e.Limit, e.Window = limit, w
+	return e
 }
 
 func peek(at time.Duration, cost int64, allowed bool, remaining int64, retry, reset time.Duration) Example {

@@ -8,16 +8,18 @@ import (
 
 // slidingCounter is SlidingCounter's descriptor.
 var slidingCounter = Algorithm{
-	Name:       SlidingCounter,
-	Suffix:     ":sc",
-	Salt:       0xc2b2ae3d27d4eb4f,
-	Take:       slidingCounterTake,
-	Peek:       slidingCounterPeek,
-	Refund:     slidingCounterRefund,
-	GiveBack:   slidingCounterGiveBack,
-	ChargedAt:  countersChargedAt,
-	LimitBound: func(int64) int64 { return MaxLimit },
-	Lua:        slidingCounterLua,
+	Name:         SlidingCounter,
+	Suffix:       ":sc",
+	Salt:         0xc2b2ae3d27d4eb4f,
+	Accuracy:     Approximate,
+	Take:         slidingCounterTake,
+	Peek:         slidingCounterPeek,
+	Refund:       slidingCounterRefund,
+	GiveBack:     slidingCounterGiveBack,
+	ChargedAt:    countersChargedAt,
+	LimitBound:   func(int64) int64 { return MaxLimit },
+	CountedUntil: func(now, w int64) int64 { return now - now%w + 2*w },
+	Lua:          slidingCounterLua,
 	Examples: Examples{Limit: 3, Window: 10 * time.Second, Steps: []Example{
 		// The current window runs 0-10 s; its count weighs on the
 		// next window, so the key is free at 20 s.

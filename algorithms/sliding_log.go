@@ -11,6 +11,7 @@ var slidingLog = Algorithm{
 	Name:       SlidingLog,
 	Suffix:     ":sl",
 	Salt:       0x9e3779b97f4a7c15,
+	Accuracy:   Exact,
 	Take:       slidingLogTake,
 	Peek:       slidingLogPeek,
 	Refund:     logRefund,

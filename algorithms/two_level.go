@@ -11,6 +11,7 @@ var twoLevel = Algorithm{
 	Name:       TwoLevel,
 	Suffix:     ":tl",
 	Salt:       0x85ebca77c2b2ae63,
+	Accuracy:   NeverOver,
 	Take:       twoLevelTake,
 	Peek:       twoLevelPeek,
 	Refund:     twoLevelRefund,
@@ -46,6 +47,56 @@ var twoLevel = Algorithm{
 		// Next window: the units at 29 s and 31 s have slid out at 41 s.
 		peek(41*sec, 1, true, 4, 0, 0),
 	}},
+	Changes: twoLevelChanges,
+}
+
+// twoLevelChanges: its screen and its seeded log never admit what the
+// exact log would deny over its admissions, across limit and window
+// changes and for requests late by less than a window (issue 22, defects
+// 1 and 2).
+var twoLevelChanges = map[string][]Example{
+	"limit_change": {
+		// Light at 4 (h = 2), then heavy, its log seeded with the units
+		// at 0 s and 1 s at 1 s.
+		take(0, 1, true, 3, 0, 10*sec).under(4, 10*sec),
+		take(1*sec, 1, true, 2, 0, 10*sec).under(4, 10*sec),
+		take(2*sec, 1, true, 1, 0, 10*sec).under(4, 10*sec),
+		take(3*sec, 1, true, 0, 0, 10*sec).under(4, 10*sec),
+		// Lowered to 2, raised back: all four still count.
+		take(4*sec, 1, false, 0, 8*sec, 9*sec).under(2, 10*sec),
+		take(5*sec, 1, false, 0, 6*sec, 8*sec).under(4, 10*sec),
+		// The seeds at 1 s slide out at 11 s.
+		take(11*sec, 2, true, 0, 0, 10*sec).under(4, 10*sec),
+		// Two limits interleaved (3 s, 11 s and 11 s count at 2), then
+		// late at the higher one.
+		take(12*sec, 1, false, 0, 9*sec, 9*sec).under(2, 10*sec),
+		take(10500*msec, 1, false, 0, 1500*msec, 10500*msec).under(4, 10*sec),
+	},
+	// A window shortened from 90 s to 30 s at limit 10: the five units at
+	// 89 s still count at 90.001 s (it admitted 15 in 30 s).
+	"window_shortened": {
+		take(89*sec, 5, true, 5, 0, 90*sec).under(10, 90*sec),
+		take(90001*msec, 5, true, 0, 0, 30*sec).under(10, 30*sec),
+		take(90002*msec, 1, false, 0, 28998*msec, 29999*msec).under(10, 30*sec),
+	},
+	// 4 per second, 2 units at 1.9 s, 2 at 2.95 s, 1 at 3.01 s, then a
+	// window of 1.9 s at 3.02 s holds all 5 (its screen admitted it, the
+	// units at 1.9 s rolled two windows back at 1 s).
+	"window_lengthened": {
+		take(1900*msec, 2, true, 2, 0, sec).under(4, sec),
+		take(2950*msec, 2, true, 2, 0, sec).under(4, sec),
+		take(3010*msec, 1, true, 1, 0, sec).under(4, sec),
+		take(3020*msec, 1, false, 0, 780*msec, 1890*msec).under(4, 1900*msec),
+	},
+	// 4 per second, 3 units at 0.999 s, one at 2 s, then 2 stamped 1.996
+	// s: the 3 at 0.999 s are in their window. Heavy at once (3 > 4/2);
+	// light again at 2 s, the three units older, counted by the late
+	// request at their window's end (1 s), so it waits 4 ms, not 3.
+	"late_after_gap": {
+		take(999*msec, 3, true, 1, 0, sec).under(4, sec),
+		take(2000*msec, 1, true, 3, 0, sec).under(4, sec),
+		take(1996*msec, 2, false, 0, 4*msec, 1004*msec).under(4, sec),
+	},
 }
 
 //go:embed two_level.lua

@@ -245,12 +245,12 @@ func (t *baselines) boundOf(req *backend.Request, rule algorithms.Rule, n int64)
 }
 
 // avail is what the primary would have left for the key at now had
-// nothing else reached it: the answer's remaining, and for gcra what the
-// bucket refilled since (at least floor(elapsed*limit/window) units).
+// nothing else reached it: the answer's remaining, and for a bucket (gcra)
+// what it refilled since (at least floor(elapsed*limit/window) units).
 func (b bound) avail(now int64) int64 {
 	e := b.e
 	r := e.remaining
-	if e.key.alg == algorithms.GCRA && now > e.at {
+	if refills(e.key.alg) && now > e.at {
 		r = min(e.limit, r+(now-e.at)*e.limit/e.window)
 	}
 	return max(r, 0)
@@ -272,11 +272,11 @@ func (b bound) allows(now, cost int64) bool {
 }
 
 // retryAfter is how long until the baseline lets cost through: its reset,
-// or for gcra when the refill covers it, if sooner.
+// or for a bucket (gcra) when the refill covers it, if sooner.
 func (b bound) retryAfter(now, cost int64) int64 {
 	e := b.e
 	wait := e.resetAt - now
-	if e.key.alg == algorithms.GCRA {
+	if refills(e.key.alg) {
 		// floor(avail/n) >= spent+cost once the refill brought need
 		// units; avail stops at the limit.
 		need := b.n*(e.spent+cost) - e.remaining
@@ -291,7 +291,9 @@ func (b bound) retryAfter(now, cost int64) int64 {
 func (b bound) spend(now, cost int64) {
 	e := b.e
 	e.spent += cost
-	e.spentUntil = max(e.spentUntil, liveUntil(e.key.alg, now, e.window))
+	// When every unit counted is out of its window (Rule.CountedUntil).
+	rule := algorithms.Rule{Algorithm: e.key.alg, Window: time.Duration(e.window) * time.Millisecond}
+	e.spentUntil = max(e.spentUntil, rule.CountedUntil(now))
 }
 
 // credit takes cost units given back (or a local lease released) off
@@ -300,19 +302,11 @@ func (b bound) credit(cost int64) {
 	b.e.spent = max(b.e.spent-cost, 0)
 }
 
-// liveUntil is when units admitted at now by alg with a window of w ms are
-// no longer counted: the end of a fixed window, the end of the next one
-// for the sliding counter (it weighs the previous window), a window later
-// for the others.
-func liveUntil(alg algorithms.Name, now, w int64) int64 {
-	end := now - now%w + w
-	switch alg {
-	case algorithms.FixedWindow:
-		return end
-	case algorithms.SlidingCounter:
-		return end + w
-	}
-	return now + w
+// refills reports whether alg is a bucket (algorithms.Algorithm.Refills:
+// gcra), whose allowance comes back as time passes after an answer.
+func refills(alg algorithms.Name) bool {
+	a := algorithms.Lookup(alg)
+	return a != nil && a.Refills
 }
 
 func ceilDiv(a, b int64) int64 {

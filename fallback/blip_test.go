@@ -206,11 +206,11 @@ func peekRetrying(t *testing.T, primary backend.Store, req backend.Request) back
 	return backend.Result{}
 }
 
-// refill is what rule's gcra bucket refills between from and to (0 for
-// the other algorithms): the most a baseline may let through beyond what
+// refill is what rule's bucket (Refills: gcra) refills between from and
+// to (0 for the other algorithms): the most a baseline may let through beyond what
 // Redis said was left.
 func refill(rule algorithms.Rule, from, to time.Time) int64 {
-	if rule.Algorithm != algorithms.GCRA {
+	if a := algorithms.Lookup(rule.Algorithm); a == nil || !a.Refills {
 		return 0
 	}
 	return int64(to.Sub(from)/time.Millisecond) * rule.Limit / rule.Window.Milliseconds()

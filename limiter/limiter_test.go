@@ -34,7 +34,7 @@ func newLimiter(t *testing.T, cfg limiter.Config) (*limiter.Limiter, *clock.Fake
 // with the lease never released (held until it times out, as a log's
 // entry slides out), so that tests over every algorithm cover it too.
 func takeN(ctx context.Context, lim *limiter.Limiter, key string, n int64) (limiter.Decision, error) {
-	if lim.Config().Algorithm == algorithms.Concurrency {
+	if algorithms.Lookup(lim.Config().Algorithm).HoldsLeases() {
 		_, d, err := lim.AcquireN(ctx, key, n)
 		return d, err
 	}

@@ -125,16 +125,20 @@ func giveBackNeverMoreThanTaken(c *checker) {
 	}
 }
 
-// giveBackNewestFirst: the logs give back their newest units. With 2 units
-// at 0 and 2 at 500 ms (4 per second), giving 2 back at 600 ms and reading
-// at 1 s, when the first two slid out, finds all 4 free; had the oldest
-// been given back, 2.
+// giveBackNewestFirst: the exact logs (algorithms.Exact) give back their
+// newest units. With 2 units at 0 and 2 at 500 ms (4 per second), giving 2
+// back at 600 ms and reading at 1 s, when the first two slid out, finds
+// all 4 free; had the oldest been given back, 2.
 func giveBackNewestFirst(c *checker) {
 	u, ok := backend.As[backend.UnitRefunder](c.store)
 	if !ok {
 		return
 	}
-	for _, alg := range []algorithms.Name{algorithms.SlidingLog, algorithms.CompactLog} {
+	for _, a := range algorithms.Algorithms() {
+		if !exactRate(a) {
+			continue
+		}
+		alg := a.Name
 		rule := algorithms.Rule{Algorithm: alg, Limit: 4, Window: time.Second}
 		id := "give:newest:" + string(alg)
 		if _, ok := c.take(id, rule, at, 2); !ok {

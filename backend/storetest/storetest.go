@@ -10,9 +10,11 @@
 // by the suite (a fake clock), through the step tables written out by hand in
 // every registered algorithm's Examples (window boundaries,
 // same-millisecond bursts, cost N, exact RetryAfter and ResetAfter, Peek),
-// through tables whose limit and window change from step to step for the
-// logs and two_level (a limit lowered and raised, two limits interleaved
-// on one key as in a rolling reload, late requests, a window shortened),
+// through tables whose limit and window change from step to step (a
+// limit lowered and raised, two limits interleaved on one key as in a
+// rolling reload, late requests, a window shortened), the exact log's for
+// every algorithm whose descriptor promises its decisions
+// (algorithms.Exact) and the descriptor's own Changes for the others,
 // through generic cases run for every registered algorithm (Reset,
 // independent keys, expiry, the clock jumping back 5 s and forward an
 // hour), through hostile key ids and

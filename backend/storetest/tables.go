@@ -139,65 +139,77 @@ var lengthenedSteps = []changeStep{
 	step(3020*ms, 4, 1900*ms, 1, false, 0, 780*ms, 1890*ms),
 }
 
-// twoLevelChangeSteps are two_level's: its screen and its seeded log never
-// admit what the exact log would deny over its admissions, across limit
-// and window changes and for requests late by less than a window (issue
-// 22, defects 1 and 2).
-var twoLevelChangeSteps = []changeStep{
-	// Light at 4 (h = 2), then heavy, its log seeded with the units at 0
-	// s and 1 s at 1 s.
-	step(0, 4, 10*time.Second, 1, true, 3, 0, 10*time.Second),
-	step(1*time.Second, 4, 10*time.Second, 1, true, 2, 0, 10*time.Second),
-	step(2*time.Second, 4, 10*time.Second, 1, true, 1, 0, 10*time.Second),
-	step(3*time.Second, 4, 10*time.Second, 1, true, 0, 0, 10*time.Second),
-	// Lowered to 2, raised back: all four still count.
-	step(4*time.Second, 2, 10*time.Second, 1, false, 0, 8*time.Second, 9*time.Second),
-	step(5*time.Second, 4, 10*time.Second, 1, false, 0, 6*time.Second, 8*time.Second),
-	// The seeds at 1 s slide out at 11 s.
-	step(11*time.Second, 4, 10*time.Second, 2, true, 0, 0, 10*time.Second),
-	// Two limits interleaved (3 s, 11 s and 11 s count at 2), then late
-	// at the higher one.
-	step(12*time.Second, 2, 10*time.Second, 1, false, 0, 9*time.Second, 9*time.Second),
-	step(10500*ms, 4, 10*time.Second, 1, false, 0, 1500*ms, 10500*ms),
-}
-
 // lateSteps: limit 4 per second, 3 units at 0.999 s, one at 2 s, then 2
 // stamped 1.996 s arrive: the 3 at 0.999 s are in their window (issue 22,
 // defect 2: two_level admitted them, 5 in (0.996 s, 1.996 s]).
-func lateSteps(twoLevel bool) []changeStep {
-	steps := []changeStep{
-		step(999*ms, 4, time.Second, 3, true, 1, 0, time.Second),
-		step(2000*ms, 4, time.Second, 1, true, 3, 0, time.Second),
-		step(1996*ms, 4, time.Second, 2, false, 0, 3*ms, 1004*ms),
-	}
-	if twoLevel {
-		// Heavy at once (3 > 4/2); light again at 2 s, the three units
-		// older, counted by the late request at their window's end (1 s).
-		steps[2].retry = 4 * ms
-	}
-	return steps
+var lateSteps = []changeStep{
+	step(999*ms, 4, time.Second, 3, true, 1, 0, time.Second),
+	step(2000*ms, 4, time.Second, 1, true, 3, 0, time.Second),
+	step(1996*ms, 4, time.Second, 2, false, 0, 3*ms, 1004*ms),
 }
 
-// changeCases replay the change tables on the logs and two_level, and the
-// rolling reload of issue 22: two processes at limits 20 and 10 on one
-// prefix, five rounds of 20 takes at 20 and one at 10 in one minute,
-// admit 20.
+// namedSteps is a change table and the name of its case.
+type namedSteps struct {
+	name  string
+	steps []changeStep
+}
+
+// changeTables are the cases whose rule changes under one key, in the
+// order they run, with the exact log's decisions: an Exact rate algorithm
+// (algorithms.Exact) replays these; any other replays the tables of these
+// names in its descriptor's Changes, when it has them.
+var changeTables = []namedSteps{
+	{"limit_change", logChangeSteps},
+	{"window_shortened", shortenedSteps},
+	{"window_lengthened", lengthenedSteps},
+	{"late_after_gap", lateSteps},
+}
+
+// exactRate reports whether a decides as the exact log (algorithms.Exact,
+// and a rate: an Exact algorithm that holds leases decides as its leases).
+func exactRate(a *algorithms.Algorithm) bool {
+	return a.Accuracy == algorithms.Exact && !a.HoldsLeases()
+}
+
+// neverOver reports whether a never admits more than the limit in any
+// window, whatever the limits in force (algorithms.Exact or NeverOver,
+// and a rate).
+func neverOver(a *algorithms.Algorithm) bool {
+	return !a.HoldsLeases() && (a.Accuracy == algorithms.Exact || a.Accuracy == algorithms.NeverOver)
+}
+
+// changeCases replay, for every algorithm, the change tables it has: the
+// exact log's for an Exact rate algorithm, its descriptor's Changes
+// otherwise; and, for one that never admits more than the limit in any
+// window, the rolling reload of issue 22: two processes at limits 20 and
+// 10 on one prefix, five rounds of 20 takes at 20 and one at 10 in one
+// minute, admit 20.
 func changeCases() []testCase {
 	var out []testCase
-	for _, name := range []algorithms.Name{algorithms.SlidingLog, algorithms.CompactLog, algorithms.TwoLevel} {
-		steps := logChangeSteps
-		if name == algorithms.TwoLevel {
-			steps = twoLevelChangeSteps
+	for _, a := range algorithms.Algorithms() {
+		name := a.Name
+		for _, t := range changeTables {
+			steps := t.steps
+			if own, ok := a.Changes[t.name]; ok {
+				steps = fromExamples(own)
+			} else if !exactRate(a) {
+				continue
+			}
+			out = append(out, testCase{name: t.name + "/" + string(name), run: func(c *checker) { c.changeTable("k", name, steps) }})
 		}
-		out = append(out,
-			testCase{name: "limit_change/" + string(name), run: func(c *checker) { c.changeTable("k", name, steps) }},
-			testCase{name: "window_shortened/" + string(name), run: func(c *checker) { c.changeTable("k", name, shortenedSteps) }},
-			testCase{name: "window_lengthened/" + string(name), run: func(c *checker) { c.changeTable("k", name, lengthenedSteps) }},
-			testCase{name: "late_after_gap/" + string(name), run: func(c *checker) {
-				c.changeTable("k", name, lateSteps(name == algorithms.TwoLevel))
-			}},
-			testCase{name: "rolling_reload/" + string(name), run: func(c *checker) { rollingReload(c, name) }},
-		)
+		if neverOver(a) {
+			out = append(out, testCase{name: "rolling_reload/" + string(name), run: func(c *checker) { rollingReload(c, name) }})
+		}
+	}
+	return out
+}
+
+// fromExamples returns a descriptor's change table as the suite's steps.
+func fromExamples(ex []algorithms.Example) []changeStep {
+	out := make([]changeStep, len(ex))
+	for i, e := range ex {
+		out[i] = changeStep{at: e.At, limit: e.Limit, window: e.Window, peek: e.Peek, cost: e.Cost,
+			allowed: e.Allowed, remaining: e.Remaining, retry: e.RetryAfter, reset: e.ResetAfter}
 	}
 	return out
 }

@@ -188,7 +188,7 @@ func (r *Report) page(ctx context.Context, n *redis.Client, keys []string, sfx m
 		if i := strings.LastIndexByte(k, '}'); i >= 0 {
 			if _, ok := sfx[k[i+1:]]; ok {
 				suffix = k[i+1:]
-			} else if s, ok := windowKeySuffix(k[i+1:]); ok && sfx[s] == string(algorithms.FixedWindow) {
+			} else if s, ok := windowKeySuffix(k[i+1:]); ok && (algorithms.Rule{Algorithm: algorithms.Name(sfx[s])}).PerWindow() {
 				suffix = s
 			}
 		}

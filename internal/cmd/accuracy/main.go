@@ -167,7 +167,7 @@ func measureRedis(ctx context.Context, addr redisTarget, cfg config, rows []row,
 				return err
 			}
 			name := rediswire.Key(key, r)
-			if alg == algorithms.FixedWindow {
+			if r.PerWindow() {
 				// A key per window: the one of the last take.
 				name, _, _ = rediswire.NativeKey(&backend.Request{Key: key, Rule: r, Now: time.UnixMilli(now + int64(n) - 1)})
 			}

@@ -16,13 +16,15 @@ import (
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/backend/storetest"
 	"github.com/limitkit/limitkit/internal/rediswire"
+	"github.com/limitkit/limitkit/internal/registryhook"
 	"github.com/limitkit/limitkit/internal/testing/docscheck"
+	"github.com/limitkit/limitkit/internal/testing/modeltest"
 	"github.com/limitkit/limitkit/internal/testing/scripttest"
 )
 
-// twin is a new algorithm that decides as fixed_window does: its Go steps
-// and Lua body are fixed_window's, under a name, key suffix and salt of its
-// own. broken is the same with Go steps that admit one unit too many; the
+// twin is a new algorithm that decides as fixed_window does: its Go steps,
+// Lua body and promise (Accuracy) are fixed_window's, under a name, key
+// suffix and salt of its own. broken is the same with Go steps that admit one unit too many; the
 // suites must catch it (the control).
 var twin, broken algorithms.Algorithm
 
@@ -39,7 +41,7 @@ func init() {
 		return fw.Peek(s, now, w, limit+1, cost)
 	}
 	for _, a := range []*algorithms.Algorithm{&twin, &broken} {
-		if err := algorithms.Register(a); err != nil {
+		if err := registryhook.Register(a); err != nil {
 			panic(err)
 		}
 	}
@@ -47,10 +49,14 @@ func init() {
 
 func TestRegisterRejectsClashes(t *testing.T) {
 	dup := twin
-	require.ErrorIs(t, algorithms.Register(&dup), algorithms.ErrInvalidRule)
+	require.ErrorIs(t, registryhook.Register(&dup), algorithms.ErrInvalidRule)
 	dup.Name, dup.Suffix, dup.Salt = "test_other", ":to", 1
 	dup.Take = nil
-	require.ErrorIs(t, algorithms.Register(&dup), algorithms.ErrInvalidRule)
+	require.ErrorIs(t, registryhook.Register(&dup), algorithms.ErrInvalidRule)
+	dup.Take = twin.Take
+	dup.Accuracy = 0
+	require.ErrorIs(t, registryhook.Register(&dup), algorithms.ErrInvalidRule, "a row must state its Accuracy")
+	require.ErrorIs(t, registryhook.Register(dup), algorithms.ErrInvalidRule, "not a pointer")
 	require.Nil(t, algorithms.Lookup("test_other"))
 }
 
@@ -121,6 +127,26 @@ func TestDifferentialPicksItUp(t *testing.T) {
 	// Control: Go steps that differ from the Lua body are caught.
 	scripttest.DifferentialOf(context.Background(), &bad, s, 1, 300, []algorithms.Name{broken.Name})
 	require.NotEmpty(t, bad.msgs)
+}
+
+// TestModelPicksItUp drives the new rows through the model test, whose
+// check follows the row's Accuracy (the twin's is fixed_window's,
+// PerAlignedWindow): the twin passes, and the broken one is caught.
+func TestModelPicksItUp(t *testing.T) {
+	for _, a := range []*algorithms.Algorithm{&twin, &broken} {
+		require.NoError(t, modeltest.Covers(a), a.Name)
+	}
+	s, err := memorystore.New()
+	require.NoError(t, err)
+	for seed := range uint64(3) {
+		require.NoError(t, modeltest.Drive(t.Context(), s, twin.Name, fmt.Sprint("model:twin:", seed, ":"), seed, 600))
+		// Control: Go steps that admit one unit too many.
+		err := modeltest.Drive(t.Context(), s, broken.Name, fmt.Sprint("model:broken:", seed, ":"), seed, 600)
+		require.ErrorContains(t, err, "the model says")
+		if seed == 0 {
+			t.Logf("caught: %.200v", err)
+		}
+	}
 }
 
 func TestDocsCheckPicksItUp(t *testing.T) {

@@ -112,7 +112,7 @@ func (r *blipRun) bound(i int) (int64, bool) {
 		return 0, false
 	}
 	avail := k.left
-	if r.rule.Algorithm == algorithms.GCRA {
+	if algorithms.Lookup(r.rule.Algorithm).Refills {
 		avail = min(r.rule.Limit, avail+(r.now-k.at)*r.rule.Limit/r.rule.Window.Milliseconds())
 	}
 	return max(avail, 0) / r.n, true
@@ -276,11 +276,10 @@ func blipPrimaries(t *testing.T) map[string]backend.Store {
 	return out
 }
 
-var blipAlgorithms = []algorithms.Name{algorithms.FixedWindow, algorithms.SlidingLog, algorithms.GCRA,
-	algorithms.SlidingCounter, algorithms.CompactLog}
-
-// TestBlipModel drives stalls through fallback over every primary and
-// checks the bound at every degraded admission.
+// TestBlipModel drives stalls through fallback over every primary, for
+// every rate algorithm of the registry (a bucket's bound counts its refill:
+// algorithms.Algorithm.Refills), and checks the bound at every degraded
+// admission.
 func TestBlipModel(t *testing.T) {
 	base := seed(t)
 	n := steps(t, 800)
@@ -288,7 +287,7 @@ func TestBlipModel(t *testing.T) {
 	for name, primary := range blipPrimaries(t) {
 		t.Run(name, func(t *testing.T) {
 			fresh := 0
-			for ai, alg := range blipAlgorithms {
+			for ai, alg := range rateAlgorithms(nil) {
 				r := newBlipRun(t, primary, alg, base+uint64(ai))
 				if err := r.steps(t.Context(), n); err != nil {
 					t.Errorf("seed %d: %v", base+uint64(ai), err)

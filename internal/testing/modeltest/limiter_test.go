@@ -13,12 +13,15 @@ import (
 	"github.com/limitkit/limitkit/limiter"
 )
 
-// rateAlgorithms are the algorithms the limiter decides with Allow.
-func rateAlgorithms() []algorithms.Name {
+// rateAlgorithms are the algorithms the limiter decides with Allow (those
+// that hold no leases) whose descriptor passes keep: all of them when keep
+// is nil.
+func rateAlgorithms(keep func(check) bool) []algorithms.Name {
 	var out []algorithms.Name
-	for _, a := range algorithms.Names() {
-		if a != algorithms.Concurrency {
-			out = append(out, a)
+	for _, a := range algorithms.Algorithms() {
+		c, _ := checkOf(a)
+		if !a.HoldsLeases() && (keep == nil || keep(c)) {
+			out = append(out, a.Name)
 		}
 	}
 	return out
@@ -29,17 +32,19 @@ func rateAlgorithms() []algorithms.Name {
 // prefix, each on its own clock (late and skewed requests), against the
 // same model and invariants as TestModel, on every store and stack.
 func TestLimiterModel(t *testing.T) {
-	runEveryStack(t, "limmodel", rateAlgorithms(), 400, (*run).withLimiters)
+	runEveryStack(t, "limmodel", rateAlgorithms(nil), 400, (*run).withLimiters)
 }
 
 // TestConcurrentSetConfig (issue 22, defect 1): 32 callers on one key while
 // the limit changes between 5, 10 and 20 per hour under them admit at most
-// 20 in the hour on the exact logs (the old logs, trimmed at each lower
-// limit, admitted up to 592). Its control runs the same on a log that
-// forgets (forgettingLog) and must see more than 20: every round at 5
-// trims it to 5, and the next at 20 admits 15 more.
+// 20 in the hour on every algorithm that promises never to exceed the
+// largest limit in force (Exact and NeverOver: the logs and two_level; the
+// old logs, trimmed at each lower limit, admitted up to 592). Its control
+// runs the same on a log that forgets (forgettingLog) and must see more
+// than 20: every round at 5 trims it to 5, and the next at 20 admits 15
+// more.
 func TestConcurrentSetConfig(t *testing.T) {
-	logs := []algorithms.Name{algorithms.SlidingLog, algorithms.CompactLog, algorithms.TwoLevel}
+	logs := rateAlgorithms(check.neverOver)
 	for si, st := range stacks(t) {
 		t.Run(st.name, func(t *testing.T) {
 			for _, alg := range logs {

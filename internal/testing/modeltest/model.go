@@ -9,9 +9,11 @@
 // invariants, and one that decides differently from the model is caught by
 // the comparison, at the step where it happens.
 //
-// What the model says, per algorithm:
+// What the model checks follows each algorithm's descriptor
+// (algorithms.Algorithm.Accuracy; a new registry row is driven with no
+// edit here):
 //
-//   - sliding_log, compact_log (exact): a request at now with window w,
+//   - Exact (sliding_log, compact_log): a request at now with window w,
 //     limit L and cost c counts the units with timestamp u > now-w (units
 //     later than now too) and is admitted iff count+c <= L. Remaining,
 //     RetryAfter and ResetAfter follow from the same units. The model is
@@ -19,31 +21,34 @@
 //     windows w1 <= w2 <= 2*w1-lateness, with requests up to `lateness`
 //     late (the store forgets units older than two of the request's
 //     windows).
-//   - two_level: every admission is one the exact log would make over the
-//     units already admitted (its documented promise); it may deny more.
-//   - concurrency: a lease is held from its grant until released or until
-//     its window has passed since the time its id names (the grant's ms,
-//     in 1/1000 ms, so at most 1 ms late; a renewal moves it to a new id).
-//     An acquire is admitted iff held+c <= L: compared exactly.
-//   - fixed_window: a request at now counts the units in the aligned
-//     window [k*w, (k+1)*w) holding now and is admitted iff count+c <= L;
-//     compared exactly (the runs' requests never go back in time, and one
-//     window is in force), so a refused request that left its units
-//     counted (a missing refund on the Redis stores' native path) is caught
-//     at the next request it wrongly denies; and checked by the invariant
-//     that one aligned window never holds more than the largest limit.
-//   - sliding_counter, gcra (approximate by design): checked by invariants
-//     only, on one window per run: never more than twice the largest limit
-//     in any window.
+//   - NeverOver (two_level): every admission is one the exact log would
+//     make over the units already admitted (its documented promise); it
+//     may deny more. Driven as Exact is.
+//   - Exact, holding leases (concurrency): a lease is held from its grant
+//     until released or until its window has passed since the time its id
+//     names (the grant's ms, in 1/1000 ms, so at most 1 ms late; a
+//     renewal moves it to a new id). An acquire is admitted iff
+//     held+c <= L: compared exactly.
+//   - PerAlignedWindow (fixed_window): a request at now counts the units
+//     in the aligned window [k*w, (k+1)*w) holding now and is admitted iff
+//     count+c <= L; compared exactly (the runs' requests never go back in
+//     time, and one window is in force), so a refused request that left
+//     its units counted (a missing refund on the Redis stores' native
+//     path) is caught at the next request it wrongly denies; and checked
+//     by the invariant that one aligned window never holds more than the
+//     largest limit.
+//   - Approximate (sliding_counter, gcra): checked by invariants only, on
+//     one window per run: never more than twice the largest limit in any
+//     window.
 //
-// GiveBack (by time, Envoy's negative hits) is driven on the exact logs,
+// GiveBack (by time, Envoy's negative hits) is driven on the Exact logs,
 // whose model drops its newest units that count at now. The other
 // algorithms' give backs are compared with the Go engine by the store
 // conformance suite (backend/storetest give_back/*): two_level's light
 // counters know a window's newest time, not each unit's, so the exact
 // log cannot say how many of its units a give back finds counted.
 //
-// The invariant checked for every log and two_level run, whatever the
+// The invariant checked for every Exact and NeverOver run, whatever the
 // interleaving: for every interval (t-w, t] with w the shortest window in
 // force, the admitted units are at most the largest limit in force.
 package modeltest
@@ -245,7 +250,49 @@ func (s *Leases) Reset() { s.expiry = nil }
 
 func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 
-// exact reports whether the model is compared field by field for alg.
-func exact(alg algorithms.Name) bool {
-	return alg == algorithms.SlidingLog || alg == algorithms.CompactLog
+// check is what the model checks of an algorithm, from its descriptor.
+type check uint8
+
+const (
+	checkExact       check = iota + 1 // compared field by field with the exact log
+	checkNeverOver                    // never admits what the exact log denies
+	checkAligned                      // compared field by field with a count per aligned window
+	checkApproximate                  // at most twice the largest limit in any window
+	checkLeases                       // compared with the held leases
+)
+
+// neverOver reports whether the check holds the store to the exact log's
+// bound (never more than the largest limit in force in any window), so
+// that runs can change windows and send late requests.
+func (c check) neverOver() bool { return c == checkExact || c == checkNeverOver }
+
+// Covers reports whether the model checks a, a registered algorithm's
+// descriptor: the error says why not (an Accuracy it has no model for).
+func Covers(a *algorithms.Algorithm) error {
+	_, err := checkOf(a)
+	return err
+}
+
+// checkOf returns what the model checks of a, from its descriptor's
+// Accuracy and HoldsLeases.
+func checkOf(a *algorithms.Algorithm) (check, error) {
+	switch {
+	case a == nil:
+		return 0, fmt.Errorf("modeltest: no such algorithm")
+	case a.HoldsLeases() && a.Accuracy == algorithms.Exact:
+		return checkLeases, nil
+	case a.HoldsLeases():
+		return 0, fmt.Errorf("modeltest: %s holds leases with Accuracy %v; the lease model checks Exact only", a.Name, a.Accuracy)
+	}
+	switch a.Accuracy {
+	case algorithms.Exact:
+		return checkExact, nil
+	case algorithms.NeverOver:
+		return checkNeverOver, nil
+	case algorithms.PerAlignedWindow:
+		return checkAligned, nil
+	case algorithms.Approximate:
+		return checkApproximate, nil
+	}
+	return 0, fmt.Errorf("modeltest: %s states Accuracy %v, which the model cannot check", a.Name, a.Accuracy)
 }

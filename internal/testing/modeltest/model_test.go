@@ -151,6 +151,9 @@ func runEveryStack(t *testing.T, tag string, algs []algorithms.Name, defaultStep
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
+					if errs[ai] = Covers(algorithms.Lookup(alg)); errs[ai] != nil {
+						return
+					}
 					prefix := fmt.Sprintf("%s:%d:%d:%s:", tag, base, si, alg)
 					store := st.store
 					if st.name == "memory" {

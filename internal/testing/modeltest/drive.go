@@ -29,6 +29,7 @@ type run struct {
 	ctx     context.Context
 	store   backend.Store
 	alg     algorithms.Name
+	check   check // what the model checks, from alg's descriptor
 	rng     *rand.Rand
 	keys    [2]backend.Key
 	rules   [2]algorithms.Rule
@@ -83,8 +84,19 @@ func (r *run) decide(p int, req backend.Request, take bool) (backend.Result, err
 	return l.AllowN(r.ctx, req.Key.ID, req.Cost)
 }
 
+// Drive runs steps random steps of the registered algorithm alg on store,
+// under keys of prefix, from seed, and returns the first divergence from
+// the model (what it checks follows alg's descriptor: see Covers).
+func Drive(ctx context.Context, store backend.Store, alg algorithms.Name, prefix string, seed uint64, steps int) error {
+	if err := Covers(algorithms.Lookup(alg)); err != nil {
+		return err
+	}
+	return newRun(ctx, store, alg, prefix, seed).Steps(steps)
+}
+
 func newRun(ctx context.Context, store backend.Store, alg algorithms.Name, prefix string, seed uint64) *run {
 	r := &run{ctx: ctx, store: store, alg: alg, rng: rand.New(rand.NewPCG(seed, 0x6d6f64656c))}
+	r.check, _ = checkOf(algorithms.Lookup(alg)) // TestModelCoversEveryAlgorithm: known
 	r.keys = [2]backend.Key{{Prefix: prefix, ID: "a"}, {Prefix: prefix, ID: "b"}}
 	// Real time: the memory store's sweeper and Redis expiries run on it,
 	// and the simulated clock only ever runs ahead of it.
@@ -110,13 +122,9 @@ func (r *run) inForce(rule algorithms.Rule) {
 	r.minW = min(r.minW, rule.Window.Milliseconds())
 }
 
-func (r *run) logs2() bool {
-	return r.alg == algorithms.SlidingLog || r.alg == algorithms.CompactLog || r.alg == algorithms.TwoLevel
-}
-
 func (r *run) randomRule() algorithms.Rule {
 	w := rateWindows[0]
-	if r.logs2() {
+	if r.check.neverOver() {
 		w = rateWindows[r.rng.IntN(len(rateWindows))]
 	}
 	return algorithms.Rule{Algorithm: r.alg, Limit: limits[r.rng.IntN(len(limits))], Window: ms(w)}
@@ -138,7 +146,7 @@ func (r *run) note(format string, args ...any) {
 func (r *run) Steps(n int) error {
 	for i := range n {
 		var err error
-		if r.alg == algorithms.Concurrency {
+		if r.check == checkLeases {
 			err = r.leaseStep()
 		} else {
 			err = r.rateStep()
@@ -196,13 +204,13 @@ func (r *run) rateStep() error {
 		return nil
 	case x < 45 && r.lims[p] == nil:
 		return r.takeAll(p)
-	case x < 50 && r.lims[p] == nil && exact(r.alg):
+	case x < 50 && r.lims[p] == nil && r.check == checkExact:
 		if u, ok := backend.As[backend.UnitRefunder](r.store); ok {
 			return r.giveBack(p, u)
 		}
 	}
 	now := r.newest
-	if r.logs2() && r.rng.IntN(4) == 0 {
+	if r.check.neverOver() && r.rng.IntN(4) == 0 {
 		now -= int64(r.rng.IntN(lateness))
 	}
 	cost := 1 + int64(r.rng.IntN(int(min(rule.Limit, 3))))
@@ -224,7 +232,7 @@ func (r *run) rateStep() error {
 	}
 	w := rule.Window.Milliseconds()
 	want := r.logs[0].Decide(now, w, rule.Limit, cost, take)
-	if r.alg == algorithms.FixedWindow {
+	if r.check == checkAligned {
 		want = r.logs[0].DecideFixed(now, w, rule.Limit, cost, take)
 	}
 	if err := r.compare(verb, got, want); err != nil {
@@ -238,13 +246,13 @@ func (r *run) rateStep() error {
 
 // compare checks a store's decision against the exact log's.
 func (r *run) compare(verb string, got, want backend.Result) error {
-	if got.Allowed && !want.Allowed && r.alg != algorithms.FixedWindow && r.alg != algorithms.SlidingCounter && r.alg != algorithms.GCRA {
+	if got.Allowed && !want.Allowed && r.check.neverOver() {
 		return r.failf("%s admitted what the exact log denies (want %+v)", verb, want)
 	}
 	if got.Cached && got.Allowed {
 		return r.failf("%s: a cached answer admitted", verb)
 	}
-	if !exact(r.alg) && r.alg != algorithms.FixedWindow {
+	if r.check != checkExact && r.check != checkAligned {
 		return nil
 	}
 	if got.Allowed != want.Allowed || got.Remaining != want.Remaining || got.RetryAfter != want.RetryAfter || got.ResetAfter != want.ResetAfter {
@@ -272,13 +280,13 @@ func (r *run) takeAll(p int) error {
 	}
 	w := rule.Window.Milliseconds()
 	want := r.logs[0].Decide(now, w, rule.Limit, 1, true).Allowed && r.logs[1].Decide(now, w, rule.Limit, 1, true).Allowed
-	if r.alg == algorithms.FixedWindow {
+	if r.check == checkAligned {
 		want = r.logs[0].DecideFixed(now, w, rule.Limit, 1, true).Allowed && r.logs[1].DecideFixed(now, w, rule.Limit, 1, true).Allowed
 	}
-	if got.Allowed && !want && r.alg != algorithms.FixedWindow && r.alg != algorithms.SlidingCounter && r.alg != algorithms.GCRA {
+	if got.Allowed && !want && r.check.neverOver() {
 		return r.failf("TakeAll admitted what the exact log denies")
 	}
-	if (exact(r.alg) || r.alg == algorithms.FixedWindow) && got.Allowed != want {
+	if (r.check == checkExact || r.check == checkAligned) && got.Allowed != want {
 		return r.failf("TakeAll: store says allowed=%v, the model %v", got.Allowed, want)
 	}
 	if got.Allowed {
@@ -308,12 +316,12 @@ func (r *run) giveBack(p int, u backend.UnitRefunder) error {
 // invariant checks the window bounds over everything admitted on key a.
 func (r *run) invariant() error {
 	l := &r.logs[0]
-	switch r.alg {
-	case algorithms.FixedWindow:
+	switch r.check {
+	case checkAligned:
 		if n := l.MaxInAlignedWindow(r.minW); n > r.maxL {
 			return r.failf("an aligned window of %dms holds %d units; the largest limit in force is %d", r.minW, n, r.maxL)
 		}
-	case algorithms.SlidingCounter, algorithms.GCRA:
+	case checkApproximate:
 		if n, at := l.MaxInWindow(r.minW); n > 2*r.maxL {
 			return r.failf("the window ending at %d holds %d units; twice the largest limit in force is %d", at, n, 2*r.maxL)
 		}
