@@ -186,12 +186,18 @@ func (r *run) rateStep() error {
 	case x < 35:
 		k := r.rng.IntN(2)
 		// At the run's time: the Redis stores delete a fixed window's keys
-		// around it (the limiter passes its clock's).
+		// around it (the limiter passes its clock's, so its clock is set to
+		// the run's time first: left at p's last request, it could be
+		// windows behind after a clock jump, and the reset would delete
+		// other windows than the one the next request counts in).
 		reset := func() error {
 			return r.store.Reset(backend.WithResetTime(r.ctx, time.UnixMilli(r.newest)), r.keys[k], rule)
 		}
 		if l := r.lims[p]; l != nil {
-			reset = func() error { return l.Reset(r.ctx, r.keys[k].ID) }
+			reset = func() error {
+				r.clocks[p].Set(time.UnixMilli(r.newest))
+				return l.Reset(r.ctx, r.keys[k].ID)
+			}
 		}
 		if err := reset(); err != nil {
 			return r.failf("Reset: %v", err)
