@@ -161,7 +161,7 @@ func candidates(rules *Rules, req *rlsv3.RateLimitRequest, resp *rlsv3.RateLimit
 		}
 		fixed := 0
 		for _, r := range n.limits {
-			if r.alg.Algorithm == algorithms.FixedWindow {
+			if r.alg.PerWindow() {
 				fixed++
 			}
 		}
@@ -547,7 +547,7 @@ func (s *Service) giveBack(ctx context.Context, g *group) error {
 // reference, it refuses only a key counted over its limit, so a key
 // exactly at its limit passes (with 0 remaining). It peeks one unit
 // against the limit plus one: admitted exactly when the count is at most
-// the limit (for gcra, whose window sets its rate, with the window grown
+// the limit (for a bucket (gcra), whose window sets its rate, with the window grown
 // in proportion, so that its emission interval stays). Where that is no
 // valid rule, it peeks one unit against the limit itself.
 func (s *Service) checkOnly(ctx context.Context, g *group) error {
@@ -555,7 +555,7 @@ func (s *Service) checkOnly(ctx context.Context, g *group) error {
 	req := g.req
 	req.Cost = 1
 	req.Rule.Limit = l + 1
-	if req.Rule.Algorithm == algorithms.GCRA && l > 0 {
+	if a := algorithms.Lookup(req.Rule.Algorithm); a != nil && a.Refills && l > 0 {
 		req.Rule.Window = req.Rule.Window / time.Duration(l) * time.Duration(l+1)
 	}
 	if req.Rule.Validate() != nil {

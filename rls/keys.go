@@ -113,7 +113,7 @@ func referenceKey(prefix, domain string, entries []*ratelimitv3.RateLimitDescrip
 // the key names the window's start only: two fixed windows of one
 // descriptor would share it at every start they have in common).
 func sharesReferenceKey(r *rule, fixedWindows int) bool {
-	return r.alg.Algorithm == algorithms.FixedWindow && fixedWindows == 1 &&
+	return r.alg.PerWindow() && fixedWindows == 1 &&
 		r.alg.Window%time.Second == 0 && r.alg.Window >= time.Second
 }
 

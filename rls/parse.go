@@ -400,9 +400,9 @@ func (p *parser) algorithm(l *Limit, n *configtree.Node, fs fields, path string)
 // holding leases.
 func rateAlgorithms() []string {
 	var rate []string
-	for _, n := range algorithms.Names() {
-		if n != algorithms.Concurrency {
-			rate = append(rate, string(n))
+	for _, a := range algorithms.Algorithms() {
+		if !a.HoldsLeases() {
+			rate = append(rate, string(a.Name))
 		}
 	}
 	return rate
