@@ -71,3 +71,33 @@ func TestCountedUntil(t *testing.T) {
 		}
 	}
 }
+
+// TestBuiltinsFoundFast: every built-in row is found by Lookup's switch,
+// as the table finds it (a row added to the registry but not to the switch
+// still works, only slower: this names it).
+func TestBuiltinsFoundFast(t *testing.T) {
+	for _, a := range registry {
+		if got := builtin(a.Name); got != a {
+			t.Errorf("builtin(%q) = %v: add the row to the switch in builtin", a.Name, got)
+		}
+		if got := lookupTable(a.Name); got != a {
+			t.Errorf("lookupTable(%q) = %v, want its row", a.Name, got)
+		}
+	}
+	if a := builtin("leaky_bucket"); a != nil {
+		t.Errorf("builtin(leaky_bucket) = %s, want nil", a.Name)
+	}
+}
+
+func BenchmarkLookup(b *testing.B) {
+	for _, a := range registry {
+		name := Name([]byte(a.Name)) // as a config file gives it
+		b.Run(string(a.Name), func(b *testing.B) {
+			for b.Loop() {
+				if Lookup(name) != a {
+					b.Fatal("not found")
+				}
+			}
+		})
+	}
+}
