@@ -141,7 +141,7 @@ func run(out io.Writer, store backend.Store, where string) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 	fmt.Fprintf(out, "counts %s; free: 3 a minute, pro: 10 a minute\n", where)
@@ -181,7 +181,7 @@ func serve(addr string, store backend.Store) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
 	go func() {
 		<-ctx.Done()
 		_ = srv.Close()

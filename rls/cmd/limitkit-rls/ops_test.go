@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -207,4 +208,17 @@ func field(line, key string) string {
 		}
 	}
 	return ""
+}
+
+// TestHTTPServersBoundSlowAndIdleClients: the HTTP endpoints drop a client
+// that is slow to send its headers or idle on a kept-alive connection, and
+// set no write timeout, which would cut a 30 s CPU profile short.
+func TestHTTPServersBoundSlowAndIdleClients(t *testing.T) {
+	s := newHTTPServer(http.NotFoundHandler())
+	if s.ReadHeaderTimeout <= 0 || s.IdleTimeout <= 0 {
+		t.Fatalf("ReadHeaderTimeout %v, IdleTimeout %v: both must be set", s.ReadHeaderTimeout, s.IdleTimeout)
+	}
+	if s.WriteTimeout != 0 && s.WriteTimeout < 30*time.Second {
+		t.Fatalf("WriteTimeout %v cuts a 30 s profile short", s.WriteTimeout)
+	}
 }
