@@ -247,8 +247,8 @@ func Lookup(name Name) *Algorithm {
 // switch on constants compiles to inline word compares (about 2 ns), where
 // the table, which finds any row, calls a string compare (about 4.5 ns).
 // It is a cache of pointers, not a second list of what an algorithm is: a
-// row missing here is still found in the table, and TestBuiltinsFoundFast
-// says which.
+// row missing here is still found in the table (TestBuiltinsFoundFast
+// names it), so a new algorithm needs only its row.
 func builtin(name Name) *Algorithm {
 	switch name {
 	case SlidingLog:

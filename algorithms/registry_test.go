@@ -72,13 +72,18 @@ func TestCountedUntil(t *testing.T) {
 	}
 }
 
-// TestBuiltinsFoundFast: every built-in row is found by Lookup's switch,
-// as the table finds it (a row added to the registry but not to the switch
-// still works, only slower: this names it).
+// TestBuiltinsFoundFast: Lookup's switch returns a row's own descriptor or
+// nothing, and the table finds every row. A row the switch leaves out is
+// still found (a new one needs only its row), only slower: the test names
+// it.
 func TestBuiltinsFoundFast(t *testing.T) {
 	for _, a := range registry {
-		if got := builtin(a.Name); got != a {
-			t.Errorf("builtin(%q) = %v: add the row to the switch in builtin", a.Name, got)
+		switch got := builtin(a.Name); got {
+		case a:
+		case nil:
+			t.Logf("%s is found by the table, not by the switch in builtin: add a case there for speed", a.Name)
+		default:
+			t.Errorf("builtin(%q) = %s, want its own row", a.Name, got.Name)
 		}
 		if got := lookupTable(a.Name); got != a {
 			t.Errorf("lookupTable(%q) = %v, want its row", a.Name, got)
