@@ -287,6 +287,21 @@ func lookupTable(name Name) *Algorithm {
 // field, or a name, suffix or salt already taken. The error wraps
 // ErrInvalidRule.
 func check(a *Algorithm, others []*Algorithm) error {
+	if err := checkFields(a); err != nil {
+		return err
+	}
+	var errs []error
+	for _, b := range others {
+		if b != a && (b.Name == a.Name || b.Suffix == a.Suffix || b.Salt == a.Salt) {
+			errs = append(errs, fmt.Errorf("%w: algorithm %q shares its name, key suffix or salt with %q", ErrInvalidRule, a.Name, b.Name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkFields reports a field of a that is missing or does not fit the
+// others.
+func checkFields(a *Algorithm) error {
 	switch {
 	case a == nil || a.Name == "" || a.Suffix == "" || a.Lua == "":
 		return fmt.Errorf("%w: an algorithm needs a name, a key suffix and a Lua body", ErrInvalidRule)
@@ -301,13 +316,7 @@ func check(a *Algorithm, others []*Algorithm) error {
 	case a.HoldsLeases() && a.Accuracy != Exact:
 		return fmt.Errorf("%w: algorithm %q holds leases, so its Accuracy is Exact (the held leases), not %v", ErrInvalidRule, a.Name, a.Accuracy)
 	}
-	var errs []error
-	for _, b := range others {
-		if b != a && (b.Name == a.Name || b.Suffix == a.Suffix || b.Salt == a.Salt) {
-			errs = append(errs, fmt.Errorf("%w: algorithm %q shares its name, key suffix or salt with %q", ErrInvalidRule, a.Name, b.Name))
-		}
-	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // register adds an algorithm to the registry, after the built-in ones,
