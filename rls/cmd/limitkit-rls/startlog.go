@@ -122,10 +122,17 @@ func warnUnknownVariables(log *slog.Logger, environ []string) {
 		switch {
 		case strings.HasPrefix(name, "LIMITKIT_"):
 			log.Warn("unknown LIMITKIT_ variable ignored"+didYouMean(near), "name", name)
-		case near != "":
+		case near != "" && !serviceLink(name):
 			log.Warn("variable ignored: not a setting of limitkit-rls or the reference"+didYouMean(near), "name", name)
 		}
 	}
+}
+
+// serviceLink reports a name Kubernetes sets for each service of the
+// namespace (REDIS_PORT, REDIS_SERVICE_HOST, REDIS_PORT_6379_TCP_ADDR):
+// near a setting's name by chance, not a misspelling.
+func serviceLink(name string) bool {
+	return strings.HasSuffix(name, "_PORT") || strings.Contains(name, "_PORT_") || strings.Contains(name, "_SERVICE_")
 }
 
 func didYouMean(near string) string {
