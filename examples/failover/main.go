@@ -24,6 +24,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
@@ -51,13 +53,16 @@ func main() {
 }
 
 func run(ctx context.Context, out io.Writer, redisURL, client string) error {
+	logger := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	// go-redis writes its own lines (a failed dial while Redis is down) to
+	// standard error; send them through the same logger.
+	redis.SetLogger(redisLogger{logger})
 	primary, closePrimary, err := openPrimary(redisURL, client)
 	if err != nil {
 		return err
 	}
 	defer closePrimary()
 
-	logger := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	store, err := fallback.New(primary,
 		fallback.WithPolicy(backend.LocalPolicy(2)), // two instances share the limit
 		fallback.WithTimeout(50*time.Millisecond),
@@ -159,4 +164,11 @@ func openRedis(url, client string) (backend.Store, func(), error) {
 		return nil, nil, err
 	}
 	return opened.Store, func() { _ = opened.Close() }, nil
+}
+
+// redisLogger is go-redis's logger on slog.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, fmt.Sprintf(format, v...), "source", "go-redis")
 }

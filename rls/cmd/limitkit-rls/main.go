@@ -28,7 +28,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := run(ctx, os.LookupEnv, os.Stderr, nil); err != nil {
+	if err := runEnv(ctx, os.LookupEnv, os.Environ(), os.Stderr, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "limitkit-rls:", err)
 		stop()
 		os.Exit(1)

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -48,20 +50,31 @@ type server struct {
 	serving atomic.Bool
 	// files are those of the rules in force, for /rlconfig.
 	files atomic.Pointer[[]string]
+	// algorithms are those the rules last compiled use, for the log.
+	algorithms atomic.Pointer[[]string]
 }
 
 // run serves until ctx ends (SIGTERM in main), then drains. ready, when
 // not nil, is called with the bound addresses once every listener is open.
 func run(ctx context.Context, lookup envsettings.Lookup, logOut io.Writer, ready func(addrs)) error {
+	return runEnv(ctx, lookup, nil, logOut, ready)
+}
+
+// runEnv is run warning about the variables of environ (os.Environ's
+// NAME=value entries) that are no setting (see warnUnknownVariables).
+func runEnv(ctx context.Context, lookup envsettings.Lookup, environ []string, logOut io.Writer, ready func(addrs)) error {
 	s, err := envsettings.Load(lookup)
 	if err != nil {
 		return fmt.Errorf("settings: %w", err)
 	}
 	log := s.Logger(logOut)
+	routeGoRedis(log)
 	log.Warn("starting limitkit-rls", "version", version())
+	logSettings(log, s)
 	for _, ig := range s.Ignored {
 		log.Warn("setting ignored", "name", ig.Name, "reason", ig.Reason)
 	}
+	warnUnknownVariables(log, environ)
 	policy, err := backend.ParseFailurePolicy(s.OnFailure)
 	if err != nil {
 		return fmt.Errorf("LIMITKIT_ON_FAILURE: %w", err)
@@ -159,10 +172,44 @@ func (srv *server) compile(snap runtimedir.Snapshot) (*rls.Rules, error) {
 // newRules compiles files, merging the files of one domain under
 // MERGE_DOMAIN_CONFIG.
 func (srv *server) newRules(files ...rls.File) (*rls.Rules, error) {
-	if srv.s.MergeDomainConfig {
-		return rls.NewMergedRules(files...)
+	configs := make([]*rls.DomainConfig, len(files))
+	for i, f := range files {
+		c, err := rls.ParseConfig(f.Name, f.Data)
+		if err != nil {
+			return nil, err
+		}
+		configs[i] = c
 	}
-	return rls.NewRules(files...)
+	var rules *rls.Rules
+	var err error
+	if srv.s.MergeDomainConfig {
+		rules, err = rls.NewMergedRules(files...) // merges before compiling: parses again
+	} else {
+		rules, err = rls.Compile(configs...)
+	}
+	if err == nil {
+		algs := algorithmsOf(configs)
+		srv.algorithms.Store(&algs)
+	}
+	return rules, err
+}
+
+// algorithmsOf lists the algorithms the limits of configs use, sorted.
+func algorithmsOf(configs []*rls.DomainConfig) []string {
+	seen := map[string]bool{}
+	var walk func([]*rls.Descriptor)
+	walk = func(ds []*rls.Descriptor) {
+		for _, d := range ds {
+			for _, l := range d.Limits {
+				seen[string(l.Algorithm)] = true
+			}
+			walk(d.Descriptors)
+		}
+	}
+	for _, c := range configs {
+		walk(c.Descriptors)
+	}
+	return slices.Sorted(maps.Keys(seen))
 }
 
 // applied records rules, compiled from the files (or xDS resources)
@@ -173,7 +220,11 @@ func (srv *server) applied(names []string, rules *rls.Rules) {
 	// domain is no configuration, as in the reference.
 	serving := !srv.s.HealthyWithAtLeastOneConfigLoaded || len(rules.Domains()) > 0
 	srv.setServing(serving)
-	srv.log.Info("rate limit configuration loaded", "from", names, "domains", rules.Domains())
+	var algs []string
+	if p := srv.algorithms.Load(); p != nil {
+		algs = *p
+	}
+	srv.log.Info("rate limit configuration loaded", "from", names, "domains", rules.Domains(), "algorithms", algs)
 	if !serving {
 		srv.log.Warn("no domain loaded: NOT_SERVING until one is (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED)")
 	}

@@ -57,7 +57,8 @@ type Settings struct {
 	// XDS is the xDS source's settings (CONFIG_GRPC_XDS_*, XDS_CLIENT_*).
 	XDS XDS
 
-	// LOG_LEVEL (WARN; debug, info, warn, error, any case) and LOG_FORMAT
+	// LOG_LEVEL (INFO, so that the start-up lines show; the reference:
+	// WARN; debug, info, warn, error, any case) and LOG_FORMAT
 	// (text; or json).
 	LogLevel  string
 	LogFormat string
@@ -231,7 +232,7 @@ func Load(lookup Lookup) (*Settings, error) {
 		GrpcClientTLSCACert:               r.str("GRPC_CLIENT_TLS_CACERT", ""),
 		GrpcClientTLSSAN:                  r.str("GRPC_CLIENT_TLS_SAN", ""),
 		TLSReloadInterval:                 r.duration("LIMITKIT_TLS_RELOAD_INTERVAL", 10*time.Second),
-		LogLevel:                          r.str("LOG_LEVEL", "WARN"),
+		LogLevel:                          r.str("LOG_LEVEL", "INFO"),
 		LogFormat:                         r.str("LOG_FORMAT", "text"),
 		RuntimeRoot:                       r.str("RUNTIME_ROOT", "/srv/runtime_data/current"),
 		RuntimeSubdirectory:               r.str("RUNTIME_SUBDIRECTORY", ""),
