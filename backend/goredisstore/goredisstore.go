@@ -419,6 +419,8 @@ func (conn) IsNoScript(err error) bool {
 
 // IncrExpire implements redisengine.NativeConn: INCRBY and PEXPIRE per key
 // in one pipeline (split per node by a cluster client), sent at most once.
+// On a cluster one node can fail while the others answer: the INCRBYs that
+// answered are reported with the error, so that the runner gives them back.
 func (a conn) IncrExpire(ctx context.Context, keys []string, by, expiry []int64) ([]int64, []error, error) {
 	incrs := make([]*redis.Cmd, len(keys))
 	pipe := a.c.Pipeline()
@@ -427,18 +429,22 @@ func (a conn) IncrExpire(ctx context.Context, keys []string, by, expiry []int64)
 		_ = pipe.Process(ctx, noRetry{incrs[i]})
 		_ = pipe.Process(ctx, noRetry{redis.NewCmd(ctx, "PEXPIRE", k, expiry[i])})
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !isReply(err) {
-		a.failed(ctx, err)
-		return nil, nil, err
-	}
+	_, _ = pipe.Exec(ctx) // each INCRBY tells its own outcome
 	counts := make([]int64, len(keys))
 	var errs []error
+	var failed error
 	for i, c := range incrs {
 		n, err := c.Int64()
+		if v, ok := c.Val().(int64); ok && err != nil && !isReply(err) {
+			// The node answered; a cluster client then stamps a later
+			// failure (of another node, or its retry's wait) on every
+			// command of the pipeline.
+			n, err = v, nil
+		}
 		if err != nil {
-			if !isReply(err) {
+			if !isReply(err) && failed == nil {
 				a.failed(ctx, err)
-				return nil, nil, err
+				failed = err
 			}
 			if errs == nil {
 				errs = make([]error, len(keys))
@@ -447,7 +453,7 @@ func (a conn) IncrExpire(ctx context.Context, keys []string, by, expiry []int64)
 		}
 		counts[i] = n
 	}
-	return counts, errs, nil
+	return counts, errs, failed
 }
 
 // Refund implements redisengine.NativeConn: SET NX PX and DECRBY per key in

@@ -376,7 +376,9 @@ func (conn) IsNoScript(err error) bool {
 
 // IncrExpire implements redisengine.NativeConn: INCRBY and PEXPIRE per key
 // in one DoMulti (split per node by a cluster client; rueidis never
-// retries them).
+// retries them). On a cluster one node can fail while the others answer:
+// the INCRBYs that answered are reported with the error, so that the
+// runner gives them back.
 func (a conn) IncrExpire(ctx context.Context, keys []string, by, expiry []int64) ([]int64, []error, error) {
 	cmds := make(rueidis.Commands, 0, 2*len(keys))
 	for i, k := range keys {
@@ -387,12 +389,13 @@ func (a conn) IncrExpire(ctx context.Context, keys []string, by, expiry []int64)
 	resps := a.c.DoMulti(ctx, cmds...)
 	counts := make([]int64, len(keys))
 	var errs []error
+	var failed error
 	for i := range keys {
 		n, err := resps[2*i].AsInt64()
 		if err != nil {
-			if _, reply := rueidis.IsRedisErr(err); !reply || rueidis.IsRedisNil(err) {
+			if _, reply := rueidis.IsRedisErr(err); (!reply || rueidis.IsRedisNil(err)) && failed == nil {
 				a.failed(err)
-				return nil, nil, err
+				failed = err
 			}
 			if errs == nil {
 				errs = make([]error, len(keys))
@@ -401,7 +404,7 @@ func (a conn) IncrExpire(ctx context.Context, keys []string, by, expiry []int64)
 		}
 		counts[i] = n
 	}
-	return counts, errs, nil
+	return counts, errs, failed
 }
 
 // Refund implements redisengine.NativeConn: SET NX PX and DECRBY per key in

@@ -25,3 +25,11 @@ func SetSkipNativeRefunds(skip bool) (restore func()) {
 	skipNativeRefunds = skip
 	return func() { skipNativeRefunds = old }
 }
+
+// SetSkipPartialRefunds makes a native pipeline that failed on some keys
+// keep the others' increments (skip), a control; it returns the undo.
+func SetSkipPartialRefunds(skip bool) (restore func()) {
+	old := skipPartialRefunds
+	skipPartialRefunds = skip
+	return func() { skipPartialRefunds = old }
+}

@@ -37,9 +37,13 @@ type NativeConn interface {
 	// IncrExpire sends, in one pipeline, for every i INCRBY keys[i]
 	// by[i] then PEXPIRE keys[i] expiry[i] (ms), and returns each count
 	// after its INCRBY. errs is nil when no INCRBY failed, else errs[i]
-	// is the error of the one in place of counts[i]. Like a writing
-	// script it is sent at most once: never again after it may have
-	// reached the server. Keys may be in different cluster slots.
+	// is the error of the one in place of counts[i]. err is a failure of
+	// the connection (not a server's reply to one command); counts and
+	// errs are then still returned, when known: on a cluster the INCRBYs
+	// of the nodes that answered counted, and the runner gives them back.
+	// Like a writing script it is sent at most once: never again after
+	// it may have reached the server. Keys may be in different cluster
+	// slots.
 	IncrExpire(ctx context.Context, keys []string, by, expiry []int64) (counts []int64, errs []error, err error)
 	// Refund sends, in one pipeline and at most once, for every i
 	// SET keys[i] by[i] NX PX expiry[i] then DECRBY keys[i] by[i]: it
@@ -51,6 +55,11 @@ type NativeConn interface {
 // skipNativeRefunds makes the native path forget its refunds: a control
 // for the tests that must catch it.
 var skipNativeRefunds = false
+
+// skipPartialRefunds makes a native pipeline that failed on some keys keep
+// the increments of the others (as before they were given back): a
+// control.
+var skipPartialRefunds = false
 
 // nativeTake reports whether a Take (not a TakeAll) goes on the native
 // path: a fixed window of one unit. A refused Take of one unit found its
@@ -117,6 +126,15 @@ func (r *Runner) runNative(ctx context.Context, batch []*pendingTake) {
 		err = fmt.Errorf("%w: %d counts for %d keys", rediswire.ErrBadReply, len(counts), len(incr.keys))
 	}
 	var refunds nativeCalls
+	if err != nil && !skipPartialRefunds {
+		// A failure of some keys (a cluster node down) fails every
+		// call, and the INCRBYs that counted elsewhere are given back.
+		for i := range counts {
+			if len(counts) == len(incr.keys) && len(errs) == len(counts) && errs[i] == nil {
+				refunds.add(incr.keys[i], incr.by[i], incr.exp[i])
+			}
+		}
+	}
 	at := 0
 	for _, c := range batch {
 		first := at
