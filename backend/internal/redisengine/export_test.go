@@ -33,3 +33,11 @@ func SetSkipPartialRefunds(skip bool) (restore func()) {
 	skipPartialRefunds = skip
 	return func() { skipPartialRefunds = old }
 }
+
+// SetWaitRefunds makes a refused native call wait for its refund past its
+// deadline (wait), a control; it returns the undo.
+func SetWaitRefunds(wait bool) (restore func()) {
+	old := waitRefunds
+	waitRefunds = wait
+	return func() { waitRefunds = old }
+}

@@ -4,7 +4,7 @@ package redisengine
 // key of the window holding the request's time and a PEXPIRE, the limits
 // of a request (and of the concurrent requests batched with it) in one
 // pipeline; a refused request gives back what it incremented, in a second
-// pipeline, before its call returns.
+// pipeline, which its call waits for until its context ends.
 //
 // Why not a script: a fixed window is a counter, and a script that wraps
 // the counter's two commands costs Redis more than the commands sent
@@ -197,19 +197,38 @@ func (r *Runner) nativeAdmitted(c *pendingTake, counts []int64, errs []error) (b
 }
 
 // refundNative gives back the refused increments, on a context of its own
-// so that a caller's deadline cannot leave them taken.
+// so that a caller's deadline cannot leave them taken. It waits for them
+// until ctx ends, no longer: a slow refund must not hold a caller past its
+// deadline (it goes on within RefundTimeout). A caller without a deadline
+// waits for it, so that its next request finds the units back.
 func (r *Runner) refundNative(ctx context.Context, refunds *nativeCalls) {
 	if len(refunds.keys) == 0 || skipNativeRefunds {
 		return
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RefundTimeout)
-	defer cancel()
-	if err := r.native.Refund(rctx, refunds.keys, refunds.by, refunds.exp); err != nil {
-		// The denials stand; the units stay taken until their keys
-		// expire.
-		r.failedRefunds.Add(uint64(len(refunds.keys)))
+	landed := make(chan struct{})
+	go func() {
+		defer close(landed)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RefundTimeout)
+		defer cancel()
+		if err := r.native.Refund(rctx, refunds.keys, refunds.by, refunds.exp); err != nil {
+			// The denials stand; the units stay taken until their
+			// keys expire.
+			r.failedRefunds.Add(uint64(len(refunds.keys)))
+		}
+	}()
+	if waitRefunds {
+		<-landed
+		return
+	}
+	select {
+	case <-landed:
+	case <-ctx.Done():
 	}
 }
+
+// waitRefunds makes a caller wait for its refund whatever its deadline, as
+// before refundNative stopped at the deadline: a control.
+var waitRefunds = false
 
 // nativeResult is c's decision from its counts after the increments:
 // admitted, or refused with each request's result as a Peek of its cost
