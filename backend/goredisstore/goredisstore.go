@@ -142,6 +142,15 @@ func (s *Store) NodeOf(ctx context.Context, key backend.Key) string {
 	return masterOf(ctx, s.cluster, rediswire.Build("", key.ID, ""))
 }
 
+// NodeOfRequest implements backend.RequestLocator: the master of the key
+// req writes, an exact key's own (backend.ExactKey) or Key's.
+func (s *Store) NodeOfRequest(ctx context.Context, req *backend.Request) string {
+	if s.cluster == nil || req.Exact.Base == "" {
+		return s.NodeOf(ctx, req.Key)
+	}
+	return masterOf(ctx, s.cluster, rediswire.StateKey(req))
+}
+
 // masterOf returns the address of the master of key's slot, or "".
 func masterOf(ctx context.Context, cluster *redis.ClusterClient, key string) string {
 	c, err := cluster.MasterForKey(ctx, key)

@@ -135,6 +135,15 @@ func (s *Store) NodeOf(_ context.Context, key backend.Key) string {
 	return s.slots.nodeOf(rediswire.Build("", key.ID, ""))
 }
 
+// NodeOfRequest implements backend.RequestLocator: the master of the key
+// req writes, an exact key's own (backend.ExactKey) or Key's.
+func (s *Store) NodeOfRequest(ctx context.Context, req *backend.Request) string {
+	if s.slots == nil || req.Exact.Base == "" {
+		return s.NodeOf(ctx, req.Key)
+	}
+	return s.slots.nodeOf(rediswire.StateKey(req))
+}
+
 // Take implements backend.Store.
 func (s *Store) Take(ctx context.Context, req backend.Request) (backend.Result, error) {
 	return s.runner.Take(ctx, req)
