@@ -254,15 +254,18 @@ type conn struct {
 // failed reacts to an error from the client. A cluster client reloads its
 // slot map after MOVED or ASK replies but not after connection errors, so
 // after a failover it would keep dialling the dead master until its periodic
-// reload (a minute by default); a connection error asks it to reload now.
+// reload (a minute by default); a connection error (or a READONLY reply)
+// asks it to reload now.
 // Reloads are asynchronous and coalesced by go-redis.
 func (a conn) failed(ctx context.Context, err error) {
 	cluster, ok := a.c.(*redis.ClusterClient)
 	if !ok || errors.Is(err, context.Canceled) {
 		return
 	}
+	// READONLY: the node was a master and is a replica now (a failover,
+	// as MemoryDB and ElastiCache do them): the map is stale too.
 	var reply redis.Error
-	if !errors.As(err, &reply) {
+	if !errors.As(err, &reply) || redis.HasErrorPrefix(err, "READONLY") {
 		cluster.ReloadState(ctx)
 	}
 }

@@ -243,7 +243,8 @@ func (a conn) failed(err error) {
 	if e, ok := rueidis.IsRedisErr(err); ok {
 		_, moved := e.IsMoved()
 		_, ask := e.IsAsk()
-		if !moved && !ask && !e.IsClusterDown() && !e.IsTryAgain() {
+		// READONLY: a master became a replica (a failover): the map is stale.
+		if !moved && !ask && !e.IsClusterDown() && !e.IsTryAgain() && !strings.HasPrefix(e.Error(), "READONLY") {
 			return // the script's own error, or NOSCRIPT: the map is fine
 		}
 	}
