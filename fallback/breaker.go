@@ -28,6 +28,9 @@ type breaker struct {
 	epoch atomic.Uint64
 	// probing reports that the breaker is half-open.
 	probing atomic.Bool
+	// abandonProbe is set while a probe of an abandoned call runs (see
+	// executeProbed).
+	abandonProbe atomic.Bool
 }
 
 func stateOf(s gobreaker.State) backend.BreakerState {

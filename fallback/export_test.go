@@ -7,3 +7,11 @@ func SetSkipRequestLocator(skip bool) (restore func()) {
 	skipRequestLocator = skip
 	return func() { skipRequestLocator = old }
 }
+
+// SetSkipAbandonProbe turns off the probes of calls their callers
+// abandoned (skip), a control; it returns the undo.
+func SetSkipAbandonProbe(skip bool) (restore func()) {
+	old := skipAbandonProbe
+	skipAbandonProbe = skip
+	return func() { skipAbandonProbe = old }
+}

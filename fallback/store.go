@@ -148,7 +148,8 @@ func (s *Store) Peek(ctx context.Context, req backend.Request) (backend.Result, 
 // where the primary did not answer.
 func (s *Store) step(ctx context.Context, req backend.Request, call func(context.Context, backend.Request) (backend.Result, error), local localCall, kind localKind) (backend.Result, error) {
 	b := s.breakerForRequest(ctx, &req)
-	res, err := s.execute(ctx, b, func(ctx context.Context) (backend.Result, error) { return call(ctx, req) })
+	res, err := s.executeProbed(ctx, b, func(ctx context.Context) (backend.Result, error) { return call(ctx, req) },
+		func(ctx context.Context) (backend.Result, error) { return s.primary.Peek(ctx, req) })
 	if err == nil {
 		s.base.record(&req, &res)
 		return res, nil
@@ -202,7 +203,8 @@ func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 		sink = new(backend.EachResults)
 		callCtx = backend.WithEachResults(ctx, sink)
 	}
-	res, err := s.execute(callCtx, b, func(ctx context.Context) (backend.Result, error) { return s.primary.TakeAll(ctx, reqs) })
+	res, err := s.executeProbed(callCtx, b, func(ctx context.Context) (backend.Result, error) { return s.primary.TakeAll(ctx, reqs) },
+		func(ctx context.Context) (backend.Result, error) { return s.primary.Peek(ctx, reqs[0]) })
 	if err == nil {
 		s.recordAll(reqs, res, sink)
 		return res, nil
