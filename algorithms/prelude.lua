@@ -23,6 +23,11 @@
 -- ms, is Rule.KeyTTL (algorithms.go): lua.go generates it after this file
 -- from the same constants, so both engines keep keys equally long.
 
+-- Lua 5.4 servers (Dragonfly, some Redis-compatible services) have no
+-- global unpack; Redis and Valkey (Lua 5.1) have no table.unpack. The
+-- bodies call unpack, this one.
+local unpack = table.unpack or unpack
+
 -- window_start is windowStart in algorithms.go: the recorded window while
 -- now is inside it (no division), else the window aligned on now.
 local function window_start(recorded, now, w)

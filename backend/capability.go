@@ -31,6 +31,17 @@ type NodeLocator interface {
 	NodeOf(ctx context.Context, key Key) string
 }
 
+// RequestLocator is a NodeLocator that can name the node of the key a
+// request writes where that is not Key's: an exact key (Request.Exact)
+// is a name of its own, often in another slot (a key per window, the
+// window's start in the name, so in another slot each window). Package
+// fallback routes such requests to the breaker of that node.
+type RequestLocator interface {
+	// NodeOfRequest returns the address of the node that owns the key
+	// req writes, or "" as NodeOf does.
+	NodeOfRequest(ctx context.Context, req *Request) string
+}
+
 // ContextHonourer is a store that can tell whether its calls return soon
 // after their context ends: both Redis stores (rueidis always, go-redis
 // when the client has ContextTimeoutEnabled). Package fallback then calls

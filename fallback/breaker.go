@@ -28,6 +28,9 @@ type breaker struct {
 	epoch atomic.Uint64
 	// probing reports that the breaker is half-open.
 	probing atomic.Bool
+	// abandonProbe is set while a probe of an abandoned call runs (see
+	// executeProbed).
+	abandonProbe atomic.Bool
 }
 
 func stateOf(s gobreaker.State) backend.BreakerState {
@@ -82,12 +85,29 @@ func locatorOf(s backend.Store) backend.NodeLocator {
 	return l
 }
 
+// breakerForRequest returns the breaker of the node that owns the key req
+// writes: an exact key's (backend.ExactKey) own node, not Key's.
+func (s *shared) breakerForRequest(ctx context.Context, req *backend.Request) *breaker {
+	if req.Exact.Base != "" && s.reqLocator != nil && !skipRequestLocator {
+		return s.breakerOf(ctx, s.reqLocator.NodeOfRequest(ctx, req))
+	}
+	return s.breakerFor(ctx, req.Key)
+}
+
+// skipRequestLocator routes exact keys by Key's node, as before
+// breakerForRequest: a control.
+var skipRequestLocator = false
+
 // breakerFor returns the breaker of the node that owns key.
 func (s *shared) breakerFor(ctx context.Context, key backend.Key) *breaker {
 	if s.locator == nil {
 		return s.one
 	}
-	node := s.locator.NodeOf(ctx, key)
+	return s.breakerOf(ctx, s.locator.NodeOf(ctx, key))
+}
+
+// breakerOf returns the breaker of node ("": not known).
+func (s *shared) breakerOf(_ context.Context, node string) *breaker {
 	if !s.cluster.Load() {
 		if node == "" {
 			return s.one // a single node, or a cluster whose map is not known yet

@@ -40,6 +40,38 @@ func (e sameEvent) Unwrap() error { return e.err }
 // the deadline: it decides whether the primary is back, and a loaded
 // machine answering a little late should not keep it away.
 func (s *shared) execute(ctx context.Context, b *breaker, fn func(context.Context) (backend.Result, error)) (backend.Result, error) {
+	return s.executeProbed(ctx, b, fn, nil)
+}
+
+// executeProbed is execute, with probe (nil: none) a read-only call of the
+// same key. A call its caller abandoned (its context ended first) is not
+// the primary's failure: the caller may give up for reasons of its own.
+// But a stall would then never open the breaker when callers' deadlines
+// are shorter than the store's (Envoy's 20 ms against 100 ms), so the
+// abandonment starts probe in the background, with the store's deadline,
+// and counts its outcome: a primary that answers it (a fast cancellation,
+// a healthy Redis) counts nothing; a stalled one fails it. One probe runs
+// per breaker at a time, so abandonments cost at most one call in flight.
+func (s *shared) executeProbed(ctx context.Context, b *breaker, fn, probe func(context.Context) (backend.Result, error)) (backend.Result, error) {
+	res, err := s.executeOnce(ctx, b, fn)
+	if probe != nil && ctx.Err() != nil && !skipAbandonProbe && b.abandonProbe.CompareAndSwap(false, true) {
+		if _, byCaller := errors.AsType[callerError](err); byCaller {
+			go func() {
+				defer b.abandonProbe.Store(false)
+				_, _ = s.executeOnce(context.WithoutCancel(ctx), b, probe)
+			}()
+		} else {
+			b.abandonProbe.Store(false)
+		}
+	}
+	return res, err
+}
+
+// skipAbandonProbe turns the probes of abandoned calls off: a control.
+var skipAbandonProbe = false
+
+// executeOnce is execute without the probe of abandoned calls.
+func (s *shared) executeOnce(ctx context.Context, b *breaker, fn func(context.Context) (backend.Result, error)) (backend.Result, error) {
 	res, err := b.cb.Execute(func() (backend.Result, error) {
 		epoch := b.epoch.Load()
 		probe := b.probing.Load()

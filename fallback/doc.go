@@ -7,7 +7,11 @@
 // failures (connection errors, timeouts, BUSY, LOADING, READONLY, OOM,
 // NOREPLICAS, CLUSTERDOWN, TRYAGAIN and any other error the primary returns)
 // count toward opening the breaker; the caller cancelling its own context and
-// invalid requests do not. A request whose primary call fails, and every
+// invalid requests do not. But a call its caller abandoned starts a Peek of
+// the same key in the background, with the store's deadline (one at a
+// time per breaker), whose outcome counts: so a stalled Redis opens the
+// breaker even when every caller's deadline is shorter than the store's,
+// while a cancellation Redis would have answered counts nothing. A request whose primary call fails, and every
 // request while the breaker is open, is decided by the policy instead (a
 // backend.FailurePolicy: the request's own, Request.OnFailure, else the
 // store's):

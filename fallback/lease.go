@@ -84,7 +84,7 @@ func (s *Store) Release(ctx context.Context, req backend.Request, lease int64) (
 	}
 	// The answer travels in the Result: a call abandoned at its deadline
 	// may still write to variables of this frame.
-	res, err := s.execute(ctx, s.breakerFor(ctx, req.Key), func(ctx context.Context) (backend.Result, error) {
+	res, err := s.execute(ctx, s.breakerForRequest(ctx, &req), func(ctx context.Context) (backend.Result, error) {
 		held, err := primary.Release(ctx, req, lease)
 		return backend.Result{Allowed: held}, err
 	})
@@ -125,7 +125,7 @@ func (s *Store) Renew(ctx context.Context, req backend.Request, lease int64) (ba
 	if err != nil {
 		return backend.Result{}, err
 	}
-	res, err := s.execute(ctx, s.breakerFor(ctx, req.Key), func(ctx context.Context) (backend.Result, error) {
+	res, err := s.execute(ctx, s.breakerForRequest(ctx, &req), func(ctx context.Context) (backend.Result, error) {
 		return primary.Renew(ctx, req, lease)
 	})
 	if err != nil {

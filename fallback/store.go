@@ -33,6 +33,8 @@ type shared struct {
 	// one is the breaker of every request when there is no locator.
 	one     *breaker
 	locator backend.NodeLocator
+	// reqLocator names the nodes of exact keys (nil: by Key).
+	reqLocator backend.RequestLocator
 	// cluster is set once the locator named a node: from then on each node
 	// has a breaker.
 	cluster atomic.Bool
@@ -99,6 +101,7 @@ func New(primary backend.Store, opts ...Option) (*Store, error) {
 	}
 	sh := &shared{primary: primary, local: c.local, cfg: c, direct: honoursContext(primary), locator: locatorOf(primary),
 		base: newBaselines(c.baselines)}
+	sh.reqLocator, _ = backend.As[backend.RequestLocator](primary)
 	sh.one = sh.newBreaker("")
 	return &Store{shared: sh, policy: c.policy}, nil
 }
@@ -144,8 +147,9 @@ func (s *Store) Peek(ctx context.Context, req backend.Request) (backend.Result, 
 // req (its refusal is the caller's error, not a failure); decide checks it
 // where the primary did not answer.
 func (s *Store) step(ctx context.Context, req backend.Request, call func(context.Context, backend.Request) (backend.Result, error), local localCall, kind localKind) (backend.Result, error) {
-	b := s.breakerFor(ctx, req.Key)
-	res, err := s.execute(ctx, b, func(ctx context.Context) (backend.Result, error) { return call(ctx, req) })
+	b := s.breakerForRequest(ctx, &req)
+	res, err := s.executeProbed(ctx, b, func(ctx context.Context) (backend.Result, error) { return call(ctx, req) },
+		func(ctx context.Context) (backend.Result, error) { return s.primary.Peek(ctx, req) })
 	if err == nil {
 		s.base.record(&req, &res)
 		return res, nil
@@ -191,7 +195,7 @@ func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 	}
 	// Keys on several nodes are not one call's; the first key's node
 	// answers for them (see the Redis stores' TakeAll).
-	b := s.breakerFor(ctx, reqs[0].Key)
+	b := s.breakerForRequest(ctx, &reqs[0])
 	// Every request's answer is a baseline: the caller's EachResults
 	// holds them, else one of ours.
 	callCtx, sink := ctx, backend.EachResultsFrom(ctx)
@@ -199,7 +203,8 @@ func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 		sink = new(backend.EachResults)
 		callCtx = backend.WithEachResults(ctx, sink)
 	}
-	res, err := s.execute(callCtx, b, func(ctx context.Context) (backend.Result, error) { return s.primary.TakeAll(ctx, reqs) })
+	res, err := s.executeProbed(callCtx, b, func(ctx context.Context) (backend.Result, error) { return s.primary.TakeAll(ctx, reqs) },
+		func(ctx context.Context) (backend.Result, error) { return s.primary.Peek(ctx, reqs[0]) })
 	if err == nil {
 		s.recordAll(reqs, res, sink)
 		return res, nil

@@ -142,6 +142,15 @@ func (s *Store) NodeOf(ctx context.Context, key backend.Key) string {
 	return masterOf(ctx, s.cluster, rediswire.Build("", key.ID, ""))
 }
 
+// NodeOfRequest implements backend.RequestLocator: the master of the key
+// req writes, an exact key's own (backend.ExactKey) or Key's.
+func (s *Store) NodeOfRequest(ctx context.Context, req *backend.Request) string {
+	if s.cluster == nil || req.Exact.Base == "" {
+		return s.NodeOf(ctx, req.Key)
+	}
+	return masterOf(ctx, s.cluster, rediswire.StateKey(req))
+}
+
 // masterOf returns the address of the master of key's slot, or "".
 func masterOf(ctx context.Context, cluster *redis.ClusterClient, key string) string {
 	c, err := cluster.MasterForKey(ctx, key)
@@ -245,15 +254,18 @@ type conn struct {
 // failed reacts to an error from the client. A cluster client reloads its
 // slot map after MOVED or ASK replies but not after connection errors, so
 // after a failover it would keep dialling the dead master until its periodic
-// reload (a minute by default); a connection error asks it to reload now.
+// reload (a minute by default); a connection error (or a READONLY reply)
+// asks it to reload now.
 // Reloads are asynchronous and coalesced by go-redis.
 func (a conn) failed(ctx context.Context, err error) {
 	cluster, ok := a.c.(*redis.ClusterClient)
 	if !ok || errors.Is(err, context.Canceled) {
 		return
 	}
+	// READONLY: the node was a master and is a replica now (a failover,
+	// as MemoryDB and ElastiCache do them): the map is stale too.
 	var reply redis.Error
-	if !errors.As(err, &reply) {
+	if !errors.As(err, &reply) || redis.HasErrorPrefix(err, "READONLY") {
 		cluster.ReloadState(ctx)
 	}
 }
@@ -419,6 +431,8 @@ func (conn) IsNoScript(err error) bool {
 
 // IncrExpire implements redisengine.NativeConn: INCRBY and PEXPIRE per key
 // in one pipeline (split per node by a cluster client), sent at most once.
+// On a cluster one node can fail while the others answer: the INCRBYs that
+// answered are reported with the error, so that the runner gives them back.
 func (a conn) IncrExpire(ctx context.Context, keys []string, by, expiry []int64) ([]int64, []error, error) {
 	incrs := make([]*redis.Cmd, len(keys))
 	pipe := a.c.Pipeline()
@@ -427,18 +441,22 @@ func (a conn) IncrExpire(ctx context.Context, keys []string, by, expiry []int64)
 		_ = pipe.Process(ctx, noRetry{incrs[i]})
 		_ = pipe.Process(ctx, noRetry{redis.NewCmd(ctx, "PEXPIRE", k, expiry[i])})
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !isReply(err) {
-		a.failed(ctx, err)
-		return nil, nil, err
-	}
+	_, _ = pipe.Exec(ctx) // each INCRBY tells its own outcome
 	counts := make([]int64, len(keys))
 	var errs []error
+	var failed error
 	for i, c := range incrs {
 		n, err := c.Int64()
+		if v, ok := c.Val().(int64); ok && err != nil && !isReply(err) {
+			// The node answered; a cluster client then stamps a later
+			// failure (of another node, or its retry's wait) on every
+			// command of the pipeline.
+			n, err = v, nil
+		}
 		if err != nil {
-			if !isReply(err) {
+			if !isReply(err) && failed == nil {
 				a.failed(ctx, err)
-				return nil, nil, err
+				failed = err
 			}
 			if errs == nil {
 				errs = make([]error, len(keys))
@@ -447,7 +465,7 @@ func (a conn) IncrExpire(ctx context.Context, keys []string, by, expiry []int64)
 		}
 		counts[i] = n
 	}
-	return counts, errs, nil
+	return counts, errs, failed
 }
 
 // Refund implements redisengine.NativeConn: SET NX PX and DECRBY per key in

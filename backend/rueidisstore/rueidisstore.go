@@ -135,6 +135,15 @@ func (s *Store) NodeOf(_ context.Context, key backend.Key) string {
 	return s.slots.nodeOf(rediswire.Build("", key.ID, ""))
 }
 
+// NodeOfRequest implements backend.RequestLocator: the master of the key
+// req writes, an exact key's own (backend.ExactKey) or Key's.
+func (s *Store) NodeOfRequest(ctx context.Context, req *backend.Request) string {
+	if s.slots == nil || req.Exact.Base == "" {
+		return s.NodeOf(ctx, req.Key)
+	}
+	return s.slots.nodeOf(rediswire.StateKey(req))
+}
+
 // Take implements backend.Store.
 func (s *Store) Take(ctx context.Context, req backend.Request) (backend.Result, error) {
 	return s.runner.Take(ctx, req)
@@ -234,7 +243,8 @@ func (a conn) failed(err error) {
 	if e, ok := rueidis.IsRedisErr(err); ok {
 		_, moved := e.IsMoved()
 		_, ask := e.IsAsk()
-		if !moved && !ask && !e.IsClusterDown() && !e.IsTryAgain() {
+		// READONLY: a master became a replica (a failover): the map is stale.
+		if !moved && !ask && !e.IsClusterDown() && !e.IsTryAgain() && !strings.HasPrefix(e.Error(), "READONLY") {
 			return // the script's own error, or NOSCRIPT: the map is fine
 		}
 	}
@@ -376,7 +386,9 @@ func (conn) IsNoScript(err error) bool {
 
 // IncrExpire implements redisengine.NativeConn: INCRBY and PEXPIRE per key
 // in one DoMulti (split per node by a cluster client; rueidis never
-// retries them).
+// retries them). On a cluster one node can fail while the others answer:
+// the INCRBYs that answered are reported with the error, so that the
+// runner gives them back.
 func (a conn) IncrExpire(ctx context.Context, keys []string, by, expiry []int64) ([]int64, []error, error) {
 	cmds := make(rueidis.Commands, 0, 2*len(keys))
 	for i, k := range keys {
@@ -387,12 +399,13 @@ func (a conn) IncrExpire(ctx context.Context, keys []string, by, expiry []int64)
 	resps := a.c.DoMulti(ctx, cmds...)
 	counts := make([]int64, len(keys))
 	var errs []error
+	var failed error
 	for i := range keys {
 		n, err := resps[2*i].AsInt64()
 		if err != nil {
-			if _, reply := rueidis.IsRedisErr(err); !reply || rueidis.IsRedisNil(err) {
+			if _, reply := rueidis.IsRedisErr(err); (!reply || rueidis.IsRedisNil(err)) && failed == nil {
 				a.failed(err)
-				return nil, nil, err
+				failed = err
 			}
 			if errs == nil {
 				errs = make([]error, len(keys))
@@ -401,7 +414,7 @@ func (a conn) IncrExpire(ctx context.Context, keys []string, by, expiry []int64)
 		}
 		counts[i] = n
 	}
-	return counts, errs, nil
+	return counts, errs, failed
 }
 
 // Refund implements redisengine.NativeConn: SET NX PX and DECRBY per key in

@@ -25,3 +25,19 @@ func SetSkipNativeRefunds(skip bool) (restore func()) {
 	skipNativeRefunds = skip
 	return func() { skipNativeRefunds = old }
 }
+
+// SetSkipPartialRefunds makes a native pipeline that failed on some keys
+// keep the others' increments (skip), a control; it returns the undo.
+func SetSkipPartialRefunds(skip bool) (restore func()) {
+	old := skipPartialRefunds
+	skipPartialRefunds = skip
+	return func() { skipPartialRefunds = old }
+}
+
+// SetWaitRefunds makes a refused native call wait for its refund past its
+// deadline (wait), a control; it returns the undo.
+func SetWaitRefunds(wait bool) (restore func()) {
+	old := waitRefunds
+	waitRefunds = wait
+	return func() { waitRefunds = old }
+}

@@ -4,7 +4,7 @@ package redisengine
 // key of the window holding the request's time and a PEXPIRE, the limits
 // of a request (and of the concurrent requests batched with it) in one
 // pipeline; a refused request gives back what it incremented, in a second
-// pipeline, before its call returns.
+// pipeline, which its call waits for until its context ends.
 //
 // Why not a script: a fixed window is a counter, and a script that wraps
 // the counter's two commands costs Redis more than the commands sent
@@ -37,9 +37,13 @@ type NativeConn interface {
 	// IncrExpire sends, in one pipeline, for every i INCRBY keys[i]
 	// by[i] then PEXPIRE keys[i] expiry[i] (ms), and returns each count
 	// after its INCRBY. errs is nil when no INCRBY failed, else errs[i]
-	// is the error of the one in place of counts[i]. Like a writing
-	// script it is sent at most once: never again after it may have
-	// reached the server. Keys may be in different cluster slots.
+	// is the error of the one in place of counts[i]. err is a failure of
+	// the connection (not a server's reply to one command); counts and
+	// errs are then still returned, when known: on a cluster the INCRBYs
+	// of the nodes that answered counted, and the runner gives them back.
+	// Like a writing script it is sent at most once: never again after
+	// it may have reached the server. Keys may be in different cluster
+	// slots.
 	IncrExpire(ctx context.Context, keys []string, by, expiry []int64) (counts []int64, errs []error, err error)
 	// Refund sends, in one pipeline and at most once, for every i
 	// SET keys[i] by[i] NX PX expiry[i] then DECRBY keys[i] by[i]: it
@@ -51,6 +55,11 @@ type NativeConn interface {
 // skipNativeRefunds makes the native path forget its refunds: a control
 // for the tests that must catch it.
 var skipNativeRefunds = false
+
+// skipPartialRefunds makes a native pipeline that failed on some keys keep
+// the increments of the others (as before they were given back): a
+// control.
+var skipPartialRefunds = false
 
 // nativeTake reports whether a Take (not a TakeAll) goes on the native
 // path: a fixed window of one unit. A refused Take of one unit found its
@@ -117,6 +126,15 @@ func (r *Runner) runNative(ctx context.Context, batch []*pendingTake) {
 		err = fmt.Errorf("%w: %d counts for %d keys", rediswire.ErrBadReply, len(counts), len(incr.keys))
 	}
 	var refunds nativeCalls
+	if err != nil && !skipPartialRefunds {
+		// A failure of some keys (a cluster node down) fails every
+		// call, and the INCRBYs that counted elsewhere are given back.
+		for i := range counts {
+			if len(counts) == len(incr.keys) && len(errs) == len(counts) && errs[i] == nil {
+				refunds.add(incr.keys[i], incr.by[i], incr.exp[i])
+			}
+		}
+	}
 	at := 0
 	for _, c := range batch {
 		first := at
@@ -179,19 +197,38 @@ func (r *Runner) nativeAdmitted(c *pendingTake, counts []int64, errs []error) (b
 }
 
 // refundNative gives back the refused increments, on a context of its own
-// so that a caller's deadline cannot leave them taken.
+// so that a caller's deadline cannot leave them taken. It waits for them
+// until ctx ends, no longer: a slow refund must not hold a caller past its
+// deadline (it goes on within RefundTimeout). A caller without a deadline
+// waits for it, so that its next request finds the units back.
 func (r *Runner) refundNative(ctx context.Context, refunds *nativeCalls) {
 	if len(refunds.keys) == 0 || skipNativeRefunds {
 		return
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RefundTimeout)
-	defer cancel()
-	if err := r.native.Refund(rctx, refunds.keys, refunds.by, refunds.exp); err != nil {
-		// The denials stand; the units stay taken until their keys
-		// expire.
-		r.failedRefunds.Add(uint64(len(refunds.keys)))
+	landed := make(chan struct{})
+	go func() {
+		defer close(landed)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RefundTimeout)
+		defer cancel()
+		if err := r.native.Refund(rctx, refunds.keys, refunds.by, refunds.exp); err != nil {
+			// The denials stand; the units stay taken until their
+			// keys expire.
+			r.failedRefunds.Add(uint64(len(refunds.keys)))
+		}
+	}()
+	if waitRefunds {
+		<-landed
+		return
+	}
+	select {
+	case <-landed:
+	case <-ctx.Done():
 	}
 }
+
+// waitRefunds makes a caller wait for its refund whatever its deadline, as
+// before refundNative stopped at the deadline: a control.
+var waitRefunds = false
 
 // nativeResult is c's decision from its counts after the increments:
 // admitted, or refused with each request's result as a Peek of its cost

@@ -3,11 +3,14 @@
 // certificates (cert-manager, Envoy Gateway) without a restart.
 //
 // A Reloader reads its files when made, and again when one is used and
-// the last check is older than its interval: the files' contents are
+// the last check is older than its interval, or a stat of the names finds
+// another file, size or time behind one (a rename over it, a Kubernetes
+// ..data swap: seen at the next handshake): the files' contents are
 // compared with what was loaded, which sees in-place writes and the
 // symbolic link swaps of Kubernetes secret volumes alike. A change that
-// does not load (a certificate written before its key, a torn file) keeps
-// the last good material and is logged once; the next check tries again.
+// does not load (a certificate written before its key, a torn file, a
+// certificate expired or not yet valid) keeps the last good material and
+// is logged once, with why; the next check tries again.
 //
 // Only new TLS handshakes see new material; open connections keep theirs.
 package certreload
@@ -52,7 +55,50 @@ type Reloader struct {
 	mu        sync.Mutex
 	lastCheck atomic.Int64       // unix nanoseconds
 	failed    *[sha256.Size]byte // the contents whose load failed, logged once
+	// seen is what os.Stat said of the files at the last check.
+	seen atomic.Pointer[[3]fileID]
 }
+
+// fileID is what a rename over a file (a certificate renewed by a new
+// file, a Kubernetes secret's ..data symlink swap) changes: the file
+// behind the name, its size or time.
+type fileID struct {
+	info os.FileInfo
+}
+
+// ids stats the files, following symbolic links; a file that cannot be
+// stated has no info.
+func (r *Reloader) ids() *[3]fileID {
+	var out [3]fileID
+	for i, path := range []string{r.files.Cert, r.files.Key, r.files.CA} {
+		if path != "" {
+			out[i].info, _ = os.Stat(path)
+		}
+	}
+	return &out
+}
+
+// renamed reports whether a file behind one of the names changed since
+// the last check: a few stats, cheap beside the handshake they serve, so
+// a rotation by rename is seen at once rather than after the interval.
+func (r *Reloader) renamed() bool {
+	seen := r.seen.Load()
+	if seen == nil || skipRenames {
+		return false
+	}
+	now := r.ids()
+	for i := range now {
+		a, b := seen[i].info, now[i].info
+		if (a == nil) != (b == nil) || a != nil && (!os.SameFile(a, b) || a.Size() != b.Size() || !a.ModTime().Equal(b.ModTime())) {
+			return true
+		}
+	}
+	return false
+}
+
+// skipRenames waits for the interval whatever the files, as before
+// renamed: a control.
+var skipRenames = false
 
 // material is one loaded set of files.
 type material struct {
@@ -88,6 +134,7 @@ func New(files Files, interval time.Duration, log *slog.Logger) (*Reloader, erro
 	}
 	r.cur.Store(m)
 	r.lastCheck.Store(r.now().UnixNano())
+	r.seen.Store(r.ids())
 	return r, nil
 }
 
@@ -137,7 +184,7 @@ func (r *Reloader) load(raw []byte) (*material, error) {
 // others go on with what is loaded.
 func (r *Reloader) current() *material {
 	now := r.now()
-	if now.UnixNano()-r.lastCheck.Load() >= int64(r.interval) && r.mu.TryLock() {
+	if (now.UnixNano()-r.lastCheck.Load() >= int64(r.interval) || r.renamed()) && r.mu.TryLock() {
 		r.check(now)
 		r.mu.Unlock()
 	}
@@ -156,6 +203,7 @@ func (r *Reloader) Check() (bool, error) {
 // check is Check with mu held.
 func (r *Reloader) check(now time.Time) (bool, error) {
 	r.lastCheck.Store(now.UnixNano())
+	r.seen.Store(r.ids())
 	raw, err := r.read()
 	sum := sha256.Sum256(raw) // a file that cannot be read sums as no contents
 	if err == nil && sum == r.cur.Load().sum {
@@ -164,6 +212,9 @@ func (r *Reloader) check(now time.Time) (bool, error) {
 	var m *material
 	if err == nil {
 		m, err = r.load(raw)
+	}
+	if err == nil && !skipValidity {
+		err = r.valid(m, now)
 	}
 	if err != nil {
 		if r.failed == nil || *r.failed != sum { // once per contents
@@ -176,6 +227,31 @@ func (r *Reloader) check(now time.Time) (bool, error) {
 	r.cur.Store(m)
 	r.log.Info("TLS files reloaded", "files", r.files.Name)
 	return true, nil
+}
+
+// skipValidity lets a rotation load a certificate outside its validity,
+// as before valid: a control.
+var skipValidity = false
+
+// valid refuses a rotation to a certificate that is expired or not yet
+// valid at now: served, every new handshake would fail, while the
+// previous one may still be good.
+func (r *Reloader) valid(m *material, now time.Time) error {
+	if m.cert == nil {
+		return nil
+	}
+	leaf := m.cert.Leaf
+	if leaf == nil {
+		var err error
+		if leaf, err = x509.ParseCertificate(m.cert.Certificate[0]); err != nil {
+			return fmt.Errorf("%s: %s: %w", r.files.Name, r.files.Cert, err)
+		}
+	}
+	if now.Before(leaf.NotBefore) || now.After(leaf.NotAfter) {
+		return fmt.Errorf("%s: %s is valid from %s to %s, not now (%s); renew it",
+			r.files.Name, r.files.Cert, leaf.NotBefore.UTC().Format(time.RFC3339), leaf.NotAfter.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+	}
+	return nil
 }
 
 // Certificate returns the certificate in force; nil without Files.Cert.

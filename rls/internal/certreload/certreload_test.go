@@ -67,8 +67,8 @@ func (f *fakeNow) add(d time.Duration) {
 	f.mu.Unlock()
 }
 
-// TestInPlaceRotation: a pair written over the files is served after the
-// interval, not before; a torn pair keeps the old one and logs once.
+// TestInPlaceRotation: a pair written over the files is served at the next
+// use; a torn pair keeps the old one and logs once.
 func TestInPlaceRotation(t *testing.T) {
 	a, b := testpki.New(t), testpki.New(t)
 	dir := t.TempDir()
@@ -99,13 +99,11 @@ func TestInPlaceRotation(t *testing.T) {
 		t.Fatalf("a torn pair logged %d times, want once", n)
 	}
 
+	// The key follows: the files changed (size, time), so the pair is
+	// loaded at the next use, before the interval.
 	copyFile(t, b.ServerKey, key)
-	if !bytes.Equal(r.Certificate().Certificate[0], leafOf(t, a.ServerCert)) {
-		t.Fatal("reloaded before the interval")
-	}
-	clock.add(time.Minute)
 	if !bytes.Equal(r.Certificate().Certificate[0], leafOf(t, b.ServerCert)) {
-		t.Fatal("the new pair not loaded after the interval")
+		t.Fatal("the new pair not loaded once its files changed")
 	}
 	if n := logs.count("reloaded"); n != 1 {
 		t.Fatalf("%d reload lines, want 1", n)
@@ -368,4 +366,80 @@ func serveTLS(t *testing.T, conf *tls.Config, handle func(*tls.Conn)) net.Listen
 		}
 	}()
 	return l
+}
+
+// TestRotationRefusesACertificateOutsideItsValidity: a rotation to a pair
+// that is expired (the clock a year on) or not yet valid (a year back)
+// keeps the last good pair and logs why. Before, it was served and every
+// new handshake failed. The control skips the check: the pair is loaded.
+func TestRotationRefusesACertificateOutsideItsValidity(t *testing.T) {
+	for _, shift := range []time.Duration{365 * 24 * time.Hour, -365 * 24 * time.Hour} {
+		a, b := testpki.New(t), testpki.New(t)
+		dir := t.TempDir()
+		cert, key := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+		copyFile(t, a.ServerCert, cert)
+		copyFile(t, a.ServerKey, key)
+		logs := &logBuffer{}
+		r, err := New(Files{Cert: cert, Key: key, Name: "test"}, time.Minute, slog.New(slog.NewTextHandler(logs, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		clock := &fakeNow{t: time.Now().Add(shift)}
+		r.now = clock.now
+		copyFile(t, b.ServerCert, cert)
+		copyFile(t, b.ServerKey, key)
+		loaded, err := r.Check()
+		if loaded || err == nil || !strings.Contains(err.Error(), "renew it") {
+			t.Fatalf("shift %v: a pair outside its validity: loaded %v, err %v", shift, loaded, err)
+		}
+		if !bytes.Equal(r.Certificate().Certificate[0], leafOf(t, a.ServerCert)) {
+			t.Fatalf("shift %v: the pair outside its validity replaced the good one", shift)
+		}
+		if logs.count("renew it") != 1 {
+			t.Fatalf("shift %v: why was not logged once", shift)
+		}
+
+		skipValidity = true
+		loaded, err = r.Check()
+		skipValidity = false
+		if !loaded || err != nil {
+			t.Fatalf("shift %v: the control did not load the pair (%v, %v): the test cannot tell", shift, loaded, err)
+		}
+	}
+}
+
+// TestRenameSeenBeforeTheInterval: a pair renamed over the served files,
+// and a Kubernetes ..data swap, are in force at the next handshake, not
+// after the interval (an hour here; 10 s by default in limitkit-rls),
+// the reference's TestReloadGRPCServerCerts case. The control waits for
+// the interval: the old pair stays.
+func TestRenameSeenBeforeTheInterval(t *testing.T) {
+	for _, control := range []bool{false, true} {
+		a, b := testpki.New(t), testpki.New(t)
+		dir := t.TempDir()
+		cert, key := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+		copyFile(t, a.ServerCert, cert)
+		copyFile(t, a.ServerKey, key)
+		r, err := New(Files{Cert: cert, Key: key, Name: "test"}, time.Hour, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clock := &fakeNow{t: time.Now()}
+		r.now = clock.now
+		skipRenames = control
+		// The new pair written aside, then renamed over the served names.
+		copyFile(t, b.ServerKey, key+".new")
+		copyFile(t, b.ServerCert, cert+".new")
+		if err := os.Rename(key+".new", key); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(cert+".new", cert); err != nil {
+			t.Fatal(err)
+		}
+		got := bytes.Equal(r.Certificate().Certificate[0], leafOf(t, b.ServerCert))
+		skipRenames = false
+		if got == control {
+			t.Fatalf("control %v: the renamed pair in force: %v", control, got)
+		}
+	}
 }

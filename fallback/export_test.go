@@ -1,0 +1,17 @@
+package fallback
+
+// SetSkipRequestLocator routes exact keys by Key's node (skip), as before
+// the breaker followed the key written, a control; it returns the undo.
+func SetSkipRequestLocator(skip bool) (restore func()) {
+	old := skipRequestLocator
+	skipRequestLocator = skip
+	return func() { skipRequestLocator = old }
+}
+
+// SetSkipAbandonProbe turns off the probes of calls their callers
+// abandoned (skip), a control; it returns the undo.
+func SetSkipAbandonProbe(skip bool) (restore func()) {
+	old := skipAbandonProbe
+	skipAbandonProbe = skip
+	return func() { skipAbandonProbe = old }
+}
