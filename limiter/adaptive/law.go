@@ -9,7 +9,9 @@ import (
 // Window summarizes the requests that completed during one sampling
 // window: what a Law decides the next limit from.
 type Window struct {
-	// RTT is the mean latency of the window's successful requests.
+	// RTT is the mean latency of the window's successful and dropped
+	// requests (a drop's latency is a lower bound of what it would have
+	// taken).
 	RTT time.Duration
 	// MinRTT is the lowest of them.
 	MinRTT time.Duration
@@ -112,18 +114,19 @@ func (g *Gradient2) Update(limit float64, w Window) float64 {
 	tol, smooth, queue, longN := g.defaults()
 	short := float64(w.RTT)
 	g.windows++
+	// A window past the tolerance enters the average as at it: one
+	// overloaded window (tens of times the baseline after a capacity
+	// drop) would otherwise raise the baseline for minutes, and the limit
+	// with it. A backend that really slowed still moves it, geometrically.
+	sample := min(short, tol*g.long)
 	switch {
 	case g.long == 0:
 		g.long = short
 	case g.windows <= 10:
 		// Warm-up: a plain mean of the first windows.
-		g.long += (short - g.long) / float64(g.windows)
+		g.long += (sample - g.long) / float64(g.windows)
 	default:
-		// A window past the tolerance counts as at it: one overloaded
-		// window (57 times the baseline after a capacity drop) would
-		// otherwise raise the baseline for minutes, and the limit with it.
-		// A backend that really slowed still moves it, geometrically.
-		g.long += (min(short, tol*g.long) - g.long) * 2 / float64(longN+1)
+		g.long += (sample - g.long) * 2 / float64(longN+1)
 	}
 	if g.long/short > 2 {
 		// Latency fell well below the long average (the backend recovered

@@ -197,14 +197,15 @@ func TestLimitNeverLeavesItsBounds(t *testing.T) {
 
 func TestGradient2Steps(t *testing.T) {
 	// One window at a time, by hand: flat latency adds QueueSize ×
-	// Smoothing; latency at twice the long average with tolerance 1.5
-	// multiplies by 0.75 before smoothing.
+	// Smoothing; latency at four times the baseline multiplies by the
+	// gradient's floor, 0.5, before smoothing.
 	g := &Gradient2{}
 	w := Window{RTT: 10 * time.Millisecond, InFlight: 50, Samples: 10}
 	require.InDelta(t, 50*0.8+(50+4)*0.2, g.Update(50, w), 1e-9)
 	w.RTT = 40 * time.Millisecond
-	long := 10e6 + (40e6-10e6)/2 // the warm-up mean of the two windows
-	grad := 1.5 * long / 40e6
+	// The window enters the warm-up mean capped at 1.5 × 10 ms.
+	long := 10e6 + (15e6-10e6)/2
+	grad := max(0.5, 1.5*long/40e6)
 	require.InDelta(t, 50*0.8+(50*grad+4)*0.2, g.Update(50, w), 1e-6)
 	// An idle window (less than half the limit in flight) leaves it.
 	w.InFlight = 20

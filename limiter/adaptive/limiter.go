@@ -446,7 +446,9 @@ func (l *Limiter) sampleLocked(now time.Time, rtt time.Duration, r Result) (Limi
 	case Ignored:
 		return LimitChange{}, false
 	case Dropped:
+		// Its latency counts too: the request took at least this long.
 		w.dropped = true
+		fallthrough
 	default:
 		w.ok++
 		w.sum += rtt
@@ -500,7 +502,7 @@ func (t *Token) OnSuccess() { t.end(Succeeded) }
 
 // OnDropped releases the slot of a request that timed out or was refused
 // for overload further down: laws that react to drops (AIMD) lower the
-// limit.
+// limit, and its latency, a lower bound, is a sample.
 func (t *Token) OnDropped() { t.end(Dropped) }
 
 // OnIgnore releases the slot of a request whose latency says nothing of

@@ -1,7 +1,6 @@
 package httplimit
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -104,9 +103,10 @@ type AdaptiveMiddleware struct {
 // client should retry later or elsewhere, unlike a 429 for its own quota.
 //
 // The slot's latency feeds lim's law: a handler that returns is a
-// success; a request whose context ended with its deadline is a drop (a
-// sign of overload); one whose client went away (context canceled) is
-// ignored. It returns an error for a nil limiter or an invalid option.
+// success; a request whose context ended first (its deadline, or the
+// client going away, which under overload is mostly a client's timeout)
+// is a drop, its latency a lower bound. Ignoring those would freeze the
+// limit exactly when every request times out. It returns an error for a nil limiter or an invalid option.
 func NewAdaptive(lim *adaptive.Limiter, opts ...AdaptiveOption) (*AdaptiveMiddleware, error) {
 	if lim == nil {
 		return nil, errors.New("httplimit: adaptive limiter is nil; build one with adaptive.New")
@@ -140,14 +140,15 @@ func (m *AdaptiveMiddleware) Handler(next http.Handler) http.Handler {
 			m.o.refused.ServeHTTP(w, r)
 			return
 		}
+		if r.Context().Err() != nil {
+			tok.OnIgnore() // gone while it waited: its latency says nothing
+			return
+		}
 		defer func() {
 			// A deferred call runs on return and while panicking alike.
-			switch {
-			case errors.Is(r.Context().Err(), context.DeadlineExceeded):
+			if r.Context().Err() != nil {
 				tok.OnDropped()
-			case r.Context().Err() != nil:
-				tok.OnIgnore()
-			default:
+			} else {
 				tok.OnSuccess()
 			}
 		}()
