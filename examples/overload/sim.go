@@ -57,8 +57,10 @@ func server(mode string, b *backend, capacity int) (http.Handler, *adaptive.Limi
 	case "fixed":
 		cfg = adaptive.Config{Name: "fixed", Law: adaptive.Fixed{}, Initial: capacity}
 	case "adaptive":
-		// The initial limit is the default (20): the service does not know C.
-		cfg = adaptive.Config{Name: "adaptive", Law: &adaptive.Gradient2{}, Max: 10 * capacity,
+		// The service does not know C: it starts low, below any capacity
+		// it expects, so that Gradient2 learns the latency of a backend
+		// not yet overloaded, and grows from there.
+		cfg = adaptive.Config{Name: "adaptive", Law: &adaptive.Gradient2{}, Initial: 2, Max: 1000,
 			Window: 100 * time.Millisecond}
 	default:
 		return nil, nil, fmt.Errorf("mode %q is unknown", mode)

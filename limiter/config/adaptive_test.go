@@ -42,11 +42,11 @@ func TestAdaptiveBlock(t *testing.T) {
 
 func TestAdaptiveBlockErrors(t *testing.T) {
 	for field, bad := range map[string]string{
-		"law: vegas":          "unknown",
+		"law: vegas":         "unknown",
 		"min: 9\n    max: 3": "Min",
-		"sheddable_share: x":  "not a number",
-		"tolerance: 0.5":      "Tolerance",
-		"queu_size: 3":        "did you mean",
+		"sheddable_share: x": "not a number",
+		"tolerance: 0.5":     "Tolerance",
+		"queu_size: 3":       "did you mean",
 	} {
 		file := "backend: {url: \"memory://\"}\npolicies:\n  api: {limit: 10, window: 1m}\nadaptive:\n  s:\n    " + field + "\n"
 		_, err := config.Parse([]byte(file), config.YAML)
