@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -226,4 +227,85 @@ func TestLawParametersAreChecked(t *testing.T) {
 	_, err := New(Config{})
 	require.NoError(t, err)
 	require.True(t, errors.Is(ErrLimited, ErrLimited))
+}
+
+// roundDeadline is round with callers that give up at deadline: a round
+// slower than that ends at it, every request dropped.
+func roundDeadline(lim *Limiter, fake *clock.Fake, b backend, deadline time.Duration) (int, time.Duration, bool) {
+	var toks []*Token
+	for {
+		tok, err := lim.Acquire(context.Background(), Critical)
+		if err != nil {
+			break
+		}
+		toks = append(toks, tok)
+	}
+	rtt := b.rtt(len(toks))
+	ok := rtt <= deadline
+	fake.Advance(min(rtt, deadline))
+	for _, tok := range toks {
+		if ok {
+			tok.OnSuccess()
+		} else {
+			tok.OnDropped()
+		}
+	}
+	return len(toks), min(rtt, deadline), ok
+}
+
+// BenchmarkStepChange runs the setup on a fake clock: a backend of
+// capacity C (latency flat to C, e^(6·excess/C) past it) kept saturated
+// (offered load above 3×C), C halved then restored, 100 ms windows. It
+// reports how many simulated seconds the limit took to settle within ±25%
+// of C after each step, goodput against capacity (callers give up at a
+// 4×base deadline: those requests are drops, not goodput) and the p99
+// latency of requests served, against the base, over the whole run.
+// Machine load does not change it.
+func BenchmarkStepChange(b *testing.B) {
+	for _, tol := range []float64{1.5, 1.2, 1.1} {
+		b.Run(fmt.Sprintf("tolerance=%v", tol), func(b *testing.B) { stepChange(b, tol) })
+	}
+}
+
+func stepChange(b *testing.B, tol float64) {
+	const c, phaseRounds = 40, 400
+	base := 10 * time.Millisecond
+	for range b.N {
+		fake := clock.NewFake(t0)
+		lim, err := New(Config{Law: &Gradient2{Tolerance: tol}, Initial: 10, Min: 1, Max: 1000, Window: 100 * time.Millisecond, Clock: fake})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var settle [3]time.Duration
+		var served, capacity float64
+		var lat []time.Duration
+		for i, cp := range []int{c, c / 2, c} {
+			bk := backend{capacity: cp, base: base}
+			start := fake.Now()
+			settled := time.Duration(-1)
+			for range phaseRounds {
+				n, rtt, ok := roundDeadline(lim, fake, bk, 4*base)
+				if ok {
+					served += float64(n)
+					for range n {
+						lat = append(lat, rtt)
+					}
+				}
+				capacity += float64(cp) * rtt.Seconds() / base.Seconds()
+				l := lim.Limit()
+				switch in := 4*l >= 3*cp && 4*l <= 5*cp; {
+				case !in:
+					settled = -1
+				case settled < 0:
+					settled = fake.Now().Sub(start)
+				}
+			}
+			settle[i] = settled
+		}
+		slices.Sort(lat)
+		b.ReportMetric(settle[1].Seconds(), "s-settle-halved")
+		b.ReportMetric(settle[2].Seconds(), "s-settle-restored")
+		b.ReportMetric(served/capacity, "goodput/capacity")
+		b.ReportMetric(float64(lat[len(lat)*99/100])/float64(base), "p99/base")
+	}
 }
