@@ -17,7 +17,7 @@
 // sheddable requests; for the adaptive server, how long the limit took to
 // settle within ±25% of the capacity after each step.
 //
-//	go run ./examples/overload                  # C=10, 100 ms, 6 s per server
+//	go run ./examples/overload                  # C=10, 100 ms, 7.5 s per server
 //	go run ./examples/overload -c 20 -base 50ms -d 9s
 //
 // It listens on 127.0.0.1 only and runs for 3 × -d.
@@ -36,7 +36,7 @@ func main() {
 	var s Setup
 	flag.IntVar(&s.Capacity, "c", 10, "backend capacity C: requests served at once at the base latency")
 	flag.DurationVar(&s.Base, "base", 100*time.Millisecond, "backend latency up to C in flight")
-	flag.DurationVar(&s.Duration, "d", 6*time.Second, "run time per server (three phases: C, C/2, C)")
+	flag.DurationVar(&s.Duration, "d", 7500*time.Millisecond, "run time per server (three phases: C, C/2, C)")
 	flag.Float64Var(&s.Load, "load", 3, "offered load, in multiples of the capacity")
 	flag.Parse()
 	if err := run(os.Stdout, s); err != nil {

@@ -60,14 +60,15 @@ func server(mode string, b *backend, capacity int) (http.Handler, *adaptive.Limi
 		// The service does not know C: it starts low, below any capacity
 		// it expects, so that Gradient2 learns the latency of a backend
 		// not yet overloaded, and grows from there.
-		cfg = adaptive.Config{Name: "adaptive", Law: &adaptive.Gradient2{}, Initial: 2, Max: 1000,
-			Window: 100 * time.Millisecond}
+		cfg = adaptive.Config{Name: "adaptive", Law: &adaptive.Gradient2{}, Initial: 4, Max: 1000,
+			Window: 100 * time.Millisecond, MinSamples: 5}
 	default:
 		return nil, nil, fmt.Errorf("mode %q is unknown", mode)
 	}
 	// A short queue lets a critical request wait for the next free slot;
 	// a wait is bounded by half the base latency.
 	cfg.QueueSize, cfg.MaxWait = capacity, b.base/2
+
 
 	lim, err := adaptive.New(cfg)
 	if err != nil {

@@ -50,7 +50,9 @@ type Law interface {
 // not grow while less than half of it is in use. One departure from
 // concurrency-limits: a window's latency enters the long average capped at
 // Tolerance × long, so that the overloaded windows after a drop in
-// capacity do not raise the baseline (and the limit) for minutes.
+// capacity do not raise the baseline (and the limit) for minutes; and the
+// headroom QueueSize is added only while latency is within the tolerance,
+// so that the limit falls at small limits too.
 //
 // The zero value is Gradient2 with the defaults below.
 type Gradient2 struct {
@@ -137,7 +139,13 @@ func (g *Gradient2) Update(limit float64, w Window) float64 {
 		return limit // the limit was not tested: do not grow it
 	}
 	gradient := max(0.5, min(1, tol*g.long/short))
-	next := limit*gradient + queue
+	next := limit * gradient
+	if gradient == 1 {
+		// Headroom only while latency is within tolerance: added to a
+		// falling limit it cancels the fall at small limits (at 7, a
+		// gradient of 0.5 plus 4 left the limit where it was).
+		next += queue
+	}
 	return limit*(1-smooth) + next*smooth
 }
 

@@ -199,7 +199,7 @@ func TestLimitNeverLeavesItsBounds(t *testing.T) {
 func TestGradient2Steps(t *testing.T) {
 	// One window at a time, by hand: flat latency adds QueueSize ×
 	// Smoothing; latency at four times the baseline multiplies by the
-	// gradient's floor, 0.5, before smoothing.
+	// gradient's floor, 0.5, before smoothing, with no headroom.
 	g := &Gradient2{}
 	w := Window{RTT: 10 * time.Millisecond, InFlight: 50, Samples: 10}
 	require.InDelta(t, 50*0.8+(50+4)*0.2, g.Update(50, w), 1e-9)
@@ -207,7 +207,7 @@ func TestGradient2Steps(t *testing.T) {
 	// The window enters the warm-up mean capped at 1.5 × 10 ms.
 	long := 10e6 + (15e6-10e6)/2
 	grad := max(0.5, 1.5*long/40e6)
-	require.InDelta(t, 50*0.8+(50*grad+4)*0.2, g.Update(50, w), 1e-6)
+	require.InDelta(t, 50*0.8+(50*grad)*0.2, g.Update(50, w), 1e-6)
 	// An idle window (less than half the limit in flight) leaves it.
 	w.InFlight = 20
 	require.Equal(t, 50.0, g.Update(50, w))
