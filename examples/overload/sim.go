@@ -69,7 +69,6 @@ func server(mode string, b *backend, capacity int) (http.Handler, *adaptive.Limi
 	// a wait is bounded by half the base latency.
 	cfg.QueueSize, cfg.MaxWait = capacity, b.base/2
 
-
 	lim, err := adaptive.New(cfg)
 	if err != nil {
 		return nil, nil, err
