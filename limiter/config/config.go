@@ -147,6 +147,9 @@ type Config struct {
 	Backend Backend
 	// Policies are the named limits, in file order.
 	Policies []Policy
+	// Adaptive are the adaptive concurrency limits (the adaptive block),
+	// in file order; AdaptiveLimiter builds them.
+	Adaptive []Adaptive
 
 	// file and lines locate fields for error messages; empty for a Config
 	// written in Go.

@@ -99,7 +99,7 @@ func TestBrokenFiles(t *testing.T) {
 		{"unknown field", replaceLine(t, 7, `    limt: 5`),
 			`limits.yaml:7: policies.login.limt: unknown field (did you mean "limit"?); the fields here are algorithm, limit, window, prefix, on_failure, mode, guard, exempt, deny, http`, 7, "policies.login.limt"},
 		{"unknown top-level field", replaceLine(t, 1, `version: 2`),
-			`limits.yaml:1: version: unknown field; the fields here are backend, policies`, 1, "version"},
+			`limits.yaml:1: version: unknown field; the fields here are backend, policies, adaptive`, 1, "version"},
 		{"unknown guard field", replaceLine(t, 23, `      on_fail: fail_closed`),
 			`limits.yaml:23: policies.payment.guard.on_fail: unknown field (did you mean "on_failure"?); the fields here are algorithm, limit, window, on_failure, mode`, 23, "policies.payment.guard.on_fail"},
 		{"bad algorithm", replaceLine(t, 6, `    algorithm: leaky_bucket`),

@@ -27,8 +27,10 @@ func (c *Config) decode(root *configtree.Node, l *errorList) {
 		case "policies":
 			seen = true
 			return d.policies(f.Val, p)
+		case "adaptive":
+			return d.adaptive(f.Val, p)
 		}
-		return d.Unknown(f, "", "backend, policies")
+		return d.Unknown(f, "", "backend, policies, adaptive")
 	})
 	if err != nil {
 		l.add(fileError(err))

@@ -1,0 +1,30 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestOverloadRuns runs the comparison briefly: every server reports its
+// three phases. The figures depend on the machine and are not checked.
+func TestOverloadRuns(t *testing.T) {
+	var out strings.Builder
+	require.NoError(t, run(&out, Setup{Capacity: 4, Base: 20 * time.Millisecond, Duration: 600 * time.Millisecond, Load: 3}))
+	for _, mode := range []string{"unprotected", "fixed", "adaptive"} {
+		require.Equal(t, 3, strings.Count(out.String(), "\n"+mode+" "), out.String())
+	}
+	require.Error(t, run(&out, Setup{Capacity: 1, Base: time.Millisecond, Duration: time.Second, Load: 3}))
+	require.Error(t, run(&out, Setup{Capacity: 1000, Base: time.Millisecond, Duration: time.Minute, Load: 3}), "too many requests")
+}
+
+func TestLimitRangeSettles(t *testing.T) {
+	// Control for the settling time: out of the band resets it.
+	limits := []limitAt{{0, 40}, {10, 22}, {20, 30}, {30, 21}, {40, 20}}
+	lo, hi, settle := limitRange(limits, 0, 100, 20)
+	require.Equal(t, [3]int{20, 40, 30}, [3]int{lo, hi, int(settle)})
+	_, _, settle = limitRange([]limitAt{{0, 40}}, 0, 100, 20)
+	require.Equal(t, time.Duration(-1), settle)
+}
