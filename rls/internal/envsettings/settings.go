@@ -142,6 +142,10 @@ type Settings struct {
 	// limits are charged after the response ("*": every domain), the
 	// token budgets of Envoy Gateway and AI Gateway (rls.WithChargedDomains).
 	ChargedDomains []string
+	// LIMITKIT_JSON_ENABLED (true): serve POST /json on PORT. It answers
+	// anyone who reaches the port, unauthenticated, with the same power
+	// as gRPC (negative hits give units back): false turns it off.
+	JSONEnabled bool
 
 	// LIMITKIT_BACKEND_URL: a limitkit store URL (memory://, redis://,
 	// rediss://, redis+cluster://, redis+sentinel://, TLS options); it
@@ -272,6 +276,7 @@ func Load(lookup Lookup) (*Settings, error) {
 		HeaderReset:                       r.str("LIMIT_RESET_HEADER", "RateLimit-Reset"),
 		MergeDomainConfig:                 r.boolean("MERGE_DOMAIN_CONFIG", false),
 		QuotaMode:                         r.boolean("QUOTA_MODE", false),
+		JSONEnabled:                       r.boolean("LIMITKIT_JSON_ENABLED", true),
 		BackendURL:                        r.str("LIMITKIT_BACKEND_URL", ""),
 		RedisClient:                       strings.ToLower(r.str("LIMITKIT_REDIS_CLIENT", "go-redis")),
 		OnFailure:                         r.str("LIMITKIT_ON_FAILURE", "local"),
