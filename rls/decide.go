@@ -30,6 +30,9 @@ type group struct {
 	res    backend.Result
 	denied bool // this limit refused (or would refuse, for shadow and checks)
 	held   bool // admitted, but the request was refused: nothing consumed
+	// charged: the limit is charged after the response (WithChargedDomains):
+	// its hits are a charge (req.Charge), its checks refuse a spent key.
+	charged bool
 }
 
 // ShouldRateLimit implements rlsv3.RateLimitServiceServer. It answers an
@@ -197,6 +200,8 @@ func (s *Service) newGroup(c candidate, key backend.Key, check bool, now time.Ti
 			g.req.Exact = backend.ExactKey{Base: base, Expiry: referenceExpiry(c.rule)}
 		}
 	}
+	g.charged = s.opts.chargedDomain(domain) && c.rule.alg.CheckCharge() == nil
+	g.req.Charge = g.charged && !check
 	if check {
 		g.req.Cost = 1
 		if g.refund {
@@ -302,13 +307,17 @@ func (q quotaCount) allDenied() bool { return q.all > 0 && q.denied == q.all }
 // quota-mode limits counted so far.
 func (s *Service) sortGroups(ctx context.Context, groups []*group) (enforced, shadow []*group, refused bool, q quotaCount, err error) {
 	for _, g := range groups {
-		quota := (g.rule.quota || s.opts.quota) && !g.rule.shadow && !g.refund
+		quota := (g.rule.quota || s.opts.quota) && !g.rule.shadow && !g.refund && !g.req.Charge
 		if quota {
 			q.all++
 		}
 		switch {
 		case g.refund:
 			err = s.giveBack(ctx, g)
+		case g.req.Charge:
+			// Recorded whatever is left, and never refuses the request.
+			g.req.Cost = min(g.req.Cost, g.rule.alg.ChargeBound())
+			err = s.take(ctx, g)
 		case g.check:
 			err = s.checkOnly(ctx, g)
 			if g.denied && quota {
@@ -543,14 +552,20 @@ func (s *Service) giveBack(ctx context.Context, g *group) error {
 	return nil
 }
 
-// checkOnly reads g for a check-only descriptor (hits 0): as the
-// reference, it refuses only a key counted over its limit, so a key
+// checkOnly reads g for a check-only descriptor (hits 0): on a limit
+// charged after the response (WithChargedDomains) it refuses a key with
+// nothing left; otherwise, as the reference, it refuses only a key counted
+// over its limit, so a key
 // exactly at its limit passes (with 0 remaining). It peeks one unit
 // against the limit plus one: admitted exactly when the count is at most
 // the limit (for a bucket (gcra), whose window sets its rate, with the window grown
 // in proportion, so that its emission interval stays). Where that is no
 // valid rule, it peeks one unit against the limit itself.
 func (s *Service) checkOnly(ctx context.Context, g *group) error {
+	if g.charged {
+		// A budget charged after the response: spent (or in debt) refuses.
+		return s.peekCost(ctx, g, 1)
+	}
 	l := g.rule.alg.Limit
 	req := g.req
 	req.Cost = 1

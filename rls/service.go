@@ -44,6 +44,46 @@ type options struct {
 	maxStatKeys    int
 	nearRatio      float64
 	prefix         string
+	// charged are the domains charged after the response; all of them
+	// with chargeAll (WithChargedDomains).
+	charged   map[string]bool
+	chargeAll bool
+}
+
+// chargedDomain reports whether domain's limits are charged after the
+// response (WithChargedDomains).
+func (o *options) chargedDomain(domain string) bool {
+	return o.chargeAll || o.charged[domain]
+}
+
+// WithChargedDomains marks the domains whose limits are charged after the
+// response (LIMITKIT_CHARGED_DOMAINS; "*" marks every domain): the token
+// budgets of Envoy Gateway (cost.response) and Envoy AI Gateway
+// (llmRequestCosts, QuotaPolicy), which check each request with
+// hits_addend 0 and send the tokens on a second call when the stream ends.
+// On such a limit a positive hits is a charge (backend.Request.Charge):
+// recorded whatever is left, never refused, units beyond the limit kept as
+// debt; and a check (hits 0) refuses a key with nothing left, where the
+// reference refuses only one counted over its limit. Limits of algorithms
+// that cannot record a charge (concurrency, two_level, compact_log) keep
+// the default. docs/rls.md says why a domain is the unit.
+func WithChargedDomains(domains ...string) Option {
+	return func(o *options) error {
+		for _, d := range domains {
+			switch d {
+			case "":
+				return fmt.Errorf("WithChargedDomains: an empty domain; name domains, or \"*\" for all")
+			case "*":
+				o.chargeAll = true
+			default:
+				if o.charged == nil {
+					o.charged = map[string]bool{}
+				}
+				o.charged[d] = true
+			}
+		}
+		return nil
+	}
 }
 
 // HeaderNames are the response headers of WithResponseHeaders. An empty

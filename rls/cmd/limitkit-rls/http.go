@@ -66,11 +66,14 @@ func (srv *server) observeCall(ctx context.Context, req any, info *grpc.UnarySer
 	return resp, err
 }
 
-// httpMux serves the reference's HTTP port: /healthcheck and POST /json.
+// httpMux serves the reference's HTTP port: /healthcheck and POST /json
+// (unless LIMITKIT_JSON_ENABLED=false: then /json is not found).
 func (srv *server) httpMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthcheck", srv.healthcheck)
-	mux.HandleFunc("/json", srv.json)
+	if srv.s == nil || srv.s.JSONEnabled {
+		mux.HandleFunc("/json", srv.json)
+	}
 	return mux
 }
 

@@ -134,6 +134,9 @@ func runEnv(ctx context.Context, lookup envsettings.Lookup, environ []string, lo
 	if s.CacheKeyPrefix != "" {
 		opts = append(opts, rls.WithKeyPrefix(s.CacheKeyPrefix))
 	}
+	if len(s.ChargedDomains) > 0 {
+		opts = append(opts, rls.WithChargedDomains(s.ChargedDomains...))
+	}
 	srv.svc, err = rls.New(observe.Wrap(st.store, pm.Observer()), rules, opts...)
 	if err != nil {
 		return err

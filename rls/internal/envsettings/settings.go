@@ -139,6 +139,15 @@ type Settings struct {
 	// only when every limit it touches refuses it.
 	QuotaMode bool
 
+	// LIMITKIT_CHARGED_DOMAINS (none): comma-separated domains whose
+	// limits are charged after the response ("*": every domain), the
+	// token budgets of Envoy Gateway and AI Gateway (rls.WithChargedDomains).
+	ChargedDomains []string
+	// LIMITKIT_JSON_ENABLED (true): serve POST /json on PORT. It answers
+	// anyone who reaches the port, unauthenticated, with the same power
+	// as gRPC (negative hits give units back): false turns it off.
+	JSONEnabled bool
+
 	// LIMITKIT_BACKEND_URL: a limitkit store URL (memory://, redis://,
 	// rediss://, redis+cluster://, redis+sentinel://, TLS options); it
 	// wins over BACKEND_TYPE and the REDIS_* variables.
@@ -268,6 +277,7 @@ func Load(lookup Lookup) (*Settings, error) {
 		HeaderReset:                       r.str("LIMIT_RESET_HEADER", "RateLimit-Reset"),
 		MergeDomainConfig:                 r.boolean("MERGE_DOMAIN_CONFIG", false),
 		QuotaMode:                         r.boolean("QUOTA_MODE", false),
+		JSONEnabled:                       r.boolean("LIMITKIT_JSON_ENABLED", true),
 		BackendURL:                        r.str("LIMITKIT_BACKEND_URL", ""),
 		RedisClient:                       strings.ToLower(r.str("LIMITKIT_REDIS_CLIENT", "go-redis")),
 		OnFailure:                         r.str("LIMITKIT_ON_FAILURE", "local"),
@@ -275,6 +285,11 @@ func Load(lookup Lookup) (*Settings, error) {
 		RedisDeadline:                     r.duration("LIMITKIT_REDIS_DEADLINE", 100*time.Millisecond),
 		DrainTimeout:                      r.duration("LIMITKIT_DRAIN_TIMEOUT", 10*time.Second),
 		MemoryMaxKeys:                     r.integer("LIMITKIT_MEMORY_MAX_KEYS", 1_000_000),
+	}
+	for _, d := range strings.Split(r.str("LIMITKIT_CHARGED_DOMAINS", ""), ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			s.ChargedDomains = append(s.ChargedDomains, d)
+		}
 	}
 	_, s.BackendTypeSet = lookup("BACKEND_TYPE")
 	if s.GrpcClientTLSCACert == "" {
