@@ -436,13 +436,31 @@ func TestPolicyLabelBounded(t *testing.T) {
 	in := start(t, env)
 	const n = 30000
 	deadline := time.Now().Add(5 * time.Minute)
-	for i := 1; i <= n && time.Now().Before(deadline); i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := in.rl.ShouldRateLimit(ctx, overrideRequest("rl", "user", "u", 10, uint32(i)))
-		cancel()
-		if err != nil {
-			t.Fatalf("call %d: %v", i, err)
-		}
+	// Four callers: one waited on each round trip, 40 s under -race.
+	const callers = 4
+	var next atomic.Int64
+	errs := make(chan error, callers)
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for i := next.Add(1); i <= n && time.Now().Before(deadline); i = next.Add(1) {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_, err := in.rl.ShouldRateLimit(ctx, overrideRequest("rl", "user", "u", 10, uint32(i)))
+				cancel()
+				if err != nil {
+					errs <- fmt.Errorf("call %d: %w", i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if done := next.Load(); done <= n {
+		t.Fatalf("%d of %d calls within the time bound", done-1, n)
 	}
 	_, body := in.get(t, in.Debug, "/metrics")
 	policies := map[string]bool{}
