@@ -127,14 +127,8 @@ func (r *Runner) runNative(ctx context.Context, batch []*pendingTake) {
 		err = fmt.Errorf("%w: %d counts for %d keys", rediswire.ErrBadReply, len(counts), len(incr.keys))
 	}
 	var refunds nativeCalls
-	if err != nil && !skipPartialRefunds {
-		// A failure of some keys (a cluster node down) fails every
-		// call, and the INCRBYs that counted elsewhere are given back.
-		for i := range counts {
-			if len(counts) == len(incr.keys) && len(errs) == len(counts) && errs[i] == nil {
-				refunds.add(incr.keys[i], incr.by[i], incr.exp[i])
-			}
-		}
+	if err != nil {
+		partialRefunds(&refunds, &incr, counts, errs)
 	}
 	at := 0
 	for _, c := range batch {
@@ -167,6 +161,21 @@ func (r *Runner) runNative(ctx context.Context, batch []*pendingTake) {
 	r.refundNative(ctx, &refunds)
 	for _, c := range batch {
 		c.done <- struct{}{}
+	}
+}
+
+// partialRefunds adds to refunds the increments of incr that counted in a
+// pipeline that failed (counts and errs as IncrExpire returned them with
+// its error): a failure of some keys (a cluster node down) fails every
+// call, and what counted elsewhere is given back.
+func partialRefunds(refunds, incr *nativeCalls, counts []int64, errs []error) {
+	if skipPartialRefunds || len(counts) != len(incr.keys) || len(errs) != len(counts) {
+		return
+	}
+	for i := range counts {
+		if errs[i] == nil {
+			refunds.add(incr.keys[i], incr.by[i], incr.exp[i])
+		}
 	}
 }
 
