@@ -2,10 +2,12 @@
 // and algorithms, a drop-in for envoyproxy/ratelimit: the same YAML, read
 // from the same runtime directory or received over xDS (CONFIG_TYPE=GRPC_XDS_SOTW,
 // as Envoy Gateway sends it), and the same environment (see docs/rls.md for
-// the variables).
+// the variables). RUNTIME_WATCH_ROOT=false reloads a file edited in place;
+// the reference's default (true) watches only for the directory swapped
+// under RUNTIME_ROOT, as a symlink flip.
 //
 //	go install github.com/limitkit/limitkit/rls/cmd/limitkit-rls@latest
-//	RUNTIME_ROOT=/data RUNTIME_SUBDIRECTORY=ratelimit REDIS_SOCKET_TYPE=tcp REDIS_URL=localhost:6379 limitkit-rls
+//	RUNTIME_ROOT=/data RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false REDIS_SOCKET_TYPE=tcp REDIS_URL=localhost:6379 limitkit-rls
 //
 // It serves envoy.service.ratelimit.v3.RateLimitService and gRPC health on
 // GRPC_PORT (8081), /healthcheck and POST /json on PORT (8080), pprof and

@@ -103,9 +103,19 @@ var knownVariables = sync.OnceValue(func() []string {
 		names = append(names, name)
 		return "", false
 	})
+	names = append(names, referenceOnly...)
 	slices.Sort(names)
 	return slices.Compact(names)
 })
+
+// referenceOnly are the reference's variables (envoyproxy/ratelimit's
+// settings.go) envsettings does not read: memcache's, tracing's and a few
+// per-second Redis ones. They are no misspelling, so no warning.
+var referenceOnly = []string{
+	"MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_SRV_REFRESH", "MEMCACHE_TLS", "MEMCACHE_TLS_CACERT", "MEMCACHE_TLS_CLIENT_CERT", "MEMCACHE_TLS_CLIENT_KEY", "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION",
+	"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", "REDIS_PERSECOND_PIPELINE_LIMIT", "REDIS_PERSECOND_PIPELINE_WINDOW", "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "REDIS_PERSECOND_SENTINEL_AUTH", "REDIS_PERSECOND_TIMEOUT",
+	"TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE", "TRACING_SERVICE_INSTANCE_ID", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE",
+}
 
 // warnUnknownVariables warns about each variable of environ (NAME=value
 // entries) that is a LIMITKIT_* one the service does not read, or near

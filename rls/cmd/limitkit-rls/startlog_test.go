@@ -99,7 +99,7 @@ func TestUnknownVariablesWarned(t *testing.T) {
 		// A near miss of a setting that is not a Kubernetes service link.
 		"GRPC_PROT=1",
 		// Known: no word.
-		"LIMITKIT_REDIS_DEADLINE=5ms", "REDIS_URL=x", "RUNTIME_WATCH_ROOT=false", "USE_STATSD=false", "GRPC_SERVER_TLS_CA_CERT=",
+		"LIMITKIT_REDIS_DEADLINE=5ms", "REDIS_URL=x", "REDIS_PERSECOND_TIMEOUT=1s", "MEMCACHE_TLS=false", "RUNTIME_WATCH_ROOT=false", "USE_STATSD=false", "GRPC_SERVER_TLS_CA_CERT=",
 	}
 	logs := startLog(t, env, environ)
 	var warned []string
