@@ -179,8 +179,13 @@ func slidingCounterWait(s *counters, e, w, limit, cost int64) int64 {
 			return at - e
 		}
 	}
-	// In the next window, current becomes the weighted previous one.
-	return w - e + earliestElapsed(s.current, limit-cost, w)
+	// In the next window, current becomes the weighted previous one. The
+	// next window is the aligned one holding the current one's end: after
+	// a window change it can start before that end (issue 43), and the
+	// weight runs from its own start.
+	end := s.start + w
+	next := end - end%w
+	return next + max(earliestElapsed(s.current, limit-cost, w), end-next) - (s.start + e)
 }
 
 // ceilDiv returns ceil(a/b) for a >= 0, b > 0.

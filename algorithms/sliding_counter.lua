@@ -129,7 +129,11 @@ else
   if at < w then
     wait = at - e
   else
-    wait = w - e + earliest(current, limit - cost)
+    -- The next window is the aligned one holding this one's end (before
+    -- it, after a window change); its weight runs from its own start.
+    local finish = start + w
+    local nxt = finish - finish % w
+    wait = nxt + math.max(earliest(current, limit - cost), finish - nxt) - (start + e)
   end
   retry = start + e + wait - now
 end

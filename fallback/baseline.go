@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
@@ -35,11 +36,13 @@ const DefaultBaselines = 100_000
 const baselineShards = 64
 
 // baselines remembers, per key and algorithm, the primary's last answer,
-// in at most baselineShards*perShard entries, the least recently used
-// forgotten first.
+// in at most capacity entries over all shards (a shard's least recently
+// used is forgotten first). The count is shared, not split per shard: a
+// split forgets keys of a full shard while others have room (issue 43).
 type baselines struct {
 	seed     maphash.Seed
-	perShard int
+	capacity int64
+	held     atomic.Int64
 	shards   [baselineShards]baselineShard
 }
 
@@ -81,7 +84,7 @@ func newBaselines(n int) *baselines {
 	if n <= 0 {
 		return nil
 	}
-	t := &baselines{seed: maphash.MakeSeed(), perShard: max((n+baselineShards-1)/baselineShards, 1)}
+	t := &baselines{seed: maphash.MakeSeed(), capacity: int64(n)}
 	for i := range t.shards {
 		t.shards[i].m = make(map[baselineKey]*baseline)
 	}
@@ -109,7 +112,7 @@ func (t *baselines) record(req *backend.Request, res *backend.Result) {
 	sh.mu.Lock()
 	e := sh.m[k]
 	if e == nil {
-		e = sh.insert(k, t.perShard)
+		e = t.insert(sh, k)
 	} else {
 		sh.touch(e)
 	}
@@ -137,21 +140,57 @@ func (e *baseline) update(req *backend.Request, res *backend.Result, now int64) 
 	}
 }
 
-// insert adds an empty entry for k at the head, forgetting the least
-// recently used entry when the shard is full. The caller holds sh.mu.
-func (sh *baselineShard) insert(k baselineKey, capacity int) *baseline {
+// insert adds an empty entry for k at the head of sh, forgetting a least
+// recently used entry when the table holds its capacity: sh's own, or
+// when sh is empty another shard's that is not locked (an entry more
+// than the capacity, at most one per shard, when every other is). The
+// caller holds sh.mu.
+func (t *baselines) insert(sh *baselineShard, k baselineKey) *baseline {
 	var e *baseline
-	if len(sh.m) >= capacity && sh.tail != nil {
-		e = sh.tail
-		sh.unlink(e)
-		delete(sh.m, e.key)
-		*e = baseline{}
-	} else {
+	if t.held.Load() >= t.capacity {
+		if sh.tail != nil {
+			e = sh.evict()
+		} else {
+			t.evictOther(sh)
+		}
+	}
+	if e == nil {
 		e = new(baseline)
+		t.held.Add(1)
 	}
 	e.key = k
 	sh.m[k] = e
 	sh.pushFront(e)
+	return e
+}
+
+// evictOther forgets the least recently used entry of the first other
+// shard it can lock without waiting that has one.
+func (t *baselines) evictOther(sh *baselineShard) {
+	for i := range t.shards {
+		o := &t.shards[i]
+		if o == sh || !o.mu.TryLock() {
+			continue
+		}
+		found := o.tail != nil
+		if found {
+			o.evict()
+			t.held.Add(-1)
+		}
+		o.mu.Unlock()
+		if found {
+			return
+		}
+	}
+}
+
+// evict unlinks and forgets sh's least recently used entry and returns it
+// cleared. The caller holds sh.mu.
+func (sh *baselineShard) evict() *baseline {
+	e := sh.tail
+	sh.unlink(e)
+	delete(sh.m, e.key)
+	*e = baseline{}
 	return e
 }
 
@@ -356,6 +395,7 @@ func (t *baselines) forget(key backend.Key, alg algorithms.Name) {
 	if e := sh.m[k]; e != nil {
 		sh.unlink(e)
 		delete(sh.m, k)
+		t.held.Add(-1)
 	}
 	sh.mu.Unlock()
 }

@@ -141,9 +141,9 @@ func TestBaselineResetForgets(t *testing.T) {
 	require.Equal(t, 5, c.takeN("r", local, 10, true), "reset: the policy's share")
 }
 
-// TestBaselinesBounded: at most about WithBaselines keys are remembered
-// (64 here, one per shard): of 1,000 keys Redis reported spent, most are
-// forgotten and start at the share, the most recent are still refused.
+// TestBaselinesBounded: at most WithBaselines keys are remembered: of
+// 1,000 keys Redis reported spent, with 64 remembered, most are forgotten
+// and start at the share, the most recent are still refused.
 func TestBaselinesBounded(t *testing.T) {
 	c := newBaselineCase(t, algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Hour},
 		fallback.WithBaselines(64))
@@ -162,6 +162,32 @@ func TestBaselinesBounded(t *testing.T) {
 	require.LessOrEqual(t, refused, 64, "more keys remembered than the bound")
 	require.Positive(t, refused, "no key remembered")
 	require.Zero(t, c.takeN(strconv.Itoa(keys-1), local, 1, true), "the most recent key is remembered")
+}
+
+// TestBaselinesHoldN (issue 43, item 8): WithBaselines(n) remembers n
+// keys, not n/64 per shard: n spent keys, each reported once, all stay
+// refused while the primary is down (93 of 1,000 were forgotten when
+// each of the 64 shards held 16). The control: of n+1 keys, exactly one
+// is forgotten (the table is full at n).
+func TestBaselinesHoldN(t *testing.T) {
+	for _, n := range []int{1000, 5000} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			c := newBaselineCase(t, algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Hour},
+				fallback.WithBaselines(n))
+			local := backend.LocalPolicy(1)
+			for i := range n + 1 {
+				require.Equal(t, 1, c.takeN(strconv.Itoa(i), local, 2, false))
+			}
+			c.p.mode.Store(failing)
+			forgotten := 0
+			for i := range n + 1 {
+				if c.takeN(strconv.Itoa(i), local, 1, true) != 0 {
+					forgotten++
+				}
+			}
+			require.Equal(t, 1, forgotten, "of %d keys with %d remembered, forgotten", n+1, n)
+		})
+	}
 }
 
 // batchFailing fails every call, once n calls are in flight together: one

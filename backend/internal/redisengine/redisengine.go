@@ -309,7 +309,11 @@ func (r *Runner) Reset(ctx context.Context, key backend.Key, rule algorithms.Rul
 	}
 	keys := []string{rediswire.Key(key, rule)}
 	if rule.PerWindow() {
-		keys = append(keys, fixedWindowKeys(ctx, keys[0], rule)...)
+		at, err := r.resetTime(ctx, keys[0])
+		if err != nil {
+			return err
+		}
+		keys = append(keys, fixedWindowKeys(at, keys[0], rule)...)
 	}
 	for _, k := range keys {
 		if err := r.conn.Del(ctx, k); err != nil {
@@ -325,8 +329,8 @@ func (r *Runner) Reset(ctx context.Context, key backend.Key, rule algorithms.Rul
 // requests of a fleet whose clocks differ by less than a window count.
 // (The key the script used before the counts had a key per window, key
 // itself, is deleted too.)
-func fixedWindowKeys(ctx context.Context, key string, rule algorithms.Rule) []string {
-	now, w := backend.ResetTime(ctx).UnixMilli(), rule.Window.Milliseconds()
+func fixedWindowKeys(now int64, key string, rule algorithms.Rule) []string {
+	w := rule.Window.Milliseconds()
 	if w <= 0 || now < 0 {
 		return nil // Reset takes any rule of the algorithm: no window, no window keys
 	}
@@ -338,6 +342,31 @@ func fixedWindowKeys(ctx context.Context, key string, rule algorithms.Rule) []st
 		}
 	}
 	return keys
+}
+
+// serverTimeScript reads the server's clock in ms. It names the key whose
+// windows a Reset deletes, so that a Cluster runs it on the key's master,
+// whose clock its decisions read; it does not touch it.
+var serverTimeScript = newScript(`local t = redis.call('TIME')
+return {tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}`)
+
+// resetTime is the time (ms) around which Reset deletes a fixed window's
+// keys: the reset's time (backend.ResetTime), or under server time the
+// server's, which is the time its decisions count at (issue 43: a local
+// clock 150 s off deleted none of them).
+func (r *Runner) resetTime(ctx context.Context, key string) (int64, error) {
+	if !r.opts.ServerTime {
+		return backend.ResetTime(ctx).UnixMilli(), nil
+	}
+	s := serverTimeScript
+	reply, _, _, err := r.eval(ctx, &s, []string{key}, nil, false, false)
+	if err != nil {
+		return 0, fmt.Errorf("%s: reading the server's time for Reset: %w", r.name, err)
+	}
+	if len(reply) != 1 {
+		return 0, fmt.Errorf("%w: TIME gave %d values", rediswire.ErrBadReply, len(reply))
+	}
+	return reply[0], nil
 }
 
 // check validates a request and the time it can be sent with.
