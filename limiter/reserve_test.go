@@ -185,4 +185,3 @@ func newMemoryStore(t *testing.T) backend.Store {
 	require.NoError(t, err)
 	return s
 }
-
