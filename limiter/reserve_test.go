@@ -1,6 +1,7 @@
 package limiter_test
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -184,4 +185,36 @@ func newMemoryStore(t *testing.T) backend.Store {
 	s, err := memorystore.New()
 	require.NoError(t, err)
 	return s
+}
+
+// TestSettleChargesTheExcess: a settle above the estimate charges the
+// excess as debt: the key reports 0 left and the next requests are
+// refused until the debt leaves the window. The control settles at the
+// estimate (no excess charged) and the next request is admitted.
+func TestSettleChargesTheExcess(t *testing.T) {
+	everyStore(t, func(t *testing.T, store backend.Store) {
+		for _, alg := range []algorithms.Name{algorithms.SlidingLog, algorithms.FixedWindow, algorithms.SlidingCounter, algorithms.GCRA} {
+			for _, actual := range []int64{14, 4} {
+				fake := clock.NewFake(liveStart)
+				cfg := reserveConfig(alg)
+				cfg.Prefix = "rsvx:" + string(alg) + ":"
+				lim, err := limiter.New(store, cfg, limiter.WithClock(fake))
+				require.NoError(t, err)
+				key := "k" + strconv.FormatInt(actual, 10)
+				r := reserved(t, lim, key, 4)
+				d, err := r.Settle(t.Context(), actual)
+				require.NoError(t, err)
+				require.True(t, d.Allowed)
+				require.GreaterOrEqual(t, d.Remaining, int64(0))
+				a, err := lim.Allow(t.Context(), key)
+				require.NoError(t, err)
+				if actual > 10 {
+					require.Equal(t, int64(0), d.Remaining, "%s: in debt", alg)
+					require.False(t, a.Allowed, "%s: the debt refuses the next request", alg)
+				} else {
+					require.True(t, a.Allowed, "%s: control: settled at the estimate, 6 left", alg)
+				}
+			}
+		}
+	})
 }
