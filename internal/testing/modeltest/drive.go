@@ -213,7 +213,10 @@ func (r *run) rateStep() error {
 		if k == 0 {
 			r.epoch()
 			if r.rsv != nil {
+				// A refund after a Reset gives back units taken since
+				// (docs/reservations.md); the open ones are left unsettled.
 				r.rsv.charges.Reset()
+				r.rsv.open = nil
 			}
 		}
 		return nil

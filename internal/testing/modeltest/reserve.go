@@ -29,6 +29,7 @@ type open struct {
 	p    int   // the process (limiter) that reserved it
 	at   int64 // its time, where its units are recorded
 	est  int64
+	w    int64 // its rule's window, in ms
 	ends int64 // its Expires, in ms
 }
 
@@ -95,7 +96,7 @@ func (r *run) reserve(p int) error {
 	}
 	if got.Allowed {
 		r.logs[0].Record(now, est)
-		r.rsv.open = append(r.rsv.open, open{res: res, p: p, at: now, est: est, ends: res.Expires().UnixMilli()})
+		r.rsv.open = append(r.rsv.open, open{res: res, p: p, at: now, est: est, w: w, ends: res.Expires().UnixMilli()})
 	}
 	return nil
 }
@@ -131,11 +132,22 @@ func (r *run) settle(o open, actual int64) error {
 		return r.failf("a second Settle: %v, want ErrReservationSettled", err)
 	}
 	switch {
+	case actual < o.est && r.check == checkAligned:
+		// The counter gives back to the window that took them, whichever
+		// units of it (after a Reset: others').
+		start := o.at - o.at%o.w
+		r.logs[0].RemoveIn(start, start+o.w, o.est-actual)
 	case actual < o.est:
 		r.logs[0].RemoveAt(o.at, o.est-actual)
 	case actual > o.est:
-		r.logs[0].Record(now, actual-o.est)
-		r.rsv.charges.Record(now, actual-o.est)
+		excess := actual - o.est
+		if r.check == checkExact {
+			// The log records at most the charging rule's limit of one
+			// charge: decisions read only its newest limit units.
+			excess = min(excess, r.rules[o.p].Limit)
+		}
+		r.logs[0].Record(now, excess)
+		r.rsv.charges.Record(now, excess)
 	}
 	r.rsv.settled++
 	return nil
@@ -149,6 +161,13 @@ func (l *Log) RemoveAt(at, n int64) {
 		j++
 	}
 	l.units = slices.Delete(l.units, i, j)
+}
+
+// RemoveIn forgets up to n of the newest units in [from, to).
+func (l *Log) RemoveIn(from, to, n int64) {
+	i, _ := slices.BinarySearch(l.units, from)
+	j, _ := slices.BinarySearch(l.units, to)
+	l.units = slices.Delete(l.units, max(i, j-int(n)), j)
 }
 
 // MaxOverCharges returns the most units found in any interval (t-w, t]
