@@ -97,7 +97,7 @@ func TestBrokenFiles(t *testing.T) {
 		{"window too long", replaceLine(t, 13, `    window: 9000h`),
 			`limits.yaml:13: policies.api.window: window 9000h0m0s is longer than the maximum 8784h0m0s`, 13, "policies.api.window"},
 		{"unknown field", replaceLine(t, 7, `    limt: 5`),
-			`limits.yaml:7: policies.login.limt: unknown field (did you mean "limit"?); the fields here are algorithm, limit, window, prefix, on_failure, mode, guard, exempt, deny, http`, 7, "policies.login.limt"},
+			`limits.yaml:7: policies.login.limt: unknown field (did you mean "limit"?); the fields here are algorithm, limit, window, prefix, on_failure, mode, guard, exempt, deny, reservation_timeout, http`, 7, "policies.login.limt"},
 		{"unknown top-level field", replaceLine(t, 1, `version: 2`),
 			`limits.yaml:1: version: unknown field; the fields here are backend, policies, adaptive`, 1, "version"},
 		{"unknown guard field", replaceLine(t, 23, `      on_fail: fail_closed`),
@@ -193,7 +193,7 @@ func TestBrokenJSON(t *testing.T) {
 		{"bad window", "{\n  \"backend\": {\"url\": \"memory://\"},\n  \"policies\": {\n    \"login\": {\"limit\": 5,\n      \"window\": 60}\n  }\n}",
 			`limits.json:5: policies.login.window: "60" is not a duration; write it like "1m", "90s" or "500ms"`},
 		{"unknown field", "{\n  \"backend\": {\"url\": \"memory://\"},\n  \"policies\": {\n    \"login\": {\"limit\": 5, \"window\": \"1m\",\n      \"algo\": \"sliding_log\"}\n  }\n}",
-			`limits.json:5: policies.login.algo: unknown field (did you mean "algorithm"?); the fields here are algorithm, limit, window, prefix, on_failure, mode, guard, exempt, deny, http`},
+			`limits.json:5: policies.login.algo: unknown field (did you mean "algorithm"?); the fields here are algorithm, limit, window, prefix, on_failure, mode, guard, exempt, deny, reservation_timeout, http`},
 		{"trailing comma", "{\n  \"backend\": {\"url\": \"memory://\"},\n  \"policies\": {\"login\": {\"limit\": 5, \"window\": \"1m\",}}\n}",
 			`limits.json:3: not valid JSON: invalid character '}' looking for beginning of object key string`},
 		{"truncated", "{\n  \"backend\": {\"url\": \"memory://\"},\n  \"policies\": {",
@@ -338,7 +338,7 @@ func TestOneDecodingPath(t *testing.T) {
 		field, _ := strings.CutPrefix(e.Field, "policies.p")
 		field = strings.TrimPrefix(field, ".")
 		// A file's policy also has its http block, which JSON's Config has not.
-		want := strings.Replace(e.Err.Error(), ", deny, http", ", deny", 1)
+		want := strings.Replace(e.Err.Error(), ", reservation_timeout, http", ", reservation_timeout", 1)
 		if field != "" {
 			want = field + ": " + want
 		}
