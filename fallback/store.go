@@ -47,6 +47,10 @@ type shared struct {
 	pending    atomic.Int32
 	delivering sync.Mutex
 
+	// queued holds the refunds of reservations settled while the
+	// breaker refused calls (reserve.go).
+	queued refundQueue
+
 	degraded atomic.Uint64
 	failures atomic.Uint64
 

@@ -67,6 +67,12 @@ type Config struct {
 	// Shadow mode a deny-listed key is admitted with ShadowDenied set.
 	// Entries are written as Exempt's. Default: none.
 	Deny []string
+	// ReservationTimeout is how long a Reservation (ReserveN) may wait
+	// for its Settle: one not settled by then (a crashed holder, an
+	// aborted stream) ends counting its estimate, and a later Settle is
+	// refused. Default DefaultReservationTimeout (10 minutes); at most 366
+	// days. In JSON, "reservation_timeout": "10m".
+	ReservationTimeout time.Duration
 }
 
 // Guard is a limiter's secondary limit, kept apart from the main one (its
@@ -107,6 +113,9 @@ type Guard struct {
 // main limit).
 const GuardRule = 1
 
+// maxReservationTimeout is the longest ReservationTimeout.
+const maxReservationTimeout = 366 * 24 * time.Hour
+
 // guardPrefix follows the limiter's prefix in its guard's keys.
 const guardPrefix = "guard:"
 
@@ -144,6 +153,9 @@ func (c Config) withDefaults() Config {
 	if c.Prefix == "" {
 		c.Prefix = DefaultPrefix
 	}
+	if c.ReservationTimeout == 0 {
+		c.ReservationTimeout = DefaultReservationTimeout
+	}
 	if c.Guard != nil {
 		g := *c.Guard
 		if g.Algorithm == "" {
@@ -170,6 +182,9 @@ func (c Config) checked() (Config, *lists, error) {
 	}
 	if err := c.Mode.validate("mode"); err != nil {
 		return c, nil, err
+	}
+	if t := c.ReservationTimeout; t < 0 || t > maxReservationTimeout {
+		return c, nil, invalidf(ErrInvalidConfig, "reservation_timeout %v: give a duration above 0 and up to 366 days (or none: %v)", t, DefaultReservationTimeout)
 	}
 	if err := (backend.Key{Prefix: c.Prefix, ID: "-"}).Validate(); err != nil {
 		return c, nil, restate(ErrInvalidConfig, err)
@@ -215,6 +230,8 @@ type configJSON struct {
 	Guard  *guardJSON `json:"guard,omitempty"`
 	Exempt []string   `json:"exempt,omitempty"`
 	Deny   []string   `json:"deny,omitempty"`
+	// ReservationTimeout is written only when set.
+	ReservationTimeout string `json:"reservation_timeout,omitempty"`
 }
 
 type guardJSON struct{ ruleJSON }
@@ -227,6 +244,9 @@ func toRuleJSON(alg algorithms.Name, limit int64, window time.Duration, onFailur
 func (c Config) MarshalJSON() ([]byte, error) {
 	j := configJSON{ruleJSON: toRuleJSON(c.Algorithm, c.Limit, c.Window, c.OnFailure, c.Mode), Prefix: c.Prefix,
 		Exempt: c.Exempt, Deny: c.Deny}
+	if c.ReservationTimeout != 0 {
+		j.ReservationTimeout = c.ReservationTimeout.String()
+	}
 	if g := c.Guard; g != nil {
 		j.Guard = &guardJSON{toRuleJSON(g.Algorithm, g.Limit, g.Window, g.OnFailure, g.Mode)}
 	}
@@ -238,7 +258,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 // policydecode so that limiter/config decodes its policies through it too.
 const (
 	ruleFields   = "algorithm, limit, window, on_failure, mode"
-	configFields = "algorithm, limit, window, prefix, on_failure, mode, guard, exempt, deny"
+	configFields = "algorithm, limit, window, prefix, on_failure, mode, guard, exempt, deny, reservation_timeout"
 )
 
 func init() {
@@ -286,6 +306,8 @@ func decodeConfig(d configtree.Decoder, n *configtree.Node, path string) (Config
 				c.Exempt, err = d.Strings(f.Val, p)
 			case "deny":
 				c.Deny, err = d.Strings(f.Val, p)
+			case "reservation_timeout":
+				c.ReservationTimeout, err = d.Duration(f.Val, p)
 			default:
 				err = d.Unknown(f, path, configFields)
 			}

@@ -104,7 +104,8 @@ func TestOptions(t *testing.T) {
 
 func TestDefaults(t *testing.T) {
 	lim, _ := newLimiter(t, limiter.Config{Limit: 3, Window: time.Second})
-	require.Equal(t, limiter.Config{Algorithm: algorithms.SlidingLog, Limit: 3, Window: time.Second, Prefix: limiter.DefaultPrefix}, lim.Config())
+	require.Equal(t, limiter.Config{Algorithm: algorithms.SlidingLog, Limit: 3, Window: time.Second, Prefix: limiter.DefaultPrefix,
+		ReservationTimeout: limiter.DefaultReservationTimeout}, lim.Config())
 }
 
 func TestConfigJSON(t *testing.T) {
