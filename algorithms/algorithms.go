@@ -407,6 +407,50 @@ func (r Rule) GiveBack(s *State, now, cost int64) Outcome {
 	return a.Peek(s, now, w, r.Limit, cost)
 }
 
+// MaxCharge is the largest cost of a charge (Rule.Charge) on most
+// algorithms, 2^40 units: a counter of charges stays an exact integer in a
+// float64 for thousands of them. gcra's is smaller (Rule.ChargeBound).
+const MaxCharge = int64(1) << 40
+
+// Charge records cost units already incurred at now (tokens counted
+// after the response): it is never refused, and units beyond what is left
+// are debt that later requests wait out. With record false s is left as it
+// was and the outcome is what the charge would report. The outcome is
+// Allowed, with Remaining never below 0 and ResetAfter when the key, debt
+// included, is free. Check CheckCharge and ChargeBound first.
+func (r Rule) Charge(s *State, now, cost int64, record bool) Outcome {
+	a := r.algorithm()
+	if a.Charge == nil {
+		out := a.Peek(s, now, r.Window.Milliseconds(), r.Limit, min(cost, r.Limit))
+		out.Allowed, out.RetryAfter = true, 0
+		return out
+	}
+	return a.Charge(s, now, r.Window.Milliseconds(), r.Limit, cost, record)
+}
+
+// CheckCharge reports whether r's algorithm can record charges (Rule.Charge);
+// the error wraps ErrInvalidRequest and says why not.
+func (r Rule) CheckCharge() error {
+	a := Lookup(r.Algorithm)
+	if a == nil {
+		return fmt.Errorf("%w: unknown algorithm %q", ErrInvalidRule, string(r.Algorithm))
+	}
+	if a.Charge == nil {
+		return fmt.Errorf("%w: %s cannot record a charge (a cost counted after the work)%s", ErrInvalidRequest, r.Algorithm, a.ChargeNote)
+	}
+	return nil
+}
+
+// ChargeBound returns the largest cost of a charge under r: MaxCharge, or
+// for gcra MaxLimit divided by the window in ms (its debt is kept in units
+// of 1/Limit ms, exact below 2^53).
+func (r Rule) ChargeBound() int64 {
+	if r.Algorithm == GCRA && r.Window >= MinWindow {
+		return min(MaxCharge, MaxLimit/r.Window.Milliseconds())
+	}
+	return MaxCharge
+}
+
 // CheckGiveBack reports whether r's algorithm can give units back by time
 // (Rule.GiveBack); the error wraps ErrInvalidRequest.
 func (r Rule) CheckGiveBack() error {

@@ -18,6 +18,7 @@ var compactLog = Algorithm{
 	ChargedAt:  logChargedAt,
 	LimitBound: logLimitBound,
 	LimitNote:  logLimitNote,
+	ChargeNote: chargeNote,
 	Lua:        logLib + compactLogLua,
 	Examples:   slidingLogExamples,
 }

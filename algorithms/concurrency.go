@@ -20,6 +20,7 @@ var concurrency = Algorithm{
 	Renew:      concurrencyRenew,
 	LimitBound: logLimitBound,
 	LimitNote:  ` (it stores one entry per held unit)`,
+	ChargeNote: `: it holds leases, which are held while the work runs and released by id, not charged after it; use a rate algorithm for costs counted afterwards`,
 	Lua:        concurrencyLua,
 	Examples:   concurrencyExamples,
 }

@@ -16,6 +16,7 @@ var fixedWindow = Algorithm{
 	Peek:         fixedWindowPeek,
 	Refund:       fixedWindowRefund,
 	GiveBack:     fixedWindowGiveBack,
+	Charge:       fixedWindowCharge,
 	ChargedAt:    fixedWindowChargedAt,
 	LimitBound:   func(int64) int64 { return MaxLimit },
 	CountedUntil: func(now, w int64) int64 { return now - now%w + w },
@@ -118,6 +119,18 @@ func fixedWindowRefund(s *State, at, _, _, cost int64) {
 // fixedWindowGiveBack gives units back to the window holding now.
 func fixedWindowGiveBack(s *State, now, w, limit, cost int64) {
 	fixedWindowRefund(s, now-now%w, w, limit, cost)
+}
+
+// fixedWindowCharge counts cost in the window holding now whatever is
+// left: the count may pass the limit, and the window refuses until it ends.
+func fixedWindowCharge(s *State, now, w, limit, cost int64, record bool) Outcome {
+	f := s.fixedWindow()
+	ws := now - now%w
+	current := max(f.count(ws), 0) + cost
+	if record {
+		f.add(ws, cost)
+	}
+	return Outcome{Allowed: true, Remaining: max(limit-current, 0), ResetAfter: ws + w - now}
 }
 
 func fixedWindowTake(s *State, now, w, limit, cost int64) Outcome {

@@ -15,6 +15,12 @@
 -- The body of step(key, now, w, limit, cost, take, refund, at); see
 -- prelude.lua.
 
+-- A negative cost is a charge of -cost (fixedWindowCharge): counted
+-- whatever is left, never refused.
+local charge = cost < 0
+if charge then
+  cost = -cost
+end
 local ws = now - now % w
 local wk, library = key, string.sub(key, -#own_suffix) == own_suffix
 if library then
@@ -50,6 +56,14 @@ if current < 0 then
   current = 0
 end
 local finish = ws + w - now
+if charge then
+  local after = current + cost
+  if take then
+    after = math.max(redis.call('INCRBY', wk, cost), after)
+    redis.call('PEXPIRE', wk, key_ttl_px(finish, w))
+  end
+  return {1, math.max(limit - after, 0), 0, finish, ws}
+end
 if cost > limit - current then
   local remaining = limit - current
   if remaining < 0 then

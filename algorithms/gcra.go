@@ -17,6 +17,7 @@ var gcra = Algorithm{
 	Peek:       gcraPeek,
 	Refund:     gcraRefund,
 	GiveBack:   gcraGiveBack,
+	Charge:     gcraCharge,
 	ChargedAt:  func(s *State, _ int64) int64 { return s.gcra().last },
 	LimitBound: gcraLimitBound,
 	MoreAfter:  gcraMoreAfter,
@@ -120,6 +121,27 @@ func gcraTake(s *State, now, w, limit, cost int64) Outcome {
 		g.last, g.debt, g.counted = e, debt, limit
 	}
 	return gcraOutcome(allowed, e, debt, now, w, limit, cost)
+}
+
+// gcraCharge adds cost to the debt whatever is left. Debt beyond a full
+// bucket moves the state's time past now (the TAT past now + burst), where
+// a clock step back already counts as debt: later requests are refused
+// until it has drained. The move is rounded up to the ms (never early).
+// cost*w stays below 2^53 (Rule.ChargeBound).
+func gcraCharge(s *State, now, w, limit, cost int64, record bool) Outcome {
+	g := s.gcra()
+	e, debt := gcraDebt(g, now, w, limit)
+	if room := w*limit - debt; cost*w <= room {
+		debt += cost * w
+	} else {
+		e += ceilDiv(cost*w-room, limit)
+		debt = w * limit
+	}
+	if record {
+		g.last, g.debt, g.counted = e, debt, limit
+	}
+	out := gcraOutcome(true, e, debt, now, w, limit, cost)
+	return out
 }
 
 func gcraPeek(s *State, now, w, limit, cost int64) Outcome {

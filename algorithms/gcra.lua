@@ -19,6 +19,12 @@ local function ceildiv(a, b)
   return q
 end
 
+-- A negative cost is a charge of -cost (gcraCharge): counted
+-- whatever is left, never refused.
+local charge = cost < 0
+if charge then
+  cost = -cost
+end
 local last, debt, counted = 0, 0, 0
 local v = redis.call('GET', key)
 if v then
@@ -66,7 +72,16 @@ if refund and at < 0 then
 end
 
 local allowed, retry = 0, 0
-if debt <= cap - cost * w then
+if charge then
+  -- Debt beyond a full bucket moves the time past now, rounded up.
+  allowed = 1
+  if cost * w <= cap - debt then
+    debt = debt + cost * w
+  else
+    e = e + ceildiv(cost * w - (cap - debt), limit)
+    debt = cap
+  end
+elseif debt <= cap - cost * w then
   allowed = 1
   if take then
     debt = debt + cost * w

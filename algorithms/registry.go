@@ -61,6 +61,15 @@ type Algorithm struct {
 	// negative at. Nil for an algorithm that cannot (Concurrency: its
 	// leases are released by id).
 	GiveBack func(s *State, now, w, limit, cost int64)
+	// Charge, when set, records cost units already incurred (a charge,
+	// see Rule.Charge): never refused, units beyond what is left kept as
+	// debt. With record false it only reports what the charge would leave.
+	// The Lua twin runs it as a take (or, not taking, a peek) of -cost. Nil
+	// for an algorithm that cannot record charges.
+	Charge func(s *State, now, w, limit, cost int64, record bool) Outcome
+	// ChargeNote, for an algorithm without Charge, says why and what to
+	// use instead.
+	ChargeNote string
 	// MoreAfter, when set, tells from an admission's outcome how many ms
 	// until the key has more allowance than Remaining (the RateLimit
 	// header draft's effective window), and whether the outcome tells it

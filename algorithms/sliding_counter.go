@@ -16,6 +16,7 @@ var slidingCounter = Algorithm{
 	Peek:         slidingCounterPeek,
 	Refund:       slidingCounterRefund,
 	GiveBack:     slidingCounterGiveBack,
+	Charge:       slidingCounterCharge,
 	ChargedAt:    countersChargedAt,
 	LimitBound:   func(int64) int64 { return MaxLimit },
 	CountedUntil: func(now, w int64) int64 { return now - now%w + 2*w },
@@ -117,6 +118,22 @@ func earliestElapsed(count, room, w int64) int64 {
 	hi, lo := bits.Mul64(uint64(room), weightScale)
 	maxWeight, _ := bits.Div64(hi, lo, uint64(count))
 	return w - int64(maxWeight)*w/weightScale
+}
+
+// slidingCounterCharge adds cost to the current window whatever is left:
+// the weighted count may pass the limit, and refuses until it has slid
+// below it.
+func slidingCounterCharge(s *State, now, w, limit, cost int64, record bool) Outcome {
+	c := s.counters()
+	if !record {
+		view := *c
+		c = &view
+	}
+	e := slidingCounterRoll(c, now, w)
+	c.current += cost
+	out := Outcome{Allowed: true, Remaining: max(limit-weighted(c.previous, e, w)-c.current, 0)}
+	out.ResetAfter = c.start + 2*w - now
+	return out
 }
 
 func slidingCounterTake(s *State, now, w, limit, cost int64) Outcome {

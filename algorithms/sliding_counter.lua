@@ -48,6 +48,12 @@ local function earliest(count, room)
   return w - math.floor(q * w / S)
 end
 
+-- A negative cost is a charge of -cost (slidingCounterCharge): counted
+-- whatever is left, never refused.
+local charge = cost < 0
+if charge then
+  cost = -cost
+end
 local start, current, previous = 0, 0, 0
 local v = redis.call('GET', key)
 if v then
@@ -96,9 +102,15 @@ if ws >= start then
   e = now - ws
 end
 
+if charge then
+  current = current + cost
+  changed = true
+end
 local room = limit - weighted(previous, e) - current
 local allowed, retry = 0, 0
-if cost <= room then
+if charge then
+  allowed = 1
+elseif cost <= room then
   allowed = 1
   if take then
     current = current + cost

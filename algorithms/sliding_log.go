@@ -16,6 +16,7 @@ var slidingLog = Algorithm{
 	Peek:       slidingLogPeek,
 	Refund:     logRefund,
 	GiveBack:   logGiveBack,
+	Charge:     slidingLogCharge,
 	ChargedAt:  logChargedAt,
 	LimitBound: logLimitBound,
 	LimitNote:  logLimitNote,
@@ -61,6 +62,9 @@ func logGiveBack(s *State, now, w, _, cost int64) {
 	l.dropNewest(min(cost, l.size()-l.countUpTo(now-w)))
 }
 
+// chargeNote ends the error for a charge on a log that records none yet.
+const chargeNote = `: its Lua twin does not record debt yet; use "sliding_log" for the same decisions, or "fixed_window", "sliding_counter" or "gcra"`
+
 func logLimitBound(int64) int64 { return MaxSlidingLogLimit }
 
 const logLimitNote = ` (it stores one timestamp per unit); use "sliding_counter", "gcra" or "fixed_window" for larger limits`
@@ -83,6 +87,12 @@ const logLimitNote = ` (it stores one timestamp per unit); use "sliding_counter"
 // while it holds more than the request's limit.
 
 func slidingLogTake(s *State, now, w, limit, cost int64) Outcome {
+	return slidingLogStep(s, now, w, limit, cost, false)
+}
+
+// slidingLogStep is a take, or with charge a charge of cost (at most
+// limit), admitted whatever is left.
+func slidingLogStep(s *State, now, w, limit, cost int64, charge bool) Outcome {
 	l := &s.log
 	// Forget what slid out a window ago, count what slid out since: by
 	// binary search, since a busy key keeps up to a window of slid-out
@@ -99,17 +109,36 @@ func slidingLogTake(s *State, now, w, limit, cost int64) Outcome {
 	expired -= forgotten
 	live := size - expired
 	out := Outcome{Remaining: max(limit-live, 0)}
-	if live+cost <= limit {
+	if charge || live+cost <= limit {
 		l.insert(now, cost, limit)
 		size += cost
 		out.Allowed = true
-		out.Remaining = limit - live - cost
+		out.Remaining = max(limit-live-cost, 0)
 	} else {
 		// The (live+cost-limit)-th oldest live timestamp must slide out.
 		out.RetryAfter = l.at(size+cost-limit-1) + w - now
 	}
 	out.ResetAfter = l.at(size-1) + w - now
 	return out
+}
+
+// slidingLogCharge records min(cost, limit) units at now whatever is left.
+// The cap keeps the debt exact: every decision reads only the newest limit
+// units (a request is refused while limit of them are live, and its
+// RetryAfter is the time of the limit-cost'th newest), so units beyond
+// limit in one charge change nothing, and a log's memory stays bounded.
+func slidingLogCharge(s *State, now, w, limit, cost int64, record bool) Outcome {
+	cost = min(cost, limit)
+	if record {
+		return slidingLogStep(s, now, w, limit, cost, true)
+	}
+	l := s.log
+	live := l.size() - l.countUpTo(now-w)
+	newest := now
+	if n := l.size(); n > 0 {
+		newest = max(newest, l.at(n-1))
+	}
+	return Outcome{Allowed: true, Remaining: max(limit-live-cost, 0), ResetAfter: newest + w - now}
 }
 
 func slidingLogPeek(s *State, now, w, limit, cost int64) Outcome {

@@ -42,6 +42,28 @@ local NEAR = 3 -- a denial reads ranks r..newest in one ZRANGE when fewer (each 
 local fmt = string.format
 local cutoff = now - w
 
+-- A negative cost is a charge of min(-cost, limit) units (slidingLogCharge
+-- says why the cap is exact), recorded whatever is left. Not taking, it
+-- reports what it would leave.
+local charge = cost < 0
+if charge then
+  cost = math.min(-cost, limit)
+  if not take then
+    local size = redis.call('ZCARD', key)
+    if size > 0 then
+      size = size - 1
+    end
+    local live, newest = size, now
+    if size > 0 then
+      if cutoff >= 0 then
+        live = redis.call('ZCOUNT', key, fmt('(%d', cutoff), '+inf')
+      end
+      newest = math.max(newest, tonumber(redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')[2]))
+    end
+    return {1, math.max(limit - live - cost, 0), 0, newest + w - now, now}
+  end
+end
+
 -- Refund: remove cost entries stamped at, the take's time (which of them
 -- does not matter). A negative at gives back by time (logGiveBack): the
 -- newest cost units still inside the window, by rank ("" is rank 0, below
@@ -130,7 +152,7 @@ if m then
   if kept > 0 then
     newest = t[size]
   end
-  if live + cost <= limit then
+  if charge or live + cost <= limit then
     allowed = 1
     -- The new names follow the greatest one kept (a small log does not
     -- read "", which need only be at least every name in use).
@@ -208,7 +230,7 @@ else
     end
   end
   live = size - expired
-  if live + cost <= limit then
+  if charge or live + cost <= limit then
     allowed = 1
     kept, n = size, nil
     -- Units later than now (the clock went back) set the reset. A

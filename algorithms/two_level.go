@@ -19,6 +19,7 @@ var twoLevel = Algorithm{
 	ChargedAt:  twoLevelChargedAt,
 	LimitBound: logLimitBound,
 	LimitNote:  logLimitNote,
+	ChargeNote: chargeNote,
 	Lua:        logLib + twoLevelLua,
 	Examples: Examples{Limit: 4, Window: 10 * time.Second, Steps: []Example{
 		// Light while each aligned window holds at most 4/2 = 2.

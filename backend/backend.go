@@ -83,6 +83,20 @@ type Request struct {
 	// Exact, when its Base is set, names the Redis keys of a FixedWindow
 	// rule exactly (see ExactKey); other stores ignore it.
 	Exact ExactKey
+	// Charge records Cost as a cost already incurred (tokens known after
+	// the response) instead of asking for it: a charge is never refused
+	// for want of allowance. Units beyond what is left are recorded as
+	// debt that later requests wait out (a fixed window until it ends, the
+	// logs as the charged units slide out, the sliding counter weighted as
+	// usual, gcra as its debt drains). Cost may exceed Rule.Limit, up to
+	// Rule.ChargeBound (algorithms.MaxCharge, 2^40; less for gcra). Its Result has Allowed true (it was recorded), Remaining
+	// never below 0 (0 in debt), RetryAfter 0, and ResetAfter when the key,
+	// debt included, is free again. In a TakeAll a charge never makes the
+	// others refused, and is recorded even when they are. A Peek of a
+	// charge reports what it would leave without recording it. Rules that
+	// hold leases (concurrency) and two_level and compact_log refuse it
+	// (algorithms.Rule.CheckCharge says why).
+	Charge bool
 }
 
 // Validate reports whether the request can be decided. Errors wrap
@@ -104,7 +118,21 @@ func (r *Request) Validate() error {
 	if err := r.Exact.Check(r.Rule); err != nil {
 		return err
 	}
+	if r.Charge {
+		return r.validateCharge()
+	}
 	return r.Rule.ValidateCost(r.Cost)
+}
+
+// validateCharge checks a charge's cost and that its rule can record one.
+func (r *Request) validateCharge() error {
+	if err := r.Rule.CheckCharge(); err != nil {
+		return err
+	}
+	if bound := r.Rule.ChargeBound(); r.Cost <= 0 || r.Cost > bound {
+		return fmt.Errorf("%w: charge of %d under %s; a charge is 1 to %d units", algorithms.ErrInvalidRequest, r.Cost, r.Rule.Algorithm, bound)
+	}
+	return nil
 }
 
 // Validate reports whether the key can be used. The error wraps

@@ -38,7 +38,7 @@ func (s *Store) byPolicy(b *breaker, req *backend.Request) (res backend.Result, 
 		return backend.Result{Limit: req.Rule.Limit, RetryAfter: b.untilProbe(s.cfg.openTimeout), Degraded: true}, false
 	}
 	share := (req.Rule.Limit + p.Instances() - 1) / p.Instances()
-	if req.Cost > share {
+	if req.Cost > share && !req.Charge {
 		// This instance's share can never admit it: deny until the
 		// primary is back.
 		return backend.Result{Limit: share, RetryAfter: b.untilProbe(s.cfg.openTimeout), Degraded: true}, false
@@ -86,7 +86,8 @@ func (s *Store) decide(ctx context.Context, b *breaker, req backend.Request, loc
 		bd = s.base.boundOf(&req, rule, s.policyOf(&req).Instances())
 	}
 	now := req.Millis()
-	if kind != localGiveBack && !bd.allows(now, req.Cost) {
+	// A charge is recorded whatever is left (backend.Request.Charge).
+	if kind != localGiveBack && !req.Charge && !bd.allows(now, req.Cost) {
 		return bd.denial(now, req.Cost, req.Rule.Limit), nil
 	}
 	res, err := local(s.local, ctx, req)
@@ -128,7 +129,7 @@ func (s *Store) decideAll(ctx context.Context, b *breaker, reqs []backend.Reques
 		results[i] = r
 		if isLocal {
 			bd := s.base.boundOf(&req, reqs[i].Rule, s.policyOf(&req).Instances())
-			if !bd.allows(now, req.Cost) {
+			if !req.Charge && !bd.allows(now, req.Cost) {
 				results[i] = bd.denial(now, req.Cost, req.Rule.Limit)
 				continue
 			}

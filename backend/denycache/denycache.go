@@ -311,9 +311,9 @@ var (
 	unlockedStats   bool
 )
 
-// Take answers a one-unit request from a remembered denial when one holds,
-// and otherwise asks the inner store, remembering a one-unit denial with
-// nothing left.
+// Take answers a one-unit request (not a charge) from a remembered denial
+// when one holds, and otherwise asks the inner store, remembering a
+// one-unit denial with nothing left.
 func (s *Store) Take(ctx context.Context, req backend.Request) (backend.Result, error) {
 	if !cacheLeases && req.Rule.HoldsLeases() {
 		return s.inner.Take(ctx, req) // see the package doc
@@ -321,7 +321,11 @@ func (s *Store) Take(ctx context.Context, req backend.Request) (backend.Result, 
 	h := s.hash(req.Key, req.Rule.Algorithm)
 	sh := &s.shards[h[0]%shards]
 	now := req.Millis()
-	cacheable := req.Cost == 1 && s.listening.Load()
+	// A charge (backend.Request.Charge) is never answered from memory: it
+	// must reach the store to be recorded. Its answer is an admission, so
+	// it is never remembered either; the denials after it are, correctly:
+	// a charge only adds, so no denial it causes ends early.
+	cacheable := req.Cost == 1 && !req.Charge && s.listening.Load()
 	var gen uint64
 	if cacheable {
 		res, hit, g := s.lookup(sh, h, req.Rule, now)

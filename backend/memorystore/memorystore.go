@@ -192,7 +192,12 @@ func (s *Store) takeLocked(sh *shard, h1, h2 uint64, a *algorithms.Algorithm, re
 	if e == nil {
 		e = s.insert(sh, h1, h2, now)
 	}
-	out := a.Take(&e.state, now, req.Rule.Window.Milliseconds(), req.Rule.Limit, req.Cost)
+	var out algorithms.Outcome
+	if req.Charge {
+		out = a.Charge(&e.state, now, req.Rule.Window.Milliseconds(), req.Rule.Limit, req.Cost, true)
+	} else {
+		out = a.Take(&e.state, now, req.Rule.Window.Milliseconds(), req.Rule.Limit, req.Cost)
+	}
 	// Kept as long as the scripts keep a Redis key (Rule.KeyTTL): a window
 	// past its reset, for requests that arrive late.
 	e.expires = now + req.Rule.KeyTTL(out.ResetAfter)
@@ -207,11 +212,15 @@ func (s *Store) takeLocked(sh *shard, h1, h2 uint64, a *algorithms.Algorithm, re
 // shard sh.
 func peekLocked(sh *shard, h1, h2 uint64, a *algorithms.Algorithm, req *backend.Request, now int64) algorithms.Outcome {
 	w, limit := req.Rule.Window.Milliseconds(), req.Rule.Limit
-	if e := sh.table.find(h1, h2); e != nil {
-		return a.Peek(&e.state, now, w, limit, req.Cost)
-	}
 	var empty algorithms.State
-	return a.Peek(&empty, now, w, limit, req.Cost)
+	st := &empty
+	if e := sh.table.find(h1, h2); e != nil {
+		st = &e.state
+	}
+	if req.Charge {
+		return a.Charge(st, now, w, limit, req.Cost, false)
+	}
+	return a.Peek(st, now, w, limit, req.Cost)
 }
 
 // TakeAll implements backend.Store. It locks the shards of every key (in
@@ -250,9 +259,10 @@ func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 		results[i] = backend.ResultOf(reqs[i].Rule, out)
 		all = all && out.Allowed
 	}
-	if all {
-		// Look each key up again: an insert may have moved slots.
-		for i := range reqs {
+	// Look each key up again: an insert may have moved slots. A charge
+	// is taken whatever the others decided: its cost was incurred.
+	for i := range reqs {
+		if all || reqs[i].Charge {
 			results[i] = s.takeLocked(loc[i].sh, loc[i].h1, loc[i].h2, loc[i].a, &reqs[i], now)
 		}
 	}

@@ -190,6 +190,7 @@ func cases() []testCase {
 	}
 	all = append(all, multiCases()...)
 	all = append(all, giveBackCases()...)
+	all = append(all, chargeCases()...)
 	all = append(all, leaseCases()...)
 	all = append(all, testCase{name: "invalid_input", run: invalidInput})
 	return all

@@ -40,20 +40,21 @@ local function group(k, a, n, now)
     local x, y, z = A[b + 2], A[b + 3], A[b + 4]
     ws[i], limits[i], costs[i] = nums[x] or num(x), nums[y] or num(y), nums[z] or num(z)
   end
+  -- A charge (a negative cost) passes its check and is taken even when
+  -- the others are refused: its cost was already incurred.
   local outs, all = {}, 1
   for take = 0, 1 do
-    if take == 1 and all == 0 then
-      break
-    end
     for i = 1, n do
-      local o = steps[i](K[KO + k + i], now, ws[i], limits[i], costs[i], take == 1, false, 0)
-      if o.err then
-        error(o)
+      if take == 0 or all == 1 or costs[i] < 0 then
+        local o = steps[i](K[KO + k + i], now, ws[i], limits[i], costs[i], take == 1, false, 0)
+        if o.err then
+          error(o)
+        end
+        if o[1] == 0 then
+          all = 0
+        end
+        outs[i] = o
       end
-      if o[1] == 0 then
-        all = 0
-      end
-      outs[i] = o
     end
   end
   return outs, all

@@ -6,7 +6,9 @@
 -- admitted are they taken, in order. Nothing runs between the two passes,
 -- so each take admits exactly as its check said. Reply: 1 when all were
 -- admitted, else 0, then the five integers of each request's outcome (its
--- take when all were admitted, else its check).
+-- take when all were admitted, else its check). A charge (a negative cost)
+-- is always admitted by its check, and is taken even when the others are
+-- refused: its cost was already incurred.
 local now = tonumber(ARGV[1])
 if now < 0 then
   now = server_now()
@@ -30,8 +32,8 @@ for i = 1, #KEYS do
   end
   outs[i] = o
 end
-if all == 1 then
-  for i = 1, #KEYS do
+for i = 1, #KEYS do
+  if all == 1 or tonumber(ARGV[1 + (i - 1) * 4 + 4]) < 0 then
     local o = run(i, true)
     if o.err then
       return o

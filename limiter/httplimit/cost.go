@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/limiter"
 	"github.com/limitkit/limitkit/limiter/internal/transport"
 )
@@ -34,6 +35,30 @@ type CostMiddleware struct {
 	lim     *limiter.Limiter
 	cost    Cost
 	reserve reserver
+}
+
+// NewCost returns middleware limiting requests by their cost on lim's
+// limit, known after the handler: each request reserves Cost.Estimate
+// (limiter.Limiter.ReserveN) and settles its actual cost when the handler
+// ends (limiter.Reservation.Settle). A reservation that could not be
+// settled counts as its estimate until the limit's ReservationTimeout. It
+// returns an error for a nil limiter or Estimate, an invalid option, or a
+// limit that cannot reserve: a concurrency limit, one with a guard or in
+// Shadow mode.
+func NewCost(lim *limiter.Limiter, c Cost, opts ...Option) (*CostMiddleware, error) {
+	if lim == nil {
+		return nil, errors.New("httplimit: limiter is nil; build one with limiter.New")
+	}
+	if cfg := lim.Config(); cfg.Algorithm == algorithms.Concurrency || cfg.Guard != nil || cfg.Mode == limiter.Shadow {
+		return nil, errors.New("httplimit: NewCost reserves on one enforced rate limit; this one is a concurrency limit, has a guard or is in Shadow mode")
+	}
+	return newCost(lim, func(ctx context.Context, key string, n int64) (transport.Settler, limiter.Decision, error) {
+		res, d, err := lim.ReserveN(ctx, key, n)
+		if res == nil { // no typed nil in the interface
+			return nil, d, err
+		}
+		return res, d, err
+	}, c, opts...)
 }
 
 // reserver holds estimate units on key: a Limiter's ReserveN. A nil

@@ -301,7 +301,7 @@ func (b *batcher) buildCall(sc *scratch, batch []*pendingTake) {
 			keys = append(keys, c.keys...)
 			args = append(args, strconv.Itoa(len(c.reqs)), strconv.FormatInt(b.r.now(&c.reqs[0]), 10))
 			for i := range c.reqs {
-				args = rediswire.MultiArgs(args, c.reqs[i].Rule, c.reqs[i].Cost)
+				args = rediswire.MultiArgs(args, c.reqs[i].Rule, wireCost(&c.reqs[i]))
 			}
 		}
 	case sharedArgs(batch):
@@ -309,11 +309,11 @@ func (b *batcher) buildCall(sc *scratch, batch []*pendingTake) {
 			keys = append(keys, c.key)
 		}
 		first := &batch[0].req
-		args, buf = rediswire.SharedBatchArgs(args, buf, first.Rule, first.Cost, len(batch), func(i int) int64 { return b.r.now(&batch[i].req) })
+		args, buf = rediswire.SharedBatchArgs(args, buf, first.Rule, wireCost(first), len(batch), func(i int) int64 { return b.r.now(&batch[i].req) })
 	default:
 		for _, c := range batch {
 			keys = append(keys, c.key)
-			args, buf = rediswire.BatchArgs(args, buf, c.req.Rule, b.r.now(&c.req), c.req.Cost)
+			args, buf = rediswire.BatchArgs(args, buf, c.req.Rule, b.r.now(&c.req), wireCost(&c.req))
 		}
 	}
 	sc.keys, sc.args, sc.buf = keys, args, buf
@@ -370,7 +370,7 @@ var sharedArgs = func(batch []*pendingTake) bool {
 	}
 	r := &batch[0].req
 	for _, c := range batch[1:] {
-		if c.req.Cost != r.Cost || c.req.Rule.Algorithm != r.Rule.Algorithm ||
+		if wireCost(&c.req) != wireCost(r) || c.req.Rule.Algorithm != r.Rule.Algorithm ||
 			c.req.Rule.Limit != r.Rule.Limit || c.req.Rule.Window.Milliseconds() != r.Rule.Window.Milliseconds() {
 			return false
 		}

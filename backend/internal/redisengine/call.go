@@ -15,7 +15,8 @@ import (
 // admission was recorded, for a refund.
 func (r *Runner) take(ctx context.Context, req *backend.Request) (backend.Result, int64, error) {
 	res, at, err := r.single(ctx, req, rediswire.ModeTake, r.now(req), 0)
-	if err != nil || !res.Unconfirmed || r.opts.Ack.OnShort == backend.AdmitUnconfirmed {
+	// A charge is not refused for want of replicas: its cost was incurred.
+	if err != nil || !res.Unconfirmed || r.opts.Ack.OnShort == backend.AdmitUnconfirmed || req.Charge {
 		return res, at, err
 	}
 	res, err = r.refuse(ctx, []backend.Request{*req}, []int64{at}, res)
@@ -35,7 +36,7 @@ func (r *Runner) single(ctx context.Context, req *backend.Request, mode rediswir
 		args = rediswire.RenewArgs(req.Rule, now, at, req.Cost)
 	default:
 		var err error
-		if args, err = rediswire.Args(req.Rule, now, req.Cost, mode); err != nil {
+		if args, err = rediswire.Args(req.Rule, now, wireCost(req), mode); err != nil {
 			return backend.Result{}, 0, fmt.Errorf("%s: %w", r.name, err)
 		}
 	}
@@ -86,4 +87,14 @@ func (r *Runner) send(s *script, write bool, do func(cmd Command, script string)
 		return bySource, do(bySource, s.src)
 	}
 	return bySHA, err
+}
+
+// wireCost is the cost argument of req's scripts: a charge
+// (backend.Request.Charge) goes as its cost negated, which every step
+// that records charges reads as one.
+func wireCost(req *backend.Request) int64 {
+	if req.Charge {
+		return -req.Cost
+	}
+	return req.Cost
 }

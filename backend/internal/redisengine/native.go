@@ -61,9 +61,10 @@ var skipNativeRefunds = false
 // (backend/denycache) would remember until the window's end, and nothing
 // tells it otherwise (a TakeAll's refusal is announced by the deny cache,
 // a Take's is not). So those go by script, which decides before it
-// writes.
+// writes. A charge (backend.Request.Charge) is never refused, so it goes
+// native at any cost: an INCRBY, never given back.
 func nativeTake(r *Runner, req *backend.Request) bool {
-	return r.native != nil && req.Rule.Algorithm == algorithms.FixedWindow && req.Cost == 1
+	return r.native != nil && req.Rule.Algorithm == algorithms.FixedWindow && (req.Cost == 1 || req.Charge)
 }
 
 // nativeAll reports whether reqs go on the native path: all fixed windows.
@@ -134,7 +135,7 @@ func (r *Runner) runNative(ctx context.Context, batch []*pendingTake) {
 			// Give back every increment the call made: a refused (or
 			// failed) call consumes nothing.
 			for i := first; i < at; i++ {
-				if errs == nil || errs[i] == nil {
+				if (errs == nil || errs[i] == nil) && !c.reqs[i-first].Charge {
 					refunds.add(incr.keys[i], incr.by[i], incr.exp[i])
 				}
 			}
@@ -173,7 +174,7 @@ func (r *Runner) nativeAdmitted(c *pendingTake, counts []int64, errs []error) (b
 			callErr = fmt.Errorf("%s: INCRBY %s: %w", r.name, c.reqs[i].Rule.Algorithm, errs[i])
 			continue
 		}
-		admitted = admitted && counts[i] <= c.reqs[i].Rule.Limit
+		admitted = admitted && (c.reqs[i].Charge || counts[i] <= c.reqs[i].Rule.Limit)
 	}
 	return admitted, callErr
 }
@@ -220,6 +221,10 @@ func nativeOutcome(req *backend.Request, count int64, admitted bool) algorithms.
 	now, w, limit, cost := req.Millis(), req.Rule.Window.Milliseconds(), req.Rule.Limit, req.Cost
 	finish := (now - now%w) + w - now
 	before := max(count-cost, 0)
+	if req.Charge {
+		// Counted whatever the others decided (nothing gives it back).
+		return algorithms.Outcome{Allowed: true, Remaining: max(limit-max(count, before+cost), 0), ResetAfter: finish}
+	}
 	if admitted {
 		return algorithms.Outcome{Allowed: true, Remaining: min(max(limit-count, 0), limit-cost), ResetAfter: finish}
 	}

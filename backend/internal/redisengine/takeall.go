@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/limitkit/limitkit/backend"
@@ -79,7 +80,7 @@ func (r *Runner) takeTogether(ctx context.Context, reqs []backend.Request, keys 
 	args := make([]string, 1, 1+4*len(reqs))
 	args[0] = strconv.FormatInt(r.now(&reqs[0]), 10)
 	for i := range reqs {
-		args = rediswire.MultiArgs(args, reqs[i].Rule, reqs[i].Cost)
+		args = rediswire.MultiArgs(args, reqs[i].Rule, wireCost(&reqs[i]))
 	}
 	reply, acked, cmd, err := r.eval(ctx, &r.multi, keys, args, true, true)
 	if err != nil {
@@ -120,6 +121,9 @@ func (r *Runner) takeTogether(ctx context.Context, reqs []backend.Request, keys 
 // when one is denied after all (another caller got there first), it refunds
 // the ones before it and peeks the ones after it.
 func (r *Runner) takeInOrder(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
+	if slices.ContainsFunc(reqs, func(q backend.Request) bool { return q.Charge }) {
+		return r.chargesFirst(ctx, reqs)
+	}
 	results := make([]backend.Result, len(reqs))
 	all := true
 	for i := range reqs {
@@ -160,6 +164,41 @@ func (r *Runner) takeInOrder(ctx context.Context, reqs []backend.Request) (backe
 			}
 		}
 		return backend.CombineEach(ctx, results), nil
+	}
+	return backend.CombineEach(ctx, results), nil
+}
+
+// chargesFirst is takeInOrder for requests some of which are charges
+// (backend.Request.Charge): the charges are recorded first, one by one
+// (never refused, never given back), then the others are decided all or
+// nothing among themselves.
+func (r *Runner) chargesFirst(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
+	results := make([]backend.Result, len(reqs))
+	var rest []backend.Request
+	var of []int
+	for i := range reqs {
+		if !reqs[i].Charge {
+			rest, of = append(rest, reqs[i]), append(of, i)
+			continue
+		}
+		res, _, err := r.take(ctx, &reqs[i])
+		if err != nil {
+			return backend.Result{}, err
+		}
+		results[i] = res
+	}
+	if len(rest) > 0 {
+		var each backend.EachResults
+		res, err := r.takeInOrder(backend.WithEachResults(ctx, &each), rest)
+		if err != nil {
+			return backend.Result{}, err
+		}
+		if !each.Filled {
+			each.Results = []backend.Result{res}
+		}
+		for j, i := range of {
+			results[i] = each.Results[j]
+		}
 	}
 	return backend.CombineEach(ctx, results), nil
 }
