@@ -8,16 +8,18 @@
 // It starts a fake upstream (streamed completions as server-sent events
 // ending with a usage chunk and "data: [DONE]", and plain JSON ones with
 // their usage) and the proxy on loopback, drives a short load through it
-// with two API keys (Authorization: Bearer), and prints the tokens each key
-// used. The proxy streams each chunk to the client as it comes. A request
+// with two API keys (Authorization: Bearer), and prints what each key was admitted,
+// refused and used. The proxy streams each chunk to the client as it comes. A request
 // is estimated before it is forwarded (its max_tokens, which the upstream
 // is told to stop at, plus a bound of its prompt) and costs its usage when
 // the response ends; a stream aborted before its usage costs its estimate
 // (see docs/tokens.md).
 //
-// The tokens-per-minute budget per key reserves the estimate and settles
-// the usage (httplimit's cost middleware over limiter.Limiter.ReserveN);
-// it is wired in once the limiter has ReserveN.
+// Each key has a budget of 1000 tokens a minute: the request reserves its
+// estimate (httplimit.NewCost over limiter.Limiter.ReserveN), refused with
+// 429 when it does not fit, and settles its usage when it ends, giving back
+// what it did not use. With estimates at least the costs, no budget is
+// ever overspent, however many requests are in flight.
 package main
 
 import (
@@ -31,19 +33,54 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"sort"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
+
+	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/backend/storeurl"
+	"github.com/limitkit/limitkit/clock"
+	"github.com/limitkit/limitkit/limiter"
+	"github.com/limitkit/limitkit/limiter/httplimit"
 )
 
 func main() {
-	flag.String("redis", "", "Redis URL (redis://host:port/db); empty keeps the budgets in memory")
-	flag.String("client", "go-redis", "Redis client library: go-redis or rueidis")
+	redisURL := flag.String("redis", "", "Redis URL (redis://host:port/db); empty keeps the budgets in memory")
+	client := flag.String("client", "go-redis", "Redis client library: go-redis or rueidis")
 	flag.Parse()
-	if err := run(os.Stdout); err != nil {
+	store, where, closeStore, err := openStore(*redisURL, *client)
+	if err == nil {
+		defer closeStore()
+		fmt.Printf("Budgets %s.\n", where)
+		err = run(os.Stdout, store, estimate)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "llmproxy:", err)
 		os.Exit(1)
 	}
+}
+
+// The budget: tokens per minute per API key.
+const (
+	budget = 1000
+	window = time.Minute
+)
+
+// openStore opens the store the budgets are kept in: memory when redisURL
+// is empty, else the Redis at redisURL (any URL backend/storeurl reads)
+// through the client library named, go-redis or rueidis. It returns where
+// the budgets are, and a function that closes the store.
+func openStore(redisURL, client string) (backend.Store, string, func(), error) {
+	url, where := "memory://", "in memory"
+	if redisURL != "" {
+		url, where = redisURL, "in Redis ("+client+")"
+	}
+	opened, err := storeurl.Open(context.Background(), url, storeurl.WithClient(client))
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return opened.Store, where, func() { _ = opened.Close() }, nil
 }
 
 // meter adds up the tokens each key's responses cost.
@@ -71,7 +108,27 @@ type app struct {
 	meter           *meter
 }
 
-func newApp() (*app, error) {
+// newApp starts the fake upstream and, in front of it, the proxy with a
+// budget per API key on store: each request reserves what est says
+// (estimate, in the proxy) and settles on its usage.
+func newApp(store backend.Store, est func(*http.Request) (int64, error)) (*app, error) {
+	// A fixed clock keeps the demo in one window; a fresh prefix, a fresh
+	// run on a shared Redis.
+	lim, err := limiter.New(store, limiter.Config{Algorithm: "fixed_window", Limit: budget, Window: window,
+		Prefix: "llm:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"},
+		limiter.WithClock(clock.NewFake(time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC))))
+	if err != nil {
+		return nil, err
+	}
+	mw, err := httplimit.NewCost(lim, httplimit.Cost{Estimate: est},
+		httplimit.WithKey(func(r *http.Request) httplimit.Key { return httplimit.Key{Value: apiKey(r)} }),
+		httplimit.WithPolicyName("tokens"),
+		httplimit.WithMissingKey(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "401 unauthorized: send Authorization: Bearer <API key>", http.StatusUnauthorized)
+		})))
+	if err != nil {
+		return nil, err
+	}
 	up := httptest.NewServer(upstream())
 	target, err := url.Parse(up.URL)
 	if err != nil {
@@ -79,19 +136,11 @@ func newApp() (*app, error) {
 		return nil, err
 	}
 	m := &meter{tokens: map[string]int64{}}
-	p := proxy(target, m.report)
-	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if apiKey(r) == "" {
-			http.Error(w, "401 unauthorized: send Authorization: Bearer <API key>", http.StatusUnauthorized)
-			return
-		}
-		if _, err := estimate(r); err != nil {
-			http.Error(w, "400 bad request: "+err.Error(), http.StatusBadRequest)
-			return
-		}
-		p.ServeHTTP(w, r)
-	}))
-	return &app{upstream: up, proxy: front, meter: m}, nil
+	p := proxy(target, func(ctx context.Context, key string, tokens int64) {
+		httplimit.ReportCost(ctx, tokens) // settled when the handler returns
+		m.report(ctx, key, tokens)
+	})
+	return &app{upstream: up, proxy: httptest.NewServer(mw.Handler(p)), meter: m}, nil
 }
 
 func (a *app) close() {
@@ -117,38 +166,52 @@ func (a *app) complete(ctx context.Context, key, prompt string, maxTokens int, s
 	return resp.StatusCode, b, err
 }
 
-// run drives the demo load and prints what each key used.
-func run(out io.Writer) error {
-	a, err := newApp()
+// run drives the demo load through the proxy on store, with requests
+// estimated by est, and prints what each key was admitted, refused and
+// used; it returns an error when a budget was overspent.
+func run(out io.Writer, store backend.Store, est func(*http.Request) (int64, error)) error {
+	a, err := newApp(store, est)
 	if err != nil {
 		return err
 	}
 	defer a.close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var wg sync.WaitGroup
+	fmt.Fprintf(out, "Budget: %d tokens per %v per API key. 2 keys, 16 concurrent requests each (max_tokens 100 to 250, half streamed).\n", budget, window)
 	names := map[string]string{}
+	var mu sync.Mutex
+	admitted, refused := map[string]int{}, map[string]int{}
+	var wg sync.WaitGroup
 	for _, key := range []string{"sk-alice", "sk-bob"} {
 		names[apiKey(&http.Request{Header: http.Header{"Authorization": {"Bearer " + key}}})] = key
-		for i := range 8 {
+		for i := range 16 {
 			wg.Go(func() {
-				_, _, _ = a.complete(ctx, key, "Say something.", 40+10*i, i%2 == 0)
+				code, _, err := a.complete(ctx, key, fmt.Sprintf("Question %d: say something.", i), 100+10*i, i%2 == 0)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil && code == http.StatusOK:
+					admitted[key]++
+				case err == nil && code == http.StatusTooManyRequests:
+					refused[key]++
+				}
 			})
 		}
 	}
 	wg.Wait()
-	// A response is counted once its handler has closed the upstream's
+	// A response is settled once its handler has closed the upstream's
 	// body, which can be after the client read its end: Close waits.
 	a.proxy.Close()
-	keys := make([]string, 0, len(a.meter.tokens))
-	a.meter.mu.Lock()
-	for k := range a.meter.tokens {
-		keys = append(keys, k)
+	used := a.meter.snapshot()
+	over := false
+	for _, k := range slices.Sorted(maps.Keys(used)) {
+		name := names[k]
+		fmt.Fprintf(out, "key %s: %d admitted, %d refused, %d tokens used of %d\n", name, admitted[name], refused[name], used[k], budget)
+		over = over || used[k] > budget
 	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		fmt.Fprintf(out, "key %s: %d tokens\n", names[k], a.meter.tokens[k])
+	if over {
+		return fmt.Errorf("a budget was overspent: the estimates were below the costs")
 	}
-	a.meter.mu.Unlock()
+	fmt.Fprintln(out, "No budget overspent: each request reserved at least what it cost.")
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"regexp"
+	"strconv"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,6 +15,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/examples/internal/exampletest"
 )
 
 // sseBody is a stream as the fake upstream writes it.
@@ -64,7 +69,7 @@ func TestUsageReader(t *testing.T) {
 // for random prompts and max_tokens; without its prompt part (the
 // control) it is below.
 func TestEstimateBounds(t *testing.T) {
-	a, err := newApp()
+	a, err := newApp(memStore(t), estimate)
 	require.NoError(t, err)
 	defer a.close()
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -102,13 +107,13 @@ func TestEstimateBounds(t *testing.T) {
 // the upstream still holds the rest), the meter counts each response's
 // usage, and a stream aborted before its usage costs its estimate.
 func TestProxyStreams(t *testing.T) {
-	a, err := newApp()
+	a, err := newApp(memStore(t), estimate)
 	require.NoError(t, err)
 	defer a.close()
 	code, body, err := a.complete(t.Context(), "sk-1", "Say something.", 40, true)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, code, string(body))
-	assert.Contains(t, string(body), `"usage":{"prompt_tokens":4,"completion_tokens":40,"total_tokens":44}`)
+	assert.Contains(t, string(body), `"usage":{"prompt_tokens":4,"completion_tokens":21,"total_tokens":25}`) // 40 less 48% (4*37%50)
 	assert.True(t, strings.HasSuffix(string(body), "data: [DONE]\n\n"))
 	code, _, err = a.complete(t.Context(), "sk-1", "Say something.", 40, false)
 	require.NoError(t, err)
@@ -131,14 +136,46 @@ func TestProxyStreams(t *testing.T) {
 	a.proxy.Close() // waits for the proxy's handlers, and so the report
 	counts := a.meter.snapshot()
 	key := apiKey(&http.Request{Header: http.Header{"Authorization": {"Bearer sk-1"}}})
-	assert.Equal(t, int64(88), counts[key], "two usages of 44")
+	assert.Equal(t, int64(50), counts[key], "two usages of 25")
 	key2 := apiKey(&http.Request{Header: http.Header{"Authorization": {"Bearer sk-2"}}})
 	assert.Greater(t, counts[key2], int64(64), "the estimate: max_tokens and the prompt's bound")
 	assert.Len(t, counts, 2)
 }
 
+func memStore(t *testing.T) backend.Store {
+	t.Helper()
+	store, _, closeStore, err := openStore("", "")
+	require.NoError(t, err)
+	t.Cleanup(closeStore)
+	return store
+}
+
+// TestDemo: on every store, the demo's budgets refuse some requests and
+// are never overspent; the control, estimates of 1 token (below every
+// cost), overspends them and run says so.
 func TestDemo(t *testing.T) {
-	var out strings.Builder
-	require.NoError(t, run(&out))
-	assert.Equal(t, "key sk-alice: 632 tokens\nkey sk-bob: 632 tokens\n", out.String())
+	exampletest.EveryStore(t, openStore, func(t *testing.T, store backend.Store, _ string) {
+		var out strings.Builder
+		require.NoError(t, run(&out, store, estimate))
+		text := out.String()
+		lines := regexp.MustCompile(`key (sk-\w+): (\d+) admitted, (\d+) refused, (\d+) tokens used of 1000`).FindAllStringSubmatch(text, -1)
+		require.Len(t, lines, 2, text)
+		for _, l := range lines {
+			admitted, _ := strconv.Atoi(l[2])
+			refused, _ := strconv.Atoi(l[3])
+			used, _ := strconv.Atoi(l[4])
+			assert.Equal(t, 16, admitted+refused, l[0])
+			assert.Positive(t, refused, l[0])
+			assert.LessOrEqual(t, used, 1000, l[0])
+			assert.Greater(t, used, 500, "the budget is used: %s", l[0])
+		}
+		assert.Contains(t, text, "No budget overspent")
+
+		out.Reset()
+		under := func(r *http.Request) (int64, error) {
+			_, err := estimate(r)
+			return 1, err
+		}
+		assert.ErrorContains(t, run(&out, store, under), "overspent", out.String())
+	})
 }

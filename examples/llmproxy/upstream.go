@@ -42,7 +42,7 @@ func promptTokens(req *chatRequest) int64 {
 const tokensPerChunk = 8
 
 // upstream is a fake OpenAI-compatible API: POST /v1/chat/completions
-// answers with a completion of max_tokens tokens (16 if absent), streamed
+// answers with a completion of half max_tokens (16 if absent) to all of it, chosen by the prompt, streamed
 // as server-sent events when "stream" is true, ending with the usage
 // chunk and "data: [DONE]". A request whose last message is "stall" stops
 // after its first chunk until the client goes away (or 5 s), to show an
@@ -59,6 +59,8 @@ func upstream() http.Handler {
 		if completion <= 0 {
 			completion = 16
 		}
+		// Most answers stop before max_tokens: between half of it and all.
+		completion -= completion * (promptTokens(&req) * 37 % 50) / 100
 		u := Usage{PromptTokens: promptTokens(&req), CompletionTokens: completion}
 		u.TotalTokens = u.PromptTokens + u.CompletionTokens
 		if !req.Stream {
