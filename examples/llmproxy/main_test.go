@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"regexp"
-	"strconv"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
