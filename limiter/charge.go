@@ -62,7 +62,3 @@ func (l *Limiter) ChargeN(ctx context.Context, key string, n int64) (Decision, e
 	}
 	return out, nil
 }
-
-// checkCharge is the tokens-lib placeholder, kept at this merge until
-// tokens-lib merges tokens-core: every rule is taken to charge.
-func checkCharge(algorithms.Rule) error { return nil }

@@ -125,7 +125,7 @@ func (l *Limiter) reservable(c *compiled) (backend.Reserver, error) {
 		return nil, invalidf(ErrInvalidRequest,
 			"ReserveN reserves on one enforced rule; this limit has a guard or is in Shadow mode: give the guard a limiter of its own, or set mode enforce")
 	}
-	if err := checkCharge(c.all[0].rule); err != nil {
+	if err := c.all[0].rule.CheckCharge(); err != nil {
 		return nil, restate(ErrInvalidRequest, fmt.Errorf("a reservation's excess is charged: %w", err))
 	}
 	rs, ok := backend.As[backend.Reserver](l.store)
