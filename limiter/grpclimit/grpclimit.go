@@ -239,29 +239,37 @@ func (i *Interceptor) limits(method string) bool {
 // and the call's error: nil to serve it.
 func (i *Interceptor) decide(ctx context.Context, method string) (transport.Outcome, metadata.MD, error) {
 	o := i.core.Admit(ctx, call{ctx: ctx, method: method})
+	md, err := i.answer(ctx, method, o)
+	return o, md, err
+}
+
+// answer returns the metadata to send for the admission o and the call's
+// error: nil to serve it (as decide); NewCost's interceptors answer their
+// reservations with it too.
+func (i *Interceptor) answer(ctx context.Context, method string, o transport.Outcome) (metadata.MD, error) {
 	switch o.Verdict {
 	case transport.Exempt:
-		return o, nil, nil
+		return nil, nil
 	case transport.NoKey:
-		return o, nil, errNoKey
+		return nil, errNoKey
 	case transport.DenyListed:
-		return o, nil, errDenyListed
+		return nil, errDenyListed
 	case transport.Failed:
 		var md metadata.MD
 		if i.set.Headers&DraftHeaders != 0 && o.View != nil {
 			md = metadata.MD{"ratelimit-policy": {o.View.Fields.Policy()}}
 		}
-		return o, md, i.storeError(ctx, method, &o)
+		return md, i.storeError(ctx, method, &o)
 	}
 	md := i.fields(o.View, o.Decision)
 	if o.Verdict == transport.Admitted {
-		return o, md, nil
+		return md, nil
 	}
 	if md == nil {
 		md = metadata.MD{}
 	}
 	md["retry-after"] = []string{strconv.FormatInt(ratelimitfields.RetryAfter(o.Decision.RetryAfter), 10)}
-	return o, md, denial(o.View, o.Decision)
+	return md, denial(o.View, o.Decision)
 }
 
 var (

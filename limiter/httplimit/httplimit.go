@@ -235,6 +235,13 @@ func DecisionFrom(ctx context.Context) (d limiter.Decision, ok bool) {
 // concurrency limit, the lease to release after it.
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request) (*http.Request, *limiter.Lease, bool) {
 	o := m.core.Admit(r.Context(), r)
+	return m.answer(w, r, o)
+}
+
+// answer sets the headers of the admission o and answers r unless it
+// should go on to the next handler (as serve); NewCost's middleware
+// answers its reservations with it too.
+func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, o transport.Outcome) (*http.Request, *limiter.Lease, bool) {
 	switch o.Verdict {
 	case transport.Exempt:
 		return r, o.Lease, true

@@ -147,6 +147,14 @@ func (c *Core[R]) Admit(ctx context.Context, r R) Outcome {
 	}
 	lease, d, v, err := c.src.admit(ctx, limiter.Request{Keys: keys, Client: first.Client})
 	o := Outcome{Decision: d, Lease: lease, View: v}
+	o.classify(err)
+	return o
+}
+
+// classify sets the verdict of o from its decision and the admission's
+// error.
+func (o *Outcome) classify(err error) {
+	d := o.Decision
 	switch {
 	case err != nil && errors.Is(err, limiter.ErrInvalidRequest):
 		o.Verdict = NoKey
@@ -159,7 +167,6 @@ func (c *Core[R]) Admit(ctx context.Context, r R) Outcome {
 	case !d.Allowed:
 		o.Verdict = Denied
 	}
-	return o
 }
 
 // admitter is a Limiter or a Composite.
