@@ -79,7 +79,12 @@ func (r *racy) Take(_ context.Context, req backend.Request) (backend.Result, err
 	st = st.Clone()
 	r.mu.Unlock()
 	time.Sleep(10 * time.Microsecond) // the round trips between the commands
-	out := req.Rule.Take(&st, req.Millis(), req.Cost)
+	var out algorithms.Outcome
+	if req.Charge { // as a store must: a charge past the limit is no Take
+		out = req.Rule.Charge(&st, req.Millis(), req.Cost, true)
+	} else {
+		out = req.Rule.Take(&st, req.Millis(), req.Cost)
+	}
 	r.mu.Lock()
 	r.states[req.Key] = st
 	r.mu.Unlock()
