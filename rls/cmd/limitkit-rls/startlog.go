@@ -117,6 +117,17 @@ var referenceOnly = []string{
 	"TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE", "TRACING_SERVICE_INSTANCE_ID", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE",
 }
 
+// repositoryTestVariables are the variables limitkit's own tests,
+// benchmarks and CI read. A contributor exports them in the shell that
+// also runs the service, so they are no misspelling: no warning.
+// TestRepositoryTestVariablesListed keeps the list complete.
+var repositoryTestVariables = []string{
+	"LIMITKIT_BENCH_RESERVE", "LIMITKIT_BLIP_FIGURES", "LIMITKIT_CPU_PIN", "LIMITKIT_MODEL_SEED", "LIMITKIT_MODEL_STEPS",
+	"LIMITKIT_PACKAGE_BUDGET", "LIMITKIT_PARTS_ADDR", "LIMITKIT_PARTS_CALLGRIND", "LIMITKIT_PARTS_N", "LIMITKIT_PARTS_ONLY",
+	"LIMITKIT_PARTS_WINDOW_MS", "LIMITKIT_PLAIN_STEPS", "LIMITKIT_RELEASE_REHEARSAL", "LIMITKIT_REQUIRE_REDIS",
+	"LIMITKIT_RLS_LATENCY", "LIMITKIT_SOAK", "LIMITKIT_STATICCHECK",
+}
+
 // warnUnknownVariables warns about each variable of environ (NAME=value
 // entries) that is a LIMITKIT_* one the service does not read, or near
 // the name of one it reads (REDIS_URLL): a misspelt setting is otherwise
@@ -125,7 +136,7 @@ func warnUnknownVariables(log *slog.Logger, environ []string) {
 	known := knownVariables()
 	for _, entry := range environ {
 		name, _, _ := strings.Cut(entry, "=")
-		if name == "" || slices.Contains(known, name) {
+		if name == "" || slices.Contains(known, name) || slices.Contains(repositoryTestVariables, name) {
 			continue
 		}
 		near := suggest.Nearest(name, known)

@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"io/fs"
 	"net"
+	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -99,7 +103,7 @@ func TestUnknownVariablesWarned(t *testing.T) {
 		// A near miss of a setting that is not a Kubernetes service link.
 		"GRPC_PROT=1",
 		// Known: no word.
-		"LIMITKIT_REDIS_DEADLINE=5ms", "REDIS_URL=x", "REDIS_PERSECOND_TIMEOUT=1s", "MEMCACHE_TLS=false", "RUNTIME_WATCH_ROOT=false", "USE_STATSD=false", "GRPC_SERVER_TLS_CA_CERT=",
+		"LIMITKIT_REDIS_DEADLINE=5ms", "LIMITKIT_REQUIRE_REDIS=1", "LIMITKIT_SOAK=1", "REDIS_URL=x", "REDIS_PERSECOND_TIMEOUT=1s", "MEMCACHE_TLS=false", "RUNTIME_WATCH_ROOT=false", "USE_STATSD=false", "GRPC_SERVER_TLS_CA_CERT=",
 	}
 	logs := startLog(t, env, environ)
 	var warned []string
@@ -120,4 +124,58 @@ func TestUnknownVariablesWarned(t *testing.T) {
 	if strings.Contains(logs, "localhost:6379") {
 		t.Errorf("a value of an unknown variable is in the log:\n%s", logs)
 	}
+}
+
+// TestRepositoryTestVariablesListed: every LIMITKIT_ variable the
+// repository's tests, benchmarks and CI read is in repositoryTestVariables
+// (or is a setting), so exporting one draws no warning. It reads the
+// variables from the code: string literals outside this service, and
+// .ci/run's names.
+func TestRepositoryTestVariablesListed(t *testing.T) {
+	root := filepath.Join("..", "..", "..")
+	name := regexp.MustCompile(`LIMITKIT_[A-Z0-9_]*[A-Z0-9]`)
+	literal := regexp.MustCompile(`"(LIMITKIT_[A-Z0-9_]*[A-Z0-9])"`)
+	read := map[string]bool{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		switch {
+		case d.IsDir() && (strings.HasPrefix(d.Name(), ".") && rel != "." || rel == filepath.Join("rls", "cmd", "limitkit-rls")):
+			return filepath.SkipDir
+		case !d.IsDir() && strings.HasSuffix(path, ".go"):
+			return collect(path, literal, 1, read)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := collect(filepath.Join(root, ".ci", "run"), name, 0, read); err != nil {
+		t.Fatal(err)
+	}
+	// The control: the walk found the variables it must.
+	for _, want := range []string{"LIMITKIT_REQUIRE_REDIS", "LIMITKIT_MODEL_SEED", "LIMITKIT_PACKAGE_BUDGET"} {
+		if !read[want] {
+			t.Fatalf("the walk did not find %s; is the repository root %s?", want, root)
+		}
+	}
+	known := knownVariables()
+	for v := range read {
+		if !slices.Contains(known, v) && !slices.Contains(repositoryTestVariables, v) {
+			t.Errorf("%s is read by the repository's tests but not in repositoryTestVariables: limitkit-rls would warn about it", v)
+		}
+	}
+}
+
+func collect(path string, re *regexp.Regexp, group int, into map[string]bool) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	for _, m := range re.FindAllSubmatch(b, -1) {
+		into[string(m[group])] = true
+	}
+	return nil
 }
