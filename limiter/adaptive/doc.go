@@ -12,6 +12,9 @@
 //   - Gradient2 (Netflix concurrency-limits): the limit grows while the
 //     window's latency stays within a tolerance of its long average, and
 //     falls by their ratio past it. The default.
+//   - Vegas (Netflix concurrency-limits, with Envoy's probe): keeps the
+//     queue it estimates from the lowest latency seen between two bounds,
+//     and learns that floor again one window in ProbeWindows.
 //   - AIMD: grows by one per window, multiplied by a backoff after a
 //     window with a drop (a timeout, an overload answer from below).
 //   - Fixed: stays where it started; a plain concurrency limit with the

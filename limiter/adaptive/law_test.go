@@ -130,6 +130,7 @@ func (i inverted) Update(limit float64, w Window) float64 {
 func TestLawsRiseUnderLowLatency(t *testing.T) {
 	require.NoError(t, checkRises(&Gradient2{}))
 	require.NoError(t, checkRises(&AIMD{}))
+	require.NoError(t, checkRises(&Vegas{}))
 	// Control: a law moving the wrong way is caught.
 	require.Error(t, checkRises(inverted{&Gradient2{}}))
 	require.Error(t, checkRises(Fixed{}))
@@ -138,11 +139,13 @@ func TestLawsRiseUnderLowLatency(t *testing.T) {
 func TestLawsFallUnderRisingLatency(t *testing.T) {
 	require.NoError(t, checkFalls(&Gradient2{}))
 	require.NoError(t, checkFalls(&AIMD{Timeout: 15 * time.Millisecond}))
+	require.NoError(t, checkFalls(&Vegas{}))
 	// Controls: a law moving the wrong way, or not at all, is caught;
 	// so is Gradient2 tolerating more than this backend's curve allows.
 	require.Error(t, checkFalls(inverted{&Gradient2{}}))
 	require.Error(t, checkFalls(Fixed{}))
 	require.Error(t, checkFalls(&AIMD{}))
+	require.Error(t, checkFalls(inverted{&Vegas{}}))
 }
 
 // outside returns the first of limits outside [lo, hi].
@@ -185,7 +188,7 @@ func TestLimitNeverLeavesItsBounds(t *testing.T) {
 	// Control: what the law asked for leaves them, and the check sees it.
 	require.Error(t, outside(law.asked, 3, 40))
 	// The laws shipped stay in bounds on their own paths too.
-	for _, law := range []Law{&Gradient2{}, &AIMD{Timeout: time.Millisecond}} {
+	for _, law := range []Law{&Gradient2{}, &AIMD{Timeout: time.Millisecond}, &Vegas{}} {
 		limits, err := run(law, 150, backend{capacity: 20, base: time.Millisecond}, 200)
 		require.NoError(t, err)
 		var f []float64
@@ -215,7 +218,8 @@ func TestGradient2Steps(t *testing.T) {
 
 func TestLawParametersAreChecked(t *testing.T) {
 	for _, law := range []Law{&Gradient2{Tolerance: 0.5}, &Gradient2{Smoothing: 2}, &Gradient2{QueueSize: -1},
-		&Gradient2{LongWindows: -1}, &AIMD{Backoff: 1.5}, &AIMD{Timeout: -1}} {
+		&Gradient2{LongWindows: -1}, &AIMD{Backoff: 1.5}, &AIMD{Timeout: -1},
+		&Vegas{Alpha: -1}, &Vegas{Alpha: 7}, &Vegas{Smoothing: 2}, &Vegas{ProbeWindows: -1}} {
 		_, err := New(Config{Law: law})
 		require.Error(t, err, "%#v", law)
 	}
@@ -263,16 +267,19 @@ func roundDeadline(lim *Limiter, fake *clock.Fake, b backend, deadline time.Dura
 // Machine load does not change it.
 func BenchmarkStepChange(b *testing.B) {
 	for _, tol := range []float64{1.5, 1.2, 1.1} {
-		b.Run(fmt.Sprintf("tolerance=%v", tol), func(b *testing.B) { stepChange(b, tol) })
+		b.Run(fmt.Sprintf("gradient2/tolerance=%v", tol), func(b *testing.B) {
+			stepChange(b, func() Law { return &Gradient2{Tolerance: tol} })
+		})
 	}
+	b.Run("vegas", func(b *testing.B) { stepChange(b, func() Law { return &Vegas{} }) })
 }
 
-func stepChange(b *testing.B, tol float64) {
+func stepChange(b *testing.B, law func() Law) {
 	const c, phaseRounds = 40, 400
 	base := 10 * time.Millisecond
 	for range b.N {
 		fake := clock.NewFake(t0)
-		lim, err := New(Config{Law: &Gradient2{Tolerance: tol}, Initial: 10, Min: 1, Max: 1000, Window: 100 * time.Millisecond, Clock: fake})
+		lim, err := New(Config{Law: law(), Initial: 10, Min: 1, Max: 1000, Window: 100 * time.Millisecond, Clock: fake})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -308,4 +315,42 @@ func stepChange(b *testing.B, tol float64) {
 		b.ReportMetric(served/capacity, "goodput/capacity")
 		b.ReportMetric(float64(lat[len(lat)*99/100])/float64(base), "p99/base")
 	}
+}
+
+// checkFloorRises: after the backend's floor doubles for good (latency
+// flat at 20 ms to the same capacity), the limit settles within ±25% of
+// the capacity again instead of reading the new floor as queueing.
+func checkFloorRises(law Law) error {
+	const rounds = 300
+	limits, err := runSteps(law, 10, rounds,
+		backend{capacity: 40, base: 10 * time.Millisecond}, backend{capacity: 40, base: 20 * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	return settled(limits[len(limits)-50:], 40)
+}
+
+func TestVegasLearnsARisenFloor(t *testing.T) {
+	require.NoError(t, checkFloorRises(&Vegas{}))
+	// Control: without the probe the old floor stays and the limit
+	// falls far below the capacity.
+	require.Error(t, checkFloorRises(&Vegas{ProbeWindows: 1 << 30}))
+}
+
+func TestVegasSteps(t *testing.T) {
+	// By hand, at limit 100 (log10 = 2): the first window learns the
+	// floor; a queue of 0 adds Beta × 2; a queue of 10 (between Alpha × 2
+	// and Beta × 2) leaves the limit; a queue of 50 takes 2 off; a drop
+	// takes 2 off.
+	v := &Vegas{}
+	w := Window{RTT: 10 * time.Millisecond, MinRTT: 10 * time.Millisecond, InFlight: 100, Samples: 10}
+	require.Equal(t, 100.0, v.Update(100, w))
+	require.InDelta(t, 112, v.Update(100, w), 1e-9)
+	w.RTT = 11_111_111 // ns: queue ceil(100 × (1 − 10/11.11)) = 10
+	w.MinRTT = 11 * time.Millisecond
+	require.InDelta(t, 100, v.Update(100, w), 1e-9)
+	w.RTT = 20 * time.Millisecond // queue 50
+	require.InDelta(t, 98, v.Update(100, w), 1e-9)
+	w.Dropped = true
+	require.InDelta(t, 98, v.Update(100, w), 1e-9)
 }

@@ -234,6 +234,10 @@ func (l *Limiter) InFlight() int {
 // Name returns the limiter's name (Config.Name).
 func (l *Limiter) Name() string { return l.cfg.Name }
 
+// Law returns the name of the limiter's Law ("gradient2", "vegas"…), as
+// its metrics and logs label it.
+func (l *Limiter) Law() string { return l.cfg.Law.Name() }
+
 // cap is how many requests may be in flight when one of class p is
 // admitted: its share of the limit, at least 1.
 func (l *Limiter) cap(p Priority) int {

@@ -15,7 +15,7 @@ import (
 //
 //	adaptive:
 //	  api:
-//	    law: gradient2        # or aimd, fixed (default gradient2)
+//	    law: gradient2        # or vegas, aimd, fixed (default gradient2)
 //	    min: 5
 //	    max: 500
 //	    initial: 20
@@ -35,7 +35,7 @@ import (
 type Adaptive struct {
 	// Name identifies the limit in AdaptiveLimiter and in metrics.
 	Name string
-	// Law is "gradient2", "aimd" or "fixed".
+	// Law is "gradient2", "vegas", "aimd" or "fixed".
 	Law string
 	// Config is the limiter's configuration, without its Law, Clock or
 	// Observer.
@@ -52,12 +52,14 @@ func (a *Adaptive) law() (adaptive.Law, error) {
 	switch a.Law {
 	case "", "gradient2":
 		return &adaptive.Gradient2{Tolerance: a.Tolerance}, nil
+	case "vegas":
+		return &adaptive.Vegas{}, nil
 	case "aimd":
 		return &adaptive.AIMD{Backoff: a.Backoff, Timeout: a.Timeout}, nil
 	case "fixed":
 		return adaptive.Fixed{}, nil
 	}
-	return nil, fmt.Errorf("law %q is unknown; use gradient2, aimd or fixed", a.Law)
+	return nil, fmt.Errorf("law %q is unknown; use gradient2, vegas, aimd or fixed", a.Law)
 }
 
 // AdaptiveLimiter builds a new limiter from the adaptive block named name,

@@ -38,11 +38,20 @@ func TestAdaptiveBlock(t *testing.T) {
 	require.Equal(t, 8, lim.Limit())
 	_, err = cfg.AdaptiveLimiter("nope", adaptive.Observer{})
 	require.Error(t, err)
+	// Each law's name builds that law.
+	for _, law := range []string{"gradient2", "vegas", "aimd", "fixed"} {
+		file := "backend: {url: \"memory://\"}\npolicies:\n  api: {limit: 10, window: 1m}\nadaptive:\n  s:\n    law: " + law + "\n"
+		cfg, err := config.Parse([]byte(file), config.YAML)
+		require.NoError(t, err, law)
+		lim, err := cfg.AdaptiveLimiter("s", adaptive.Observer{})
+		require.NoError(t, err, law)
+		require.Equal(t, law, lim.Law(), law)
+	}
 }
 
 func TestAdaptiveBlockErrors(t *testing.T) {
 	for field, bad := range map[string]string{
-		"law: vegas":         "unknown",
+		"law: cubic":         "unknown",
 		"min: 9\n    max: 3": "Min",
 		"sheddable_share: x": "not a number",
 		"tolerance: 0.5":     "Tolerance",
