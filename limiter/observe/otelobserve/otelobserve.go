@@ -28,6 +28,9 @@
 // The held count is what this process saw (see promobserve): sum it over
 // processes.
 //
+// NewAdaptive makes limiter/adaptive's instruments (limitkit.adaptive.*,
+// see AdaptiveMetrics) for the service's own concurrency limits.
+//
 // Only Take and TakeAll calls are decisions; Peek and Reset are not
 // counted. Cardinality is bounded: the key is never an attribute, and the
 // policy (the limit's key prefix) keeps its own value for the first

@@ -73,6 +73,10 @@ func collect(t *testing.T, r *sdkmetric.ManualReader) map[string]series {
 				for _, p := range d.DataPoints {
 					out[name(m.Name, p.Attributes)] = series{value: float64(p.Value)}
 				}
+			case metricdata.Gauge[float64]:
+				for _, p := range d.DataPoints {
+					out[name(m.Name, p.Attributes)] = series{value: p.Value}
+				}
 			case metricdata.Histogram[float64]:
 				for _, p := range d.DataPoints {
 					out[name(m.Name, p.Attributes)] = series{value: float64(p.Count), bounds: p.Bounds, sum: p.Sum}
