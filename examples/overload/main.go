@@ -9,7 +9,8 @@
 //   - unprotected: every request reaches the backend;
 //   - fixed: a concurrency limit of C (adaptive.Fixed), right until C
 //     halves;
-//   - adaptive: the limit follows latency (adaptive.Gradient2).
+//   - adaptive: the limit follows latency (adaptive.Gradient2, or the
+//     law -law names).
 //
 // For each phase it prints goodput (requests served within their deadline,
 // against what the backend can serve), the p99 latency of admitted
@@ -19,6 +20,7 @@
 //
 //	go run ./examples/overload                  # C=10, 100 ms, 7.5 s per server
 //	go run ./examples/overload -c 20 -base 50ms -d 9s
+//	go run ./examples/overload -law vegas
 //
 // It listens on 127.0.0.1 only and runs for 3 × -d.
 package main
@@ -38,6 +40,7 @@ func main() {
 	flag.DurationVar(&s.Base, "base", 100*time.Millisecond, "backend latency up to C in flight")
 	flag.DurationVar(&s.Duration, "d", 7500*time.Millisecond, "run time per server (three phases: C, C/2, C)")
 	flag.Float64Var(&s.Load, "load", 3, "offered load, in multiples of the capacity")
+	flag.StringVar(&s.Law, "law", "gradient2", "the adaptive server's law: gradient2, vegas or aimd")
 	flag.Parse()
 	if err := run(os.Stdout, s); err != nil {
 		fmt.Fprintln(os.Stderr, "overload:", err)
@@ -51,6 +54,7 @@ type Setup struct {
 	Base     time.Duration
 	Duration time.Duration
 	Load     float64
+	Law      string // the adaptive server's law; "" is gradient2
 }
 
 func (s Setup) check() error {
@@ -59,6 +63,8 @@ func (s Setup) check() error {
 		return errors.New("-c must be 2 or more")
 	case s.Base < time.Millisecond || s.Duration < 3*s.Base || s.Load <= 0:
 		return errors.New("-base must be at least 1ms, -d at least 3 × -base, -load positive")
+	case s.Law != "" && s.Law != "gradient2" && s.Law != "vegas" && s.Law != "aimd":
+		return fmt.Errorf("-law %q is unknown; use gradient2, vegas or aimd", s.Law)
 	case float64(s.Capacity)*s.Load/s.Base.Seconds()*s.Duration.Seconds() > 200000:
 		return errors.New("-c × -load / -base × -d asks for more than 200000 requests; lower one of them")
 	}

@@ -47,9 +47,20 @@ func (b *backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// lawNamed returns the adaptive server's law (Setup.check refused others).
+func lawNamed(name string) adaptive.Law {
+	switch name {
+	case "vegas":
+		return &adaptive.Vegas{}
+	case "aimd":
+		return &adaptive.AIMD{}
+	}
+	return &adaptive.Gradient2{}
+}
+
 // server returns the handler for mode in front of b, and the adaptive
 // limiter when there is one.
-func server(mode string, b *backend, capacity int) (http.Handler, *adaptive.Limiter, error) {
+func server(mode, law string, b *backend, capacity int) (http.Handler, *adaptive.Limiter, error) {
 	var cfg adaptive.Config
 	switch mode {
 	case "unprotected":
@@ -60,7 +71,7 @@ func server(mode string, b *backend, capacity int) (http.Handler, *adaptive.Limi
 		// The service does not know C: it starts low, below any capacity
 		// it expects, so that Gradient2 learns the latency of a backend
 		// not yet overloaded, and grows from there.
-		cfg = adaptive.Config{Name: "adaptive", Law: &adaptive.Gradient2{}, Initial: 4, Max: 1000,
+		cfg = adaptive.Config{Name: "adaptive", Law: lawNamed(law), Initial: 4, Max: 1000,
 			Window: 100 * time.Millisecond, MinSamples: 5}
 	default:
 		return nil, nil, fmt.Errorf("mode %q is unknown", mode)
@@ -96,7 +107,7 @@ func Run(s Setup, mode string) (Report, error) {
 	}
 	b := &backend{base: s.Base}
 	b.capacity.Store(int64(s.Capacity))
-	h, lim, err := server(mode, b, s.Capacity)
+	h, lim, err := server(mode, s.Law, b, s.Capacity)
 	if err != nil {
 		return Report{}, err
 	}
