@@ -52,13 +52,16 @@ const DefaultReservationTimeout = 10 * time.Minute
 // The reservation of an exempt key (Config.Exempt) holds nothing, and
 // settling it does nothing.
 type Reservation struct {
-	lim      *Limiter
-	store    backend.Reserver
-	clock    clock.Clock
-	req      backend.Request // the reservation's request: key, rule, estimate, time
-	at       int64           // where the store recorded it (backend.Reserver)
-	expires  time.Time
-	holds    bool
+	lim     *Limiter
+	store   backend.Reserver
+	clock   clock.Clock
+	req     backend.Request // the reservation's request: key, rule, estimate, time
+	at      int64           // where the store recorded it (backend.Reserver)
+	expires time.Time
+	holds   bool
+	// parts are a Composite's reservations, one per limit (req and at
+	// are the first's); nil for a Limiter's.
+	parts    []reservedPart
 	mu       sync.Mutex
 	finished bool
 }
@@ -169,6 +172,9 @@ func (r *Reservation) Settle(ctx context.Context, actual int64) (Decision, error
 	}
 	if !r.holds {
 		return Decision{Allowed: true, Exempt: true, Limit: r.req.Rule.Limit, Remaining: r.req.Rule.Limit}, nil
+	}
+	if r.parts != nil {
+		return settleParts(ctx, r.store, r.parts, actual, now)
 	}
 	est := r.req.Cost
 	switch {
