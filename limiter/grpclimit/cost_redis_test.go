@@ -19,9 +19,9 @@ import (
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/backend/storeurl"
+	"github.com/limitkit/limitkit/internal/testing/redistest"
 	"github.com/limitkit/limitkit/limiter"
 	"github.com/limitkit/limitkit/limiter/grpclimit"
-	"github.com/limitkit/limitkit/internal/testing/redistest"
 )
 
 // costStores runs check on the memory store and on a real redis-server
