@@ -52,18 +52,18 @@ const DefaultReservationTimeout = 10 * time.Minute
 // The reservation of an exempt key (Config.Exempt) holds nothing, and
 // settling it does nothing.
 type Reservation struct {
-	lim     *Limiter
-	store   backend.Reserver
-	clock   clock.Clock
-	req     backend.Request // the reservation's request: key, rule, estimate, time
-	at      int64           // where the store recorded it (backend.Reserver)
-	expires time.Time
-	holds   bool
-	// parts are a Composite's reservations, one per limit (req and at
-	// are the first's); nil for a Limiter's.
-	parts    []reservedPart
+	lim      *Limiter
+	store    backend.Reserver
+	clock    clock.Clock
+	req      backend.Request // the reservation's request: key, rule, estimate, time
+	at       int64           // where the store recorded it (backend.Reserver)
+	expires  time.Time
+	holds    bool
 	mu       sync.Mutex
 	finished bool
+	// parts are a Composite's reservations, one per limit (req and at
+	// are the first's); nil for a Limiter's.
+	parts []reservedPart
 }
 
 // Key returns the key the reservation holds units on.
