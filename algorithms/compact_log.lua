@@ -17,6 +17,20 @@ if #first > 0 and #first < HDR then
   return redis.error_reply('limitkit: unreadable compact_log state')
 end
 
+-- A negative cost is a charge of min(-cost, limit) units (compactLogCharge),
+-- recorded whatever is left. Not taking, it reports what it would leave.
+if cost < 0 then
+  cost = math.min(-cost, limit)
+  local _, log_open, _, log_peek, _, _, _, _, _, log_charge = loglib()
+  local L = log_open(key, '', first)
+  if not take then
+    local _, remaining, _, reset = log_peek(L, now, w, limit, cost)
+    return {1, math.max(remaining - cost, 0), 0, math.max(reset, w), now}
+  end
+  local remaining, reset = log_charge(L, now, w, limit, cost, key_ttl(0, w))
+  return {1, remaining, 0, reset, now}
+end
+
 -- The common takes, decided from the first read alone, without building
 -- the library: exactly what log_take would decide and write for them.
 -- A new key; a small log (read whole: any take, entries sliding out or

@@ -29,9 +29,10 @@ local SLOT = 7
 local HDR = 15
 local BLOCK = 32
 local FIRST_END = '238' -- log_first's last byte with no prefix: HDR + BLOCK * SLOT - 1
+local LIVE_MAX = 20000 -- the live entries a charge keeps: 2 * MaxSlidingLogLimit
 
 -- loglib returns the library's functions: log_first, log_open, log_take,
--- log_peek, log_remove, enc, dec, count, log_give_back. Building them
+-- log_peek, log_remove, enc, dec, count, log_give_back, log_charge. Building them
 -- costs about a fifth of a step (a closure and its upvalues each), so a
 -- step that can decide from log_first's bytes alone does not build them
 -- (compact_log.lua).
@@ -373,5 +374,29 @@ local function loglib()
     return true
   end
 
-  return log_first, log_open, log_take, log_peek, log_remove, enc, dec, count, log_give_back
+  -- log_charge performs compactLogCharge (compact_log.go) on L: cost
+  -- units at now whatever is left, the oldest live entries beyond
+  -- LIVE_MAX forgotten; it writes the log whole, keeping the key px_extra
+  -- ms after the reset, and returns remaining and reset.
+  local function log_charge(L, now, w, limit, cost, px_extra)
+    local n = L.n
+    local d = count(L, now - 2 * w, 0)
+    local x = count(L, now - w, math.max(L.hint, d))
+    local pos = count(L, now, n)
+    local k = math.max(n - x + cost - LIVE_MAX, 0)
+    local body = raw(L, d, pos) .. string.rep(enc(now), cost) .. raw(L, pos, n)
+    if k > 0 then
+      body = string.sub(body, 1, (x - d) * SLOT) .. string.sub(body, (x - d + k) * SLOT + 1)
+    end
+    if n == 0 or L.newest < now then
+      L.newest = now
+    end
+    L.hint = x - d
+    local size = n - d + cost - k
+    local reset = L.newest + w - now
+    rewrite(L, body, size, size, reset + px_extra)
+    return math.max(limit - (size - L.hint), 0), reset
+  end
+
+  return log_first, log_open, log_take, log_peek, log_remove, enc, dec, count, log_give_back, log_charge
 end

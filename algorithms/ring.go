@@ -172,3 +172,17 @@ func (r ring) remove(t, n int64) {
 		r.h.pos = 0
 	}
 }
+
+// removeAt deletes the k timestamps from the i-th oldest on (i+k <= size),
+// keeping the order.
+func (r ring) removeAt(i, k int64) {
+	size := r.size()
+	s := r.slots()
+	for j := i + k; j < size; j++ {
+		s[r.slot(j-k)] = s[r.slot(j)]
+	}
+	r.h.n -= k
+	if r.h.n == 0 {
+		r.h.pos = 0
+	}
+}

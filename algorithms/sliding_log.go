@@ -62,9 +62,6 @@ func logGiveBack(s *State, now, w, _, cost int64) {
 	l.dropNewest(min(cost, l.size()-l.countUpTo(now-w)))
 }
 
-// chargeNote ends the error for a charge on a log that records none yet.
-const chargeNote = `: its Lua twin does not record debt yet; use "sliding_log" for the same decisions, or "fixed_window", "sliding_counter" or "gcra"`
-
 func logLimitBound(int64) int64 { return MaxSlidingLogLimit }
 
 const logLimitNote = ` (it stores one timestamp per unit); use "sliding_counter", "gcra" or "fixed_window" for larger limits`

@@ -16,10 +16,10 @@ var twoLevel = Algorithm{
 	Peek:       twoLevelPeek,
 	Refund:     twoLevelRefund,
 	GiveBack:   twoLevelGiveBack,
+	Charge:     twoLevelCharge,
 	ChargedAt:  twoLevelChargedAt,
 	LimitBound: logLimitBound,
 	LimitNote:  logLimitNote,
-	ChargeNote: chargeNote,
 	Lua:        logLib + twoLevelLua,
 	Examples: Examples{Limit: 4, Window: 10 * time.Second, Steps: []Example{
 		// Light while each aligned window holds at most 4/2 = 2.
@@ -395,9 +395,13 @@ func demoted(r ring, e, w int64) (light, bool) {
 }
 
 // heavyTake decides a heavy key's request at its effective time, no
-// earlier than the floor, and reports the times from now.
-func heavyTake(s *State, now, w, limit, cost int64) Outcome {
+// earlier than the floor, and reports the times from now; a charge is
+// recorded as compact_log records one.
+func heavyTake(s *State, now, w, limit, cost int64, charge bool) Outcome {
 	e := max(now, s.twoLevel().start)
+	if charge {
+		return fromNow(compactLogCharge(s, e, w, limit, cost, true), e-now)
+	}
 	return fromNow(slidingLogTake(s, e, w, limit, cost), e-now)
 }
 
@@ -414,15 +418,32 @@ func fromNow(out Outcome, d int64) Outcome {
 }
 
 func twoLevelTake(s *State, now, w, limit, cost int64) Outcome {
+	return twoLevelStep(s, now, w, limit, cost, false)
+}
+
+// twoLevelCharge records min(cost, limit) units whatever is left: as a take
+// where the screen admits them, else on the log, heavy from then on, as
+// compact_log records a charge. With record false it reports the charge of
+// a copy.
+func twoLevelCharge(s *State, now, w, limit, cost int64, record bool) Outcome {
+	if !record {
+		c := s.Clone()
+		s = &c
+	}
+	return twoLevelStep(s, now, w, limit, min(cost, limit), true)
+}
+
+// twoLevelStep is a take, or with charge a charge of cost (at most limit).
+func twoLevelStep(s *State, now, w, limit, cost int64, charge bool) Outcome {
 	var l light
 	if s.log.size() > 0 {
 		e := max(now, s.twoLevel().start)
 		if !quiet(s.log, e, w) {
-			return heavyTake(s, now, w, limit, cost)
+			return heavyTake(s, now, w, limit, cost, charge)
 		}
 		var ok bool
 		if l, ok = demoted(s.log, e, w); !ok {
-			return heavyTake(s, now, w, limit, cost)
+			return heavyTake(s, now, w, limit, cost, charge)
 		}
 		*s = State{}
 	} else {
@@ -438,7 +459,7 @@ func twoLevelTake(s *State, now, w, limit, cost int64) Outcome {
 	// windows, so the log decides exactly from a window before start on.
 	l.seed(&s.log, w, limit)
 	*s.twoLevel() = twoLevelState{start: l.floor(w)}
-	return heavyTake(s, now, w, limit, cost)
+	return heavyTake(s, now, w, limit, cost, charge)
 }
 
 func twoLevelPeek(s *State, now, w, limit, cost int64) Outcome {

@@ -14,7 +14,7 @@
 -- The body of step(key, now, w, limit, cost, take, refund, at); see
 -- prelude.lua.
 
-local log_first, log_open, log_take, log_peek, log_remove, enc, dec, log_count, log_give_back = loglib()
+local log_first, log_open, log_take, log_peek, log_remove, enc, dec, log_count, log_give_back, log_charge = loglib()
 local LIGHT_LEN = 7 * SLOT
 local LIGHT_CHARGE = 4503599627370496 -- 2^52: tags a light key's charge
 local LIGHT_PREV = 2251799813685248 -- 2^51: marks a charge to the window before
@@ -41,6 +41,21 @@ elseif #first >= 1 + SLOT + HDR and string.sub(first, 1, 1) == 'H' then
   end
 elseif #first > 0 then
   return redis.error_reply('limitkit: unreadable two_level state')
+end
+
+-- A negative cost is a charge of min(-cost, limit) units (twoLevelCharge):
+-- a take where the screen admits it, else recorded on the log whatever is
+-- left. Not taking, it reports a peek of it with its units added at the
+-- time it would be recorded (charged_at).
+local charging, charged_at = cost < 0, now
+if charging then
+  cost = math.min(-cost, limit)
+end
+local function charged(r)
+  if charging and not take then
+    r[1], r[2], r[3], r[4] = 1, math.max(r[2] - cost, 0), 0, math.max(r[4], charged_at + w - now)
+  end
+  return r
 end
 
 local function light_state()
@@ -130,7 +145,11 @@ end
 local function heavy_step(floor)
   local e = math.max(now, floor)
   local allowed, remaining, retry, reset
-  if take then
+  charged_at = e
+  if take and charging then
+    allowed, retry = 1, 0
+    remaining, reset = log_charge(L, e, w, limit, cost, key_ttl(0, w))
+  elseif take then
     allowed, remaining, retry, reset = log_take(L, e, w, limit, cost, key_ttl(0, w))
   else
     allowed, remaining, retry, reset = log_peek(L, e, w, limit, cost)
@@ -141,7 +160,7 @@ local function heavy_step(floor)
   if reset > 0 then
     reset = reset + e - now
   end
-  return {allowed, remaining, retry, reset, e}
+  return charged({allowed, remaining, retry, reset, e})
 end
 
 if L then
@@ -249,8 +268,10 @@ if admits then
   end
   if take then
     write(reset)
+  elseif now < start then
+    charged_at = math.max(now, older_stamp())
   end
-  return {1, math.max(limit - live, 0), 0, reset, charge}
+  return charged({1, math.max(limit - live, 0), 0, reset, charge})
 end
 
 -- The screen cannot admit: the log decides, seeded with each window's

@@ -94,8 +94,8 @@ type Request struct {
 	// debt included, is free again. In a TakeAll a charge never makes the
 	// others refused, and is recorded even when they are. A Peek of a
 	// charge reports what it would leave without recording it. Rules that
-	// hold leases (concurrency) and two_level and compact_log refuse it
-	// (algorithms.Rule.CheckCharge says why).
+	// hold leases (concurrency) refuse it (algorithms.Rule.CheckCharge says
+	// why).
 	Charge bool
 }
 

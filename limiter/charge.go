@@ -15,9 +15,8 @@ import (
 // with Remaining 0 when the key is in debt, never below, and ResetAfter
 // when the debt has gone. n may exceed the limit, up to
 // algorithms.MaxCharge (less for gcra, Rule.ChargeBound). Exempt and
-// deny-listed keys are charged nothing. A concurrency limit, and the
-// two_level and compact_log algorithms, refuse it with an error wrapping
-// ErrInvalidRequest that says why. Each rule is charged in its own call:
+// deny-listed keys are charged nothing. A concurrency limit refuses it
+// with an error wrapping ErrInvalidRequest that says why. Each rule is charged in its own call:
 // a charge needs no all-or-nothing, and one rule's store failing leaves
 // the others charged.
 func (l *Limiter) ChargeN(ctx context.Context, key string, n int64) (Decision, error) {

@@ -50,7 +50,7 @@ func TestChargeN(t *testing.T) {
 func TestChargeNRefused(t *testing.T) {
 	store, err := memorystore.New()
 	require.NoError(t, err)
-	for _, alg := range []string{"concurrency", "two_level"} {
+	for _, alg := range []string{"concurrency"} {
 		lim, err := limiter.New(store, limiter.Config{Algorithm: algorithms.Name(alg), Limit: 10, Window: time.Minute})
 		require.NoError(t, err)
 		_, err = lim.ChargeN(context.Background(), "k", 3)

@@ -61,6 +61,9 @@ type Reservation struct {
 	holds    bool
 	mu       sync.Mutex
 	finished bool
+	// parts are a Composite's reservations, one per limit (req and at
+	// are the first's); nil for a Limiter's.
+	parts []reservedPart
 }
 
 // Key returns the key the reservation holds units on.
@@ -169,6 +172,9 @@ func (r *Reservation) Settle(ctx context.Context, actual int64) (Decision, error
 	}
 	if !r.holds {
 		return Decision{Allowed: true, Exempt: true, Limit: r.req.Rule.Limit, Remaining: r.req.Rule.Limit}, nil
+	}
+	if r.parts != nil {
+		return settleParts(ctx, r.store, r.parts, actual, now)
 	}
 	est := r.req.Cost
 	switch {

@@ -64,9 +64,8 @@ func (o *options) chargedDomain(domain string) bool {
 // On such a limit a positive hits is a charge (backend.Request.Charge):
 // recorded whatever is left, never refused, units beyond the limit kept as
 // debt; and a check (hits 0) refuses a key with nothing left, where the
-// reference refuses only one counted over its limit. Limits of algorithms
-// that cannot record a charge (concurrency, two_level, compact_log) keep
-// the default. docs/rls.md says why a domain is the unit.
+// reference refuses only one counted over its limit. Limits of
+// concurrency, which cannot record a charge, keep the default. docs/rls.md says why a domain is the unit.
 func WithChargedDomains(domains ...string) Option {
 	return func(o *options) error {
 		for _, d := range domains {

@@ -18,6 +18,7 @@ func chargeCases() []testCase {
 		{"charge/debt_refuses", chargeDebtRefuses},
 		{"charge/take_all", chargeTakeAll},
 		{"charge/refused_rules", chargeRefusedRules},
+		{"charge/log_bounded", chargeLogBounded},
 	}
 }
 
@@ -171,6 +172,52 @@ func chargeRefusedRules(c *checker) {
 		}
 		if _, err := c.store.Take(c.ctx, req); !errors.Is(err, algorithms.ErrInvalidRequest) {
 			c.r.Errorf("%s: charge of %d: error %v, want one wrapping ErrInvalidRequest", alg, req.Cost, err)
+		}
+	}
+}
+
+// chargeLogBounded: fourteen charges of 5,000 in one window (70,000
+// units, past what compact_log's 16-bit header counts), then Peeks and a
+// Take at MaxSlidingLogLimit, also as they slide out, each answer as the
+// Go engine's: compact_log and two_level keep 20,000 of them live
+// (compactLogCharge).
+func chargeLogBounded(c *checker) {
+	for _, alg := range []algorithms.Name{algorithms.CompactLog, algorithms.TwoLevel} {
+		rule := algorithms.Rule{Algorithm: alg, Limit: 5000, Window: time.Second}
+		wide := algorithms.Rule{Algorithm: alg, Limit: algorithms.MaxSlidingLogLimit, Window: time.Second}
+		id := "charge:bounded:" + string(alg)
+		var st algorithms.State
+		for i := range 18 {
+			now := at + time.Duration(i)*time.Millisecond
+			if i >= 16 {
+				now += wide.Window - 4*time.Millisecond // the oldest charges slid out
+			}
+			ms := base.Add(now).UnixMilli()
+			req, op := c.request(id, rule, now, rule.Limit), "Charge"
+			var got, want backend.Result
+			var err error
+			switch {
+			case i < 14:
+				req.Charge = true
+				want = backend.ResultOf(rule, rule.Charge(&st, ms, req.Cost, true))
+				got, err = c.store.Take(c.ctx, req)
+			case i == 15:
+				op, req = "Take at the widest limit", c.request(id, wide, now, 1)
+				want = backend.ResultOf(wide, wide.Take(&st, ms, 1))
+				got, err = c.store.Take(c.ctx, req)
+			default:
+				op, req = "Peek at the widest limit", c.request(id, wide, now, 1)
+				want = backend.ResultOf(wide, wide.Peek(&st, ms, 1))
+				got, err = c.store.Peek(c.ctx, req)
+			}
+			what := fmt.Sprintf("%s step %d: %s at %v", id, i, op, now)
+			if err != nil {
+				c.r.Errorf("%s: unexpected error: %v", what, err)
+				return
+			}
+			if !c.expect(what, got, want) {
+				return
+			}
 		}
 	}
 }

@@ -127,3 +127,49 @@ func TestCostBound(t *testing.T) {
 		}
 	})
 }
+
+// TestCostPanicSettles: with a real limiter on every store, a handler that
+// panics before reporting (http.ErrAbortHandler or another value) has its
+// reservation cancelled, all 40 back; one that reported 30 first is
+// settled at 30. The control returns without reporting and is charged its
+// estimate, so a panic that settled the estimate would be seen.
+func TestCostPanicSettles(t *testing.T) {
+	leaseStores(t, func(t *testing.T, store backend.Store, _ bool) {
+		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch r.Header.Get("X-Key") {
+			case "abort":
+				panic(http.ErrAbortHandler)
+			case "boom":
+				panic("boom")
+			case "report-abort":
+				ReportCost(r.Context(), 30)
+				panic(http.ErrAbortHandler)
+			}
+		})
+		cfg := limiter.Config{Algorithm: "fixed_window", Limit: 100, Window: time.Minute, Prefix: "panic:"}
+		lim, err := limiter.New(store, cfg, limiter.WithClock(clock.NewFake(start)))
+		require.NoError(t, err)
+		m, err := NewCost(lim, Cost{Estimate: func(*http.Request) (int64, error) { return 40, nil }},
+			WithKey(Header("X-Key")), WithLogger(slog.New(slog.DiscardHandler)))
+		require.NoError(t, err)
+		srv := httptest.NewUnstartedServer(m.Handler(handler))
+		srv.Config.ErrorLog = slog.NewLogLogger(slog.DiscardHandler, slog.LevelError) // the panics' stacks
+		srv.Start()
+		want := map[string]int64{"abort": 100, "boom": 100, "report-abort": 70, "control": 60}
+		for key := range want {
+			req, err := http.NewRequest(http.MethodPost, srv.URL+"/", nil)
+			require.NoError(t, err)
+			req.Header.Set("X-Key", key)
+			if resp, err := srv.Client().Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+			}
+		}
+		srv.Close() // waits for the handlers, and so the settlements
+		for key, left := range want {
+			d, err := lim.Peek(t.Context(), key)
+			require.NoError(t, err)
+			assert.Equal(t, left, d.Remaining, "%s", key)
+		}
+	})
+}

@@ -224,6 +224,8 @@ func (r *run) rateStep() error {
 		return r.takeAll(p)
 	case x < 60 && r.canReserve():
 		return r.reserveStep(p)
+	case x < 64 && r.canReserve():
+		return r.chargeStep(p)
 	case x < 50 && r.lims[p] == nil && r.check == checkExact:
 		if u, ok := backend.As[backend.UnitRefunder](r.store); ok {
 			return r.giveBack(p, u)

@@ -141,9 +141,10 @@ func (r *run) settle(o open, actual int64) error {
 		r.logs[0].RemoveAt(o.at, o.est-actual)
 	case actual > o.est:
 		excess := actual - o.est
-		if r.check == checkExact {
-			// The log records at most the charging rule's limit of one
-			// charge: decisions read only its newest limit units.
+		if r.check.neverOver() {
+			// The logs (two_level's too) record at most the charging
+			// rule's limit of one charge: decisions read only its newest
+			// limit units.
 			excess = min(excess, r.rules[o.p].Limit)
 		}
 		r.logs[0].Record(now, excess)
