@@ -100,10 +100,13 @@ type Request struct {
 }
 
 // Validate reports whether the request can be decided. Errors wrap
-// algorithms.ErrInvalidRule or algorithms.ErrInvalidRequest.
+// algorithms.ErrInvalidRule or algorithms.ErrInvalidRequest. A resolved
+// rule (algorithms.Rule.Resolve: a limiter's) is not validated again.
 func (r *Request) Validate() error {
-	if err := r.Rule.Validate(); err != nil {
-		return err
+	if !r.Rule.Resolved() {
+		if err := r.Rule.Validate(); err != nil {
+			return err
+		}
 	}
 	if err := r.Key.Validate(); err != nil {
 		return err
