@@ -171,7 +171,10 @@ func (r Rule) Resolve() (Rule, error) {
 	if err := r.Validate(); err != nil {
 		return Rule{}, err
 	}
-	r.checked = intern(checked{alg: lookupTable(r.Algorithm), limit: r.Limit, window: r.Window})
+	a := lookupTable(r.Algorithm)
+	// The row's own name, so that sameName finds it by its address.
+	r.Algorithm = a.Name
+	r.checked = intern(checked{alg: a, limit: r.Limit, window: r.Window})
 	return r, nil
 }
 
@@ -179,14 +182,20 @@ func (r Rule) Resolve() (Rule, error) {
 // fields have not changed since: it is valid, and its descriptor is known.
 func (r Rule) Resolved() bool {
 	c := r.checked
-	return c != nil && c.limit == r.Limit && c.window == r.Window && c.alg.Name == r.Algorithm
+	return c != nil && c.limit == r.Limit && c.window == r.Window && sameName(c.alg.Name, r.Algorithm)
+}
+
+// sameName is a == b, answered by the strings' addresses when they share
+// them (a resolved rule's name is its row's), without a call.
+func sameName(a, b Name) bool {
+	return len(a) == len(b) && (unsafe.StringData(string(a)) == unsafe.StringData(string(b)) || a == b)
 }
 
 // Descriptor returns the descriptor of r's algorithm: the one Resolve
 // attached, or the registry's row of that name, or nil for an unknown
 // algorithm.
 func (r Rule) Descriptor() *Algorithm {
-	if c := r.checked; c != nil && c.alg.Name == r.Algorithm {
+	if c := r.checked; c != nil && sameName(c.alg.Name, r.Algorithm) {
 		return c.alg
 	}
 	return lookupTable(r.Algorithm)
