@@ -12,6 +12,10 @@
 // process CPU time is divided by the decisions. Figures are medians over
 // rounds; ratios (peer ÷ limitkit, above 1 means limitkit is cheaper) are
 // medians of each round's ratio. The load average is printed beside them.
+//
+// Under valgrind (--tool=cachegrind --cache-sim=no) with -run naming one
+// contender, two values of -n give its instructions per decision, which no
+// other load moves: (Ir(n2) - Ir(n1)) / (2 * rounds * (n2 - n1)).
 package main
 
 import (
@@ -19,6 +23,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -35,16 +40,25 @@ func main() {
 	rounds := flag.Int("rounds", 5, "rounds (medians over them; at least 3 for published figures)")
 	n := flag.Int("n", 200_000, "decisions per contender per round and mode")
 	goroutines := flag.Int("goroutines", 2, "callers of the parallel mode")
+	only := flag.String("run", "", "only contenders whose name matches this regular expression")
+	workloads := flag.String("workloads", "deny,never", "workloads, comma-separated: deny (100 per minute, every key spent), never (never-deny)")
 	flag.Parse()
-	if *rounds < 1 || *n < 1 || *goroutines < 1 {
-		fmt.Fprintln(os.Stderr, "hotpath: -rounds, -n and -goroutines must be at least 1")
+	filter, err := regexp.Compile(*only)
+	if err != nil || *rounds < 1 || *n < 1 || *goroutines < 1 {
+		fmt.Fprintln(os.Stderr, "hotpath: -rounds, -n and -goroutines must be at least 1, -run a regular expression")
 		os.Exit(2)
 	}
-	for _, w := range []benchmarks.Workload{
-		{Keys: 10_000, Deny: true, Limit: 100, Window: time.Minute},
-		{Keys: 10_000},
-	} {
-		if err := run(w, *rounds, *n, *goroutines); err != nil {
+	known := map[string]benchmarks.Workload{
+		"deny":  {Keys: 10_000, Deny: true, Limit: 100, Window: time.Minute},
+		"never": {Keys: 10_000},
+	}
+	for _, name := range strings.Split(*workloads, ",") {
+		w, ok := known[name]
+		if !ok {
+			fmt.Fprintf(os.Stderr, "hotpath: -workloads: unknown %q; give deny, never or both\n", name)
+			os.Exit(2)
+		}
+		if err := run(w, filter, *rounds, *n, *goroutines); err != nil {
 			fmt.Fprintln(os.Stderr, "hotpath:", err)
 			os.Exit(1)
 		}
@@ -66,7 +80,7 @@ const peerName = "x/time/rate (map+mutex)"
 // selected are the algorithms the goals name.
 var selected = []algorithms.Name{algorithms.FixedWindow, algorithms.SlidingCounter, algorithms.GCRA, algorithms.SlidingLog}
 
-func run(w benchmarks.Workload, rounds, n, goroutines int) error {
+func run(w benchmarks.Workload, filter *regexp.Regexp, rounds, n, goroutines int) error {
 	var cs []*contender
 	defer func() {
 		for _, c := range cs {
@@ -74,7 +88,8 @@ func run(w benchmarks.Workload, rounds, n, goroutines int) error {
 		}
 	}()
 	for _, ct := range benchmarks.MemoryContenders() {
-		if ct.Name != peerName && !(ct.Group == "limitkit" && strings.HasPrefix(ct.Name, "limitkit limiter ") && slices.Contains(selected, ct.Algorithm)) {
+		if ct.Name != peerName && !(ct.Group == "limitkit" && strings.HasPrefix(ct.Name, "limitkit limiter ") && slices.Contains(selected, ct.Algorithm)) ||
+			!filter.MatchString(ct.Name) {
 			continue
 		}
 		d, release, err := ct.New(w)
@@ -211,7 +226,7 @@ func loadavg() string {
 }
 
 func report(w benchmarks.Workload, cs []*contender, rounds, goroutines int) {
-	var peer *contender
+	peer := cs[len(cs)-1] // the peer when selected, listed last; else ratios to the last
 	for _, c := range cs {
 		if c.name == peerName {
 			peer = c
