@@ -160,11 +160,10 @@ func (k Key) Validate() error {
 	if k.ID == "" {
 		return fmt.Errorf("%w: key is empty", algorithms.ErrInvalidRequest)
 	}
-	for i := 0; i < len(k.Prefix); i++ {
-		if c := k.Prefix[i]; c == '{' || c == '}' {
-			return fmt.Errorf("%w: prefix %s contains '{' or '}'; remove them (the id goes in a Redis hash tag)",
-				algorithms.ErrInvalidRequest, boundid.Quote(k.Prefix))
-		}
+	// Two vectorised scans: a byte loop cost more than the decision's step.
+	if strings.IndexByte(k.Prefix, '{') >= 0 || strings.IndexByte(k.Prefix, '}') >= 0 {
+		return fmt.Errorf("%w: prefix %s contains '{' or '}'; remove them (the id goes in a Redis hash tag)",
+			algorithms.ErrInvalidRequest, boundid.Quote(k.Prefix))
 	}
 	return nil
 }
