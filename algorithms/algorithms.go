@@ -39,8 +39,11 @@ package algorithms
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 	"unsafe"
+
+	"github.com/limitkit/limitkit/internal/registryhook"
 )
 
 // Name selects an algorithm. It is the string used in configuration files.
@@ -135,12 +138,98 @@ type Rule struct {
 	// Window is the period the limit applies to, a whole number of
 	// milliseconds between MinWindow and MaxWindow.
 	Window time.Duration
+
+	// checked is set by Resolve: the descriptor and the fields it
+	// accepted, so that the decision path neither looks the algorithm up
+	// by name nor validates again (a field changed since is seen).
+	checked *checked
+}
+
+// checked is a rule Resolve accepted: its algorithm's descriptor, and the
+// limit and window it was validated with. Shared by every resolved rule
+// of the same fields (see intern), so that equal rules compare equal.
+type checked struct {
+	alg    *Algorithm
+	limit  int64
+	window time.Duration
+}
+
+// NewRule returns the rule of limit units per window counted by the named
+// algorithm, resolved (see Rule.Resolve), or Validate's error.
+func NewRule(name Name, limit int64, window time.Duration) (Rule, error) {
+	return Rule{Algorithm: name, Limit: limit, Window: window}.Resolve()
+}
+
+// Resolve validates r once and returns it with its algorithm's descriptor
+// attached: stores then decide it without looking the algorithm up by name
+// or validating it again on every request (Resolved reports it). A rule
+// whose fields are changed afterwards is no longer resolved, and is
+// validated and looked up as one built as a literal. The error is
+// Validate's.
+func (r Rule) Resolve() (Rule, error) {
+	r.checked = nil
+	if err := r.Validate(); err != nil {
+		return Rule{}, err
+	}
+	a := lookupTable(r.Algorithm)
+	// The row's own name, so that sameName finds it by its address.
+	r.Algorithm = a.Name
+	r.checked = intern(checked{alg: a, limit: r.Limit, window: r.Window})
+	return r, nil
+}
+
+// Resolved reports whether r was returned by Resolve (or NewRule) and its
+// fields have not changed since: it is valid, and its descriptor is known.
+func (r Rule) Resolved() bool {
+	c := r.checked
+	return c != nil && c.limit == r.Limit && c.window == r.Window && sameName(c.alg.Name, r.Algorithm)
+}
+
+// sameName is a == b, answered by the strings' addresses when they share
+// them (a resolved rule's name is its row's), without a call.
+func sameName(a, b Name) bool {
+	return len(a) == len(b) && (unsafe.StringData(string(a)) == unsafe.StringData(string(b)) || a == b)
+}
+
+// Descriptor returns the descriptor of r's algorithm: the one Resolve
+// attached, or the registry's row of that name, or nil for an unknown
+// algorithm.
+func (r Rule) Descriptor() *Algorithm {
+	if c := r.checked; c != nil && sameName(c.alg.Name, r.Algorithm) {
+		return c.alg
+	}
+	return lookupTable(r.Algorithm)
+}
+
+// maxInterned bounds the resolved rules kept for sharing; past it a
+// resolved rule gets a record of its own (it still decides the same, but
+// compares unequal to an equal rule resolved apart).
+const maxInterned = 1 << 14
+
+var (
+	internMu sync.Mutex
+	interned = map[checked]*checked{}
+)
+
+// intern returns the shared record equal to c.
+func intern(c checked) *checked {
+	internMu.Lock()
+	defer internMu.Unlock()
+	if p, ok := interned[c]; ok {
+		return p
+	}
+	p := &c
+	if len(interned) < maxInterned {
+		interned[c] = p
+	}
+	return p
 }
 
 // Validate reports whether the rule can be used, and if not, what to change.
 // The error wraps ErrInvalidRule.
 func (r Rule) Validate() error {
-	a := Lookup(r.Algorithm)
+	registryhook.Validations.Add(1)
+	a := lookupTable(r.Algorithm)
 	if a == nil {
 		if r.Algorithm == "" {
 			return fmt.Errorf("%w: algorithm is empty; choose one of %q", ErrInvalidRule, Names())
@@ -178,7 +267,7 @@ func (r Rule) Validate() error {
 // logs, MaxLimit / window-in-ms for GCRA (whose exact arithmetic works in
 // units of 1/Limit ms), MaxLimit otherwise.
 func (r Rule) LimitBound() int64 {
-	if a := Lookup(r.Algorithm); a != nil {
+	if a := r.Descriptor(); a != nil {
 		return a.LimitBound(r.Window.Milliseconds())
 	}
 	return MaxLimit
@@ -199,14 +288,14 @@ func (r Rule) ValidateCost(cost int64) error {
 // PerWindow reports whether r's algorithm counts a key per window aligned
 // to the epoch (Algorithm.PerWindow: FixedWindow).
 func (r Rule) PerWindow() bool {
-	a := Lookup(r.Algorithm)
+	a := r.Descriptor()
 	return a != nil && a.PerWindow
 }
 
 // KeySuffix is what a store appends to a key's name to keep the state of
 // different algorithms for the same key apart (the descriptor's Suffix).
 func (r Rule) KeySuffix() string {
-	if a := Lookup(r.Algorithm); a != nil {
+	if a := r.Descriptor(); a != nil {
 		return a.Suffix
 	}
 	return ":" + string(r.Algorithm)
@@ -276,11 +365,11 @@ func (s *State) Clone() State {
 	return c
 }
 
-// algorithm returns the descriptor of r's algorithm. The rule must be
-// valid; an unknown algorithm (Validate rejects it) steps as FixedWindow,
-// as it always has, rather than panic.
+// algorithm returns the descriptor of r's algorithm (Descriptor). The
+// rule must be valid; an unknown algorithm (Validate rejects it) steps as
+// FixedWindow, as it always has, rather than panic.
 func (r Rule) algorithm() *Algorithm {
-	if a := Lookup(r.Algorithm); a != nil {
+	if a := r.Descriptor(); a != nil {
 		return a
 	}
 	return &fixedWindow
@@ -289,15 +378,33 @@ func (r Rule) algorithm() *Algorithm {
 // Take performs one step of the rule's algorithm at now (milliseconds since
 // the Unix epoch) for a request of the given cost, updating s when the
 // request is admitted. The rule and cost must be valid (see Validate and
-// ValidateCost) and now must not be negative.
+// ValidateCost) and now must not be negative; a cost above the limit,
+// which can never be admitted, is refused with what a Peek of the limit's
+// cost reports (the most the key could ever take).
 func (r Rule) Take(s *State, now, cost int64) Outcome {
-	return r.algorithm().Take(s, now, r.Window.Milliseconds(), r.Limit, cost)
+	a := r.algorithm()
+	if cost > r.Limit {
+		return refuse(a.Peek(s, now, r.Window.Milliseconds(), r.Limit, r.Limit))
+	}
+	return a.Take(s, now, r.Window.Milliseconds(), r.Limit, cost)
 }
 
 // Peek reports what a request of the given cost would get at now, without
-// changing s. Remaining counts the allowance before that request.
+// changing s. Remaining counts the allowance before that request. A cost
+// above the limit is refused as in Take.
 func (r Rule) Peek(s *State, now, cost int64) Outcome {
-	return r.algorithm().Peek(s, now, r.Window.Milliseconds(), r.Limit, cost)
+	a := r.algorithm()
+	if cost > r.Limit {
+		return refuse(a.Peek(s, now, r.Window.Milliseconds(), r.Limit, r.Limit))
+	}
+	return a.Peek(s, now, r.Window.Milliseconds(), r.Limit, cost)
+}
+
+// refuse turns out into a refusal: the steps index their logs by cost,
+// so a cost they could never admit is answered for the limit's.
+func refuse(out Outcome) Outcome {
+	out.Allowed = false
+	return out
 }
 
 // MoreAfter returns, for an admission that left remaining units and
@@ -333,11 +440,15 @@ func windowStart(recorded, now, w int64) int64 {
 // tagged with lightCharge), GCRA's time of the admission, or Concurrency's
 // lease id (in 1/1000 ms; also after a Renew). Refund takes it.
 func (r Rule) ChargedAt(s *State, now int64) int64 {
-	if a := Lookup(r.Algorithm); a != nil && a.PerWindow && r.Window > 0 {
+	a := r.Descriptor()
+	if a == nil {
+		return fixedWindow.ChargedAt(s, now) // as algorithm steps it
+	}
+	if a.PerWindow && r.Window > 0 {
 		w := r.Window.Milliseconds()
 		return now - now%w // the window holding now, whichever of its kept ones
 	}
-	return r.algorithm().ChargedAt(s, now)
+	return a.ChargedAt(s, now)
 }
 
 // CountedUntil returns when units taken at now (ms) under r no longer
@@ -346,7 +457,7 @@ func (r Rule) ChargedAt(s *State, now int64) int64 {
 // for the others.
 func (r Rule) CountedUntil(now int64) int64 {
 	w := r.Window.Milliseconds()
-	if a := Lookup(r.Algorithm); a != nil && a.CountedUntil != nil {
+	if a := r.Descriptor(); a != nil && a.CountedUntil != nil {
 		return a.CountedUntil(now, w)
 	}
 	return now + w
@@ -355,7 +466,7 @@ func (r Rule) CountedUntil(now int64) int64 {
 // HoldsLeases reports whether r's algorithm holds leases (Concurrency):
 // its admissions are leases to Release or Renew.
 func (r Rule) HoldsLeases() bool {
-	a := Lookup(r.Algorithm)
+	a := r.Descriptor()
 	return a != nil && a.HoldsLeases()
 }
 
@@ -431,7 +542,7 @@ func (r Rule) Charge(s *State, now, cost int64, record bool) Outcome {
 // CheckCharge reports whether r's algorithm can record charges (Rule.Charge);
 // the error wraps ErrInvalidRequest and says why not.
 func (r Rule) CheckCharge() error {
-	a := Lookup(r.Algorithm)
+	a := r.Descriptor()
 	if a == nil {
 		return fmt.Errorf("%w: unknown algorithm %q", ErrInvalidRule, string(r.Algorithm))
 	}
@@ -442,11 +553,12 @@ func (r Rule) CheckCharge() error {
 }
 
 // ChargeBound returns the largest cost of a charge under r: MaxCharge, or
-// for gcra MaxLimit divided by the window in ms (its debt is kept in units
-// of 1/Limit ms, exact below 2^53).
+// less where the algorithm bounds it (Algorithm.ChargeBound: for gcra
+// MaxLimit divided by the window in ms, as its debt is kept in units of
+// 1/Limit ms, exact below 2^53).
 func (r Rule) ChargeBound() int64 {
-	if r.Algorithm == GCRA && r.Window >= MinWindow {
-		return min(MaxCharge, MaxLimit/r.Window.Milliseconds())
+	if a := r.Descriptor(); a != nil && a.ChargeBound != nil && r.Window >= MinWindow {
+		return min(MaxCharge, a.ChargeBound(r.Window.Milliseconds()))
 	}
 	return MaxCharge
 }
@@ -454,7 +566,7 @@ func (r Rule) ChargeBound() int64 {
 // CheckGiveBack reports whether r's algorithm can give units back by time
 // (Rule.GiveBack); the error wraps ErrInvalidRequest.
 func (r Rule) CheckGiveBack() error {
-	if a := Lookup(r.Algorithm); a == nil || a.GiveBack == nil {
+	if a := r.Descriptor(); a == nil || a.GiveBack == nil {
 		return fmt.Errorf("%w: %s cannot give units back by time; the rate algorithms can (a lease is given back by its id: Release)", ErrInvalidRequest, r.Algorithm)
 	}
 	return nil

@@ -320,3 +320,31 @@ func TestCloneSharesNothing(t *testing.T) {
 	require.Len(t, contents(&s).log, 5)
 	require.Len(t, contents(&c).log, 8)
 }
+
+// TestCostAboveLimitRefused: Rule.Take and Peek of a cost above the limit,
+// which stores refuse as invalid, are refusals on every algorithm, on an
+// empty key and on one holding units; the logs indexed their ring by the
+// cost (a read past it: run with -race, whose checkptr sees it).
+func TestCostAboveLimitRefused(t *testing.T) {
+	for _, a := range Algorithms() {
+		r, err := NewRule(a.Name, 3, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, held := range []int64{0, 2, 3} {
+			var s State
+			now := int64(1_000_000)
+			if held > 0 && !r.Take(&s, now, held).Allowed {
+				t.Fatalf("%s: a take of %d refused", a.Name, held)
+			}
+			for _, cost := range []int64{4, 7, 1 << 40} {
+				if out := r.Take(&s, now+1, cost); out.Allowed {
+					t.Errorf("%s holding %d: Take of %d admitted: %+v", a.Name, held, cost, out)
+				}
+				if out := r.Peek(&s, now+1, cost); out.Allowed {
+					t.Errorf("%s holding %d: Peek of %d admitted: %+v", a.Name, held, cost, out)
+				}
+			}
+		}
+	}
+}

@@ -20,9 +20,11 @@ var gcra = Algorithm{
 	Charge:     gcraCharge,
 	ChargedAt:  func(s *State, _ int64) int64 { return s.gcra().last },
 	LimitBound: gcraLimitBound,
-	MoreAfter:  gcraMoreAfter,
-	LimitNote:  " (limit × window in ms must be at most 2^53); lengthen the limit's unit or shorten the window",
-	Lua:        gcraLua,
+	// Its debt, in units of 1/Limit ms, has the limit's bound.
+	ChargeBound: gcraLimitBound,
+	MoreAfter:   gcraMoreAfter,
+	LimitNote:   " (limit × window in ms must be at most 2^53); lengthen the limit's unit or shorten the window",
+	Lua:         gcraLua,
 	Examples: Examples{Limit: 3, Window: 10 * time.Second, Steps: []Example{
 		// A unit every 10 s/3 = 3333.3 ms; a full bucket holds 3.
 		take(0, 1, true, 2, 0, 3334*msec),

@@ -13,8 +13,8 @@ import (
 // or the documentation needs to know about it, in one place. Each is
 // defined in the algorithm's own Go file, beside its Lua twin of the same
 // base name (gcra.go and gcra.lua), and listed in the registry. Callers
-// reach the steps through Rule (Take, Peek, Refund, ChargedAt), which
-// resolves the descriptor by name.
+// reach the steps through Rule (Take, Peek, Refund, ChargedAt); a rule
+// from Rule.Resolve carries its descriptor, others find it by name.
 type Algorithm struct {
 	// Name is the name used in configuration files, at most 32 bytes.
 	Name Name
@@ -82,6 +82,10 @@ type Algorithm struct {
 	// LimitNote ends the error for a limit above LimitBound: why, and what
 	// to use instead.
 	LimitNote string
+	// ChargeBound, when set, bounds the cost of a charge with a window of
+	// w ms below MaxCharge (gcra: its debt must stay exact); see
+	// Rule.ChargeBound.
+	ChargeBound func(w int64) int64
 	// PerWindow marks an algorithm that counts each request in the window
 	// aligned to the epoch that holds its own time, a Redis key per window
 	// (FixedWindow): a request stamped in an earlier window counts there,
@@ -200,9 +204,7 @@ var registry = []*Algorithm{
 const maxNameLen = 32
 
 // byLen holds the registry by the length of the names: Lookup compares a
-// name with the few of its length, which costs about what a switch over
-// the names does (every decision looks its algorithm up), and no row to
-// repeat.
+// name with the few of its length.
 var byLen [maxNameLen + 1][]*Algorithm
 
 func init() {
@@ -243,40 +245,10 @@ func Names() []Name {
 	return names
 }
 
-// Lookup returns the registered algorithm of that name, or nil.
-func Lookup(name Name) *Algorithm {
-	if a := builtin(name); a != nil {
-		return a
-	}
-	return lookupTable(name)
-}
-
-// builtin finds a built-in row by a switch on the constant names, or
-// returns nil. Every decision looks its algorithm up two or three times; a
-// switch on constants compiles to inline word compares (about 2 ns), where
-// the table, which finds any row, calls a string compare (about 4.5 ns).
-// It is a cache of pointers, not a second list of what an algorithm is: a
-// row missing here is still found in the table (TestBuiltinsFoundFast
-// names it), so a new algorithm needs only its row.
-func builtin(name Name) *Algorithm {
-	switch name {
-	case SlidingLog:
-		return &slidingLog
-	case FixedWindow:
-		return &fixedWindow
-	case GCRA:
-		return &gcra
-	case SlidingCounter:
-		return &slidingCounter
-	case CompactLog:
-		return &compactLog
-	case TwoLevel:
-		return &twoLevel
-	case Concurrency:
-		return &concurrency
-	}
-	return nil
-}
+// Lookup returns the registered algorithm of that name, or nil. A
+// decision does not call it: a resolved Rule (Rule.Resolve) carries its
+// descriptor.
+func Lookup(name Name) *Algorithm { return lookupTable(name) }
 
 // lookupTable returns the registered algorithm of that name from the
 // table built from the registry, or nil.

@@ -1,6 +1,8 @@
 package algorithms
 
 import (
+	"time"
+
 	"errors"
 	"testing"
 )
@@ -72,25 +74,23 @@ func TestCountedUntil(t *testing.T) {
 	}
 }
 
-// TestBuiltinsFoundFast: Lookup's switch returns a row's own descriptor or
-// nothing, and the table finds every row. A row the switch leaves out is
-// still found (a new one needs only its row), only slower: the test names
-// it.
-func TestBuiltinsFoundFast(t *testing.T) {
+// TestLookupFindsRows: the table finds every row and nothing else, and a
+// resolved rule carries its row (no lookup by name when it decides).
+func TestLookupFindsRows(t *testing.T) {
 	for _, a := range registry {
-		switch got := builtin(a.Name); got {
-		case a:
-		case nil:
-			t.Logf("%s is found by the table, not by the switch in builtin: add a case there for speed", a.Name)
-		default:
-			t.Errorf("builtin(%q) = %s, want its own row", a.Name, got.Name)
+		if got := Lookup(Name([]byte(a.Name))); got != a {
+			t.Errorf("Lookup(%q) = %v, want its row", a.Name, got)
 		}
-		if got := lookupTable(a.Name); got != a {
-			t.Errorf("lookupTable(%q) = %v, want its row", a.Name, got)
+		r, err := NewRule(a.Name, 1, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := r.Descriptor(); got != a || !r.Resolved() {
+			t.Errorf("resolved %s: Descriptor %v, Resolved %v; want its row, true", a.Name, got, r.Resolved())
 		}
 	}
-	if a := builtin("leaky_bucket"); a != nil {
-		t.Errorf("builtin(leaky_bucket) = %s, want nil", a.Name)
+	if a := Lookup("leaky_bucket"); a != nil {
+		t.Errorf("Lookup(leaky_bucket) = %s, want nil", a.Name)
 	}
 }
 

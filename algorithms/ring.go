@@ -81,15 +81,25 @@ func (r ring) dropOldest(n int64) {
 
 // fit gives back a buffer much larger than the log needs after a limit was
 // lowered (a log holds at most two windows' units, two limits' worth), or
-// all of it when the log is empty.
+// all of it when the log is empty, unless it is small: a key whose log
+// empties between requests (a short window) would allocate a new one on
+// every admission.
 func (r *ring) fit(limit int64) {
 	switch n := r.size(); {
-	case n == 0:
+	case n == 0 && r.capacity() > keptRing:
 		*r = ring{}
+	case n == 0:
+		if r.h != nil {
+			r.h.pos = 0
+		}
 	case r.capacity() > 2*limit && r.capacity() > 2*n:
 		r.resize(max(n, 2*limit))
 	}
 }
+
+// keptRing is the largest capacity fit keeps for an empty log: what
+// insert gives a first one.
+const keptRing = 4
 
 // resize moves the timestamps into a new buffer of capacity c >= size.
 func (r *ring) resize(c int64) {

@@ -49,7 +49,7 @@ func (k ExactKey) Check(rule algorithms.Rule) error {
 	switch {
 	case k.Base == "":
 		return nil
-	case rule.Algorithm != algorithms.FixedWindow:
+	case !rule.PerWindow(): // a key per aligned window: FixedWindow
 		return fmt.Errorf("%w: an exact key names fixed windows only, not %s", algorithms.ErrInvalidRequest, rule.Algorithm)
 	case rule.Window%time.Second != 0:
 		return fmt.Errorf("%w: an exact key needs a window of whole seconds, not %v", algorithms.ErrInvalidRequest, rule.Window)

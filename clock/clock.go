@@ -75,8 +75,10 @@ func After(c Clock, d time.Duration) <-chan time.Time {
 // Fake is a manually driven clock for tests. Its zero value reads the zero
 // time; use NewFake to start it elsewhere. It is safe for concurrent use.
 type Fake struct {
+	// now is read without the lock (every decision of a test reads it);
+	// mu orders the moves and guards the waiters.
+	now     atomic.Pointer[time.Time]
 	mu      sync.Mutex
-	now     time.Time
 	waiters []waiter
 }
 
@@ -87,21 +89,24 @@ type waiter struct {
 
 // NewFake returns a fake clock that reads t until it is moved.
 func NewFake(t time.Time) *Fake {
-	return &Fake{now: t}
+	f := &Fake{}
+	f.now.Store(&t)
+	return f
 }
 
-// Now returns the fake clock's current time.
+// Now returns the fake clock's current time: one atomic load, no lock.
 func (f *Fake) Now() time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.now
+	if t := f.now.Load(); t != nil {
+		return *t
+	}
+	return time.Time{}
 }
 
 // Advance moves the clock by d; a negative d moves it back.
 func (f *Fake) Advance(d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.set(f.now.Add(d))
+	f.set(f.Now().Add(d))
 }
 
 // Set moves the clock to t, forwards or back.
@@ -117,9 +122,10 @@ func (f *Fake) After(d time.Duration) <-chan time.Time {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ch := make(chan time.Time, 1)
-	w := waiter{at: f.now.Add(d), ch: ch}
+	now := f.Now()
+	w := waiter{at: now.Add(d), ch: ch}
 	if d <= 0 {
-		ch <- f.now
+		ch <- now
 		return ch
 	}
 	f.waiters = append(f.waiters, w)
@@ -134,8 +140,10 @@ func (f *Fake) Waiters() int {
 	return len(f.waiters)
 }
 
+// set moves the clock to t and fires the waiters it reached; f.mu is
+// held.
 func (f *Fake) set(t time.Time) {
-	f.now = t
+	f.now.Store(&t)
 	kept := f.waiters[:0]
 	for _, w := range f.waiters {
 		if t.Before(w.at) {

@@ -55,12 +55,21 @@ func compile(cfg Config) (*compiled, error) {
 // partsOf returns the rules a limiter with cfg (checked) applies to the key
 // at index key of a call: the main one, then the guard's.
 func partsOf(cfg Config, key int) []part {
-	ps := []part{{key: key, prefix: cfg.Prefix, rule: cfg.rule(), onFailure: cfg.OnFailure, shadow: cfg.Mode == Shadow}}
+	ps := []part{{key: key, prefix: cfg.Prefix, rule: resolved(cfg.rule()), onFailure: cfg.OnFailure, shadow: cfg.Mode == Shadow}}
 	if g := cfg.Guard; g != nil {
-		ps = append(ps, part{key: key, prefix: cfg.Prefix + guardPrefix, rule: g.rule(), onFailure: g.OnFailure,
+		ps = append(ps, part{key: key, prefix: cfg.Prefix + guardPrefix, rule: resolved(g.rule()), onFailure: g.OnFailure,
 			shadow: g.Mode == Shadow, store: g.Store})
 	}
 	return ps
+}
+
+// resolved returns r (checked) resolved once, so that the stores decide
+// it without looking its algorithm up or validating it again.
+func resolved(r algorithms.Rule) algorithms.Rule {
+	if rr, err := r.Resolve(); err == nil {
+		return rr
+	}
+	return r // not reached: the config was checked; a store reports the error
 }
 
 func (c *compiled) setParts(ps []part) {

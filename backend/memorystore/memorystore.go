@@ -177,7 +177,7 @@ func (s *Store) Take(_ context.Context, req backend.Request) (backend.Result, er
 		return backend.Result{}, err
 	}
 	now := req.Millis()
-	a := algorithms.Lookup(req.Rule.Algorithm) // known: req is valid
+	a := req.Rule.Descriptor() // known: req is valid
 	sh, h1, h2 := s.locate(&req.Key, a.Salt)
 	sh.mu.Lock()
 	res := s.takeLocked(sh, h1, h2, a, &req, now)
@@ -240,7 +240,7 @@ func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 	var locks [backend.MaxRequests]*shard
 	n := 0
 	for i := range reqs {
-		a := algorithms.Lookup(reqs[i].Rule.Algorithm) // known: reqs are valid
+		a := reqs[i].Rule.Descriptor() // known: reqs are valid
 		sh, h1, h2 := s.locate(&reqs[i].Key, a.Salt)
 		loc[i] = located{sh, h1, h2, a}
 		if !slices.Contains(locks[:n], sh) {
@@ -283,7 +283,7 @@ func (s *Store) GiveBack(_ context.Context, req backend.Request) (backend.Result
 		return backend.Result{}, err
 	}
 	now := req.Millis()
-	a := algorithms.Lookup(req.Rule.Algorithm) // known: req is valid
+	a := req.Rule.Descriptor() // known: req is valid
 	sh, h1, h2 := s.locate(&req.Key, a.Salt)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -299,7 +299,7 @@ func (s *Store) Release(_ context.Context, req backend.Request, lease int64) (bo
 	if err := backend.ValidateLease(&req); err != nil {
 		return false, err
 	}
-	a := algorithms.Lookup(req.Rule.Algorithm) // known: req is valid
+	a := req.Rule.Descriptor() // known: req is valid
 	sh, h1, h2 := s.locate(&req.Key, a.Salt)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -316,7 +316,7 @@ func (s *Store) Renew(_ context.Context, req backend.Request, lease int64) (back
 		return backend.Result{}, err
 	}
 	now := req.Millis()
-	a := algorithms.Lookup(req.Rule.Algorithm) // known: req is valid
+	a := req.Rule.Descriptor() // known: req is valid
 	sh, h1, h2 := s.locate(&req.Key, a.Salt)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -339,7 +339,7 @@ func (s *Store) Peek(_ context.Context, req backend.Request) (backend.Result, er
 	if err := req.Validate(); err != nil {
 		return backend.Result{}, err
 	}
-	a := algorithms.Lookup(req.Rule.Algorithm) // known: req is valid
+	a := req.Rule.Descriptor() // known: req is valid
 	sh, h1, h2 := s.locate(&req.Key, a.Salt)
 	sh.mu.Lock()
 	out := peekLocked(sh, h1, h2, a, &req, req.Millis())
@@ -355,7 +355,7 @@ func (s *Store) Reset(_ context.Context, key backend.Key, rule algorithms.Rule) 
 	if err := rule.Validate(); err != nil {
 		return err
 	}
-	sh, h1, h2 := s.locate(&key, algorithms.Lookup(rule.Algorithm).Salt) // known: rule is valid
+	sh, h1, h2 := s.locate(&key, rule.Descriptor().Salt) // known: rule is valid
 	sh.mu.Lock()
 	sh.remove(h1, h2)
 	sh.mu.Unlock()

@@ -3,7 +3,6 @@ package memorystore
 import (
 	"context"
 
-	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 )
 
@@ -16,7 +15,7 @@ func (s *Store) Reserve(_ context.Context, req backend.Request) (backend.Result,
 		return backend.Result{}, 0, err
 	}
 	now := req.Millis()
-	a := algorithms.Lookup(req.Rule.Algorithm) // known: req is valid
+	a := req.Rule.Descriptor() // known: req is valid
 	sh, h1, h2 := s.locate(&req.Key, a.Salt)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -35,7 +34,7 @@ func (s *Store) Unreserve(_ context.Context, req backend.Request, at int64) (bac
 		return backend.Result{}, err
 	}
 	now := req.Millis()
-	a := algorithms.Lookup(req.Rule.Algorithm) // known: req is valid
+	a := req.Rule.Descriptor() // known: req is valid
 	sh, h1, h2 := s.locate(&req.Key, a.Salt)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

@@ -3,8 +3,11 @@
 // step works on the opaque algorithms.State, so no code outside that
 // package can write one; a test copies a built-in's steps under a name of
 // its own). internal/testing/algtest uses it to show that a new registry
-// row is picked up with no other edit.
+// row is picked up with no other edit. It also counts rule validations
+// (Validations).
 package registryhook
+
+import "sync/atomic"
 
 // Register adds a, an *algorithms.Algorithm, to the registry, after the
 // built-in ones; package algorithms sets it when it is initialised. Call
@@ -13,3 +16,8 @@ package registryhook
 // error wraps algorithms.ErrInvalidRule when a is not an *Algorithm, lacks
 // a field, or takes a name, key suffix or salt already taken.
 var Register func(a any) error
+
+// Validations counts the calls of algorithms.Rule.Validate, for the tests
+// that check a decision on a resolved rule never validates it again (the
+// rule was validated when the limiter or the rule was built).
+var Validations atomic.Int64

@@ -91,9 +91,14 @@ var pendingPool = sync.Pool{New: func() any { return &pendingTake{done: make(cha
 // (see tight), when a goroutine sends the batch instead; so no call waits
 // past its own deadline, and none fails by another's (the batch goes with
 // the latest deadline of its calls, see batchContext).
-func (b *batcher) take(ctx context.Context, req *backend.Request) (backend.Result, error) {
+//
+// key is req's Redis key when the caller built it already, else "".
+func (b *batcher) take(ctx context.Context, req *backend.Request, key string) (backend.Result, error) {
+	if key == "" {
+		key = rediswire.StateKey(req)
+	}
 	c := pendingPool.Get().(*pendingTake)
-	c.req, c.key, c.ctx = *req, rediswire.StateKey(req), ctx
+	c.req, c.key, c.ctx = *req, key, ctx
 	return b.submit(ctx, c)
 }
 

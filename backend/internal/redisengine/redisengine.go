@@ -256,8 +256,8 @@ func (r *Runner) takeOne(ctx context.Context, req *backend.Request) (backend.Res
 		return r.takeNative(ctx, []backend.Request{*req}, false)
 	}
 	if !req.Rule.HoldsLeases() {
-		if b := r.batcherFor(kindTake, rediswire.StateKey(req)); b != nil {
-			return b.take(ctx, req)
+		if b, key := r.batcherOf(kindTake, req); b != nil {
+			return b.take(ctx, req, key)
 		}
 	}
 	res, _, err := r.take(ctx, req)
@@ -278,6 +278,22 @@ func (r *Runner) batcherFor(kind batchKind, key string) *batcher {
 	return nil
 }
 
+// batcherOf is batcherFor for one request, building its key only where the
+// batcher depends on it (a cluster's are per node). key is that key, ""
+// when it was not needed: the request's key is built once per call.
+func (r *Runner) batcherOf(kind batchKind, req *backend.Request) (b *batcher, key string) {
+	if r.local != nil {
+		return r.local[kind], ""
+	}
+	if r.nodes != nil {
+		key = rediswire.StateKey(req)
+		if bs := r.nodes.batchersFor(key); bs != nil {
+			return bs[kind], key
+		}
+	}
+	return nil, ""
+}
+
 // batchScript returns the batch script of kind, in its cluster form when
 // cluster.
 func (r *Runner) batchScript(cluster bool, kind batchKind) *script {
@@ -292,8 +308,8 @@ func (r *Runner) Peek(ctx context.Context, req backend.Request) (backend.Result,
 	if err := r.check(&req); err != nil {
 		return backend.Result{}, err
 	}
-	if b := r.batcherFor(kindPeek, rediswire.StateKey(&req)); b != nil {
-		return b.take(ctx, &req)
+	if b, key := r.batcherOf(kindPeek, &req); b != nil {
+		return b.take(ctx, &req, key)
 	}
 	res, _, err := r.single(ctx, &req, rediswire.ModePeek, r.now(&req), 0)
 	return res, err
