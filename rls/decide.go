@@ -310,21 +310,17 @@ func (s *Service) sortGroups(ctx context.Context, groups []*group) (enforced, sh
 	// the next call that is not one: the order of the calls is kept.
 	var charges []*group
 	for _, g := range groups {
-		quota := (g.rule.quota || s.opts.quota) && !g.rule.shadow && !g.refund && !g.req.Charge
+		quota := s.quotaMode(g)
 		if quota {
 			q.all++
 		}
-		charge := g.req.Charge && !g.refund
-		if !charge && len(charges) > 0 {
-			if err = s.takeCharges(ctx, charges); err != nil {
-				return nil, nil, false, q, err
-			}
-			charges = charges[:0]
+		if charges, err = s.flushCharges(ctx, charges, g); err != nil {
+			return nil, nil, false, q, err
 		}
 		switch {
 		case g.refund:
 			err = s.giveBack(ctx, g)
-		case charge:
+		case isCharge(g):
 			// Recorded whatever is left, and never refuses the request.
 			g.req.Cost = min(g.req.Cost, g.rule.alg.ChargeBound())
 			charges = append(charges, g)
@@ -351,10 +347,28 @@ func (s *Service) sortGroups(ctx context.Context, groups []*group) (enforced, sh
 			return nil, nil, false, q, err
 		}
 	}
-	if err = s.takeCharges(ctx, charges); err != nil {
+	if _, err = s.flushCharges(ctx, charges, nil); err != nil {
 		return nil, nil, false, q, err
 	}
 	return enforced, shadow, refused, q, nil
+}
+
+// quotaMode reports whether g is a quota-mode limit (quota_mode) that
+// refuses only with the others.
+func (s *Service) quotaMode(g *group) bool {
+	return (g.rule.quota || s.opts.quota) && !g.rule.shadow && !g.refund && !g.req.Charge
+}
+
+// isCharge reports whether g records a charge (not a give back).
+func isCharge(g *group) bool { return g.req.Charge && !g.refund }
+
+// flushCharges takes the pending charges unless next is one more (nil:
+// the request's last group was) and returns what is left pending.
+func (s *Service) flushCharges(ctx context.Context, charges []*group, next *group) ([]*group, error) {
+	if len(charges) == 0 || (next != nil && isCharge(next)) {
+		return charges, nil
+	}
+	return charges[:0], s.takeCharges(ctx, charges)
 }
 
 // takeCharges records the charges gs. Several go in one TakeAll: a charge
