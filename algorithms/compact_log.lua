@@ -188,6 +188,45 @@ if take and not refund and struct and cost <= limit then
   end
 end
 
+-- A peek (Peek, and a TakeAll's check pass) of a new key or of a log read
+-- whole (capacity <= BLOCK), at a cost the log can hold: log_peek's answer
+-- from the first read, without building the library. The log is sorted,
+-- so a scan from the oldest counts what count would.
+if not take and not refund and struct and cost >= 0 and cost <= limit then
+  if #first == 0 then
+    return {1, limit, 0, 0, now}
+  end
+  local unpack = struct.unpack
+  local head, n, cap, _, newest = unpack('>I2I2I2I2I7', first, 1)
+  local cutw, x = now - w, n
+  if cap <= BLOCK and n <= cap and #first >= HDR + cap * SLOT and n > 0 and newest > cutw then
+    -- The newest entry is the last: the scan stops before it (else, on a
+    -- log that broke this, log_peek decides).
+    x = 0
+    while x < n - 1 and unpack('>I7', first, HDR + (head + x) % cap * SLOT + 1) <= cutw do
+      x = x + 1
+    end
+    if x == n - 1 and unpack('>I7', first, HDR + (head + x) % cap * SLOT + 1) <= cutw then
+      x = -1
+    end
+  end
+  if cap <= BLOCK and n <= cap and #first >= HDR + cap * SLOT and x >= 0 then
+    local live = n - x
+    local remaining, retry, reset = limit - live, 0, 0
+    if remaining < 0 then
+      remaining = 0
+    end
+    if live > 0 then
+      reset = newest + w - now
+    end
+    if live + cost > limit then
+      retry = unpack('>I7', first, HDR + (head + n + cost - limit - 1) % cap * SLOT + 1) + w - now
+      return {0, remaining, retry, reset, now}
+    end
+    return {1, remaining, 0, reset, now}
+  end
+end
+
 local log_first, log_open, log_take, log_peek, log_remove, _, _, _, log_give_back = loglib()
 local L = log_open(key, '', first)
 

@@ -306,18 +306,24 @@ func (q quotaCount) allDenied() bool { return q.all > 0 && q.denied == q.all }
 // limit no request can pass) already refuses the request, and the
 // quota-mode limits counted so far.
 func (s *Service) sortGroups(ctx context.Context, groups []*group) (enforced, shadow []*group, refused bool, q quotaCount, err error) {
+	// Consecutive charges go to the store together (takeCharges), before
+	// the next call that is not one: the order of the calls is kept.
+	var charges []*group
 	for _, g := range groups {
-		quota := (g.rule.quota || s.opts.quota) && !g.rule.shadow && !g.refund && !g.req.Charge
+		quota := s.quotaMode(g)
 		if quota {
 			q.all++
+		}
+		if charges, err = s.flushCharges(ctx, charges, g); err != nil {
+			return nil, nil, false, q, err
 		}
 		switch {
 		case g.refund:
 			err = s.giveBack(ctx, g)
-		case g.req.Charge:
+		case isCharge(g):
 			// Recorded whatever is left, and never refuses the request.
 			g.req.Cost = min(g.req.Cost, g.rule.alg.ChargeBound())
-			err = s.take(ctx, g)
+			charges = append(charges, g)
 		case g.check:
 			err = s.checkOnly(ctx, g)
 			if g.denied && quota {
@@ -341,7 +347,79 @@ func (s *Service) sortGroups(ctx context.Context, groups []*group) (enforced, sh
 			return nil, nil, false, q, err
 		}
 	}
+	if _, err = s.flushCharges(ctx, charges, nil); err != nil {
+		return nil, nil, false, q, err
+	}
 	return enforced, shadow, refused, q, nil
+}
+
+// quotaMode reports whether g is a quota-mode limit (quota_mode) that
+// refuses only with the others.
+func (s *Service) quotaMode(g *group) bool {
+	return (g.rule.quota || s.opts.quota) && !g.rule.shadow && !g.refund && !g.req.Charge
+}
+
+// isCharge reports whether g records a charge (not a give back).
+func isCharge(g *group) bool { return g.req.Charge && !g.refund }
+
+// flushCharges takes the pending charges unless next is one more (nil:
+// the request's last group was) and returns what is left pending.
+func (s *Service) flushCharges(ctx context.Context, charges []*group, next *group) ([]*group, error) {
+	if len(charges) == 0 || (next != nil && isCharge(next)) {
+		return charges, nil
+	}
+	return charges[:0], s.takeCharges(ctx, charges)
+}
+
+// takeCharges records the charges gs. Several go in one TakeAll: a charge
+// is never refused, so all or nothing decides as separate Takes would,
+// in one round trip, as the reference sends a request's increments in one
+// pipeline (issue 38.5). Charges on one key, or more than one TakeAll
+// holds, are taken one by one.
+func (s *Service) takeCharges(ctx context.Context, gs []*group) error {
+	if len(gs) < 2 || len(gs) > backend.MaxRequests || sharedKey(gs) {
+		for _, g := range gs {
+			if err := s.take(ctx, g); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	reqs := make([]backend.Request, len(gs))
+	for i, g := range gs {
+		reqs[i] = g.req
+	}
+	var sink backend.EachResults
+	res, err := s.store.TakeAll(backend.WithEachResults(ctx, &sink), reqs)
+	each := sink.Filled && len(sink.Results) == len(gs)
+	for i, g := range gs {
+		r := res
+		if each && err == nil {
+			r = sink.Results[i]
+		}
+		if err := s.settle(ctx, g, r, err); err != nil {
+			return err
+		}
+	}
+	if err != nil || each {
+		return nil
+	}
+	// A store that did not say how each limit stands: the others are
+	// read, as after an enforced TakeAll.
+	return s.peekOthers(ctx, gs, res)
+}
+
+// sharedKey reports whether two of gs count one key with one algorithm
+// (a TakeAll refuses them).
+func sharedKey(gs []*group) bool {
+	for i := range gs {
+		for j := range i {
+			if gs[j].req.Key == gs[i].req.Key && gs[j].req.Rule.Algorithm == gs[i].req.Rule.Algorithm {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // refuseImpossible refuses g, whose cost is past its limit, without asking

@@ -1,4 +1,5 @@
--- A memo of whole-key reads (GET, ZCARD) for the scripts that decide
+-- A memo of whole-key reads (GET, ZCARD, and a log's first GETRANGE from
+-- byte 0) for the scripts that decide
 -- TakeAll calls (multi.lua, groups.lua): their check pass and their take
 -- pass read the same keys, and a counter's step reads its whole state with
 -- one GET. While no write touched a key, its second GET (or ZCARD) is
@@ -28,6 +29,19 @@ local redis = setmetatable({
         m[cmd] = v
       end
       return v
+    end
+    -- A log's first read (loglib.lua's log_first, compact_log.lua).
+    if cmd == 'GETRANGE' and select(2, ...) == '0' and select('#', ...) == 3 then
+      local stop = select(3, ...)
+      local m = memo[key]
+      if not m then
+        m = {}
+        memo[key] = m
+      end
+      if m.range_stop ~= stop then
+        m.range, m.range_stop = redis_call(cmd, key, '0', stop), stop
+      end
+      return m.range
     end
     if key ~= nil then
       memo[key] = nil

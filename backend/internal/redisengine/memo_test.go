@@ -92,3 +92,47 @@ func TestTakeAllReadsEachCounterOnceControl(t *testing.T) {
 	admitted, _ := takeAllGets(t, srv)
 	require.Equal(t, []int{6, 6}, admitted, "GETs without the memo (batched, alone)")
 }
+
+// logTakeAllRanges counts the GETRANGEs of an admitted TakeAll of three
+// compact logs, batched (the groups script) and alone (the multi script).
+func logTakeAllRanges(t *testing.T, srv *redistest.Server) []int {
+	rule := algorithms.Rule{Algorithm: algorithms.CompactLog, Limit: 5, Window: time.Minute}
+	now := time.UnixMilli(1_800_000_000_000)
+	var ranges []int
+	for _, batch := range []int{16, 1} {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		t.Cleanup(func() { _ = c.Close() })
+		s, err := goredisstore.New(c, goredisstore.WithBatching(batch))
+		require.NoError(t, err)
+		reqs := make([]backend.Request, 3)
+		for i := range reqs {
+			reqs[i] = backend.Request{Key: backend.Key{Prefix: "logmemo" + strconv.Itoa(batch) + ":" + strconv.Itoa(i) + ":", ID: "u"}, Rule: rule, Now: now, Cost: 1}
+		}
+		// The first TakeAll creates the logs; the second reads them.
+		for range 2 {
+			_, err := srv.Do("CONFIG", "RESETSTAT")
+			require.NoError(t, err)
+			res, err := s.TakeAll(t.Context(), reqs)
+			require.NoError(t, err)
+			require.True(t, res.Allowed, "batch %d", batch)
+		}
+		calls := commandCalls(t, srv)
+		require.Equal(t, len(reqs), calls["set"], "batch %d: SETs of an admission", batch)
+		ranges = append(ranges, calls["getrange"])
+	}
+	return ranges
+}
+
+// A TakeAll of compact logs reads each log's first bytes once: the take
+// pass is answered by the memo.
+func TestTakeAllReadsEachLogOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	require.Equal(t, []int{3, 3}, logTakeAllRanges(t, srv), "GETRANGEs of an admitted TakeAll of 3 logs (batched, alone)")
+}
+
+// The control: without the memo the take pass reads every log again.
+func TestTakeAllReadsEachLogOnceControl(t *testing.T) {
+	defer rediswire.WithoutMemo()()
+	srv := redistest.Start(t)
+	require.Equal(t, []int{6, 6}, logTakeAllRanges(t, srv), "GETRANGEs without the memo (batched, alone)")
+}

@@ -33,7 +33,9 @@ import (
 // body") and to a constant outcome ("empty body": the script's own
 // machinery, arguments and reply); the same keys and arguments to a
 // script that only sends GET and SET per key ("raw"); the groups script
-// called with no TakeAll (its definitions) and "return 1".
+// called with no TakeAll (its definitions) and "return 1". For compact_log,
+// the floor of its shape: a script that only sends its GETRANGE and SET
+// per key ("raw GETRANGE+SET").
 //
 // go test -run x -bench TakeAllServerCPU -benchtime 1x ./backend/internal/redisengine/
 func BenchmarkTakeAllServerCPU(b *testing.B) {
@@ -93,6 +95,9 @@ func BenchmarkTakeAllServerCPU(b *testing.B) {
 			"local v = redis.call('GET', key)\nif take then redis.call('SET', key, '1:2', 'PX', '2000') end\nreturn {1, 1, 0, 1000, 0}\n", 1), algorithms.FixedWindow)},
 		{"fixed_window empty body", groups(strings.Replace(memo, algorithms.Lookup(algorithms.FixedWindow).Lua,
 			"return {1, 1, 0, 1000, 0}\n", 1), algorithms.FixedWindow)},
+		{"compact_log memo", groups(memo, algorithms.CompactLog)},
+		{"compact_log plain", groups(plain, algorithms.CompactLog)},
+		{"raw GETRANGE+SET, same keys and arguments", groups("for i = 1, #KEYS do local v = redis.call('GETRANGE', KEYS[i], '0', '238'); redis.call('SET', KEYS[i], '0123456789abcdefghijkl', 'PX', '2000') end return 1", algorithms.CompactLog)},
 		{"sliding_log memo", groups(memo, algorithms.SlidingLog)},
 		{"sliding_log plain", groups(plain, algorithms.SlidingLog)},
 		{"reference INCRBY+EXPIRE", reference},
@@ -125,6 +130,6 @@ func BenchmarkTakeAllServerCPU(b *testing.B) {
 	for i, v := range variants {
 		slices.Sort(cpu[i])
 		slices.Sort(script[i])
-		b.Logf("%-24s server CPU %5.1f µs/decision, EVALSHA %5.1f µs/decision", v.name, cpu[i][len(cpu[i])/2], script[i][len(script[i])/2])
+		b.Logf("%-42s server CPU %5.1f µs/decision, EVALSHA %5.1f µs/decision", v.name, cpu[i][len(cpu[i])/2], script[i][len(script[i])/2])
 	}
 }

@@ -47,10 +47,14 @@ const Domain = "bench"
 var DescriptorKeys = []string{"a", "b", "c"}
 
 // Spec is the limit every rule of a contender has: RequestsPerUnit per
-// Unit ("second", "minute", ...).
+// Unit ("second", "minute", ...). Charge, when above 0, makes every
+// request a charge of that many hits (hits_addend) on a domain charged
+// after the response (limitkit: rls.WithChargedDomains, the setting
+// LIMITKIT_CHARGED_DOMAINS; the reference adds the hits as it adds any).
 type Spec struct {
 	Unit            string
 	RequestsPerUnit uint32
+	Charge          uint32
 }
 
 // YAML returns the reference server's configuration of spec for
@@ -203,7 +207,11 @@ func startLimitkit(client, addr string, spec Spec, alg algorithms.Name, opts ...
 		return nil, nil, err
 	}
 	// A store error is a gRPC error here, so the harness counts it.
-	svc, err := rls.New(store, rules, append([]rls.Option{rls.WithErrorOnFailure(true)}, opts...)...)
+	own := []rls.Option{rls.WithErrorOnFailure(true)}
+	if spec.Charge > 0 {
+		own = append(own, rls.WithChargedDomains(Domain))
+	}
+	svc, err := rls.New(store, rules, append(own, opts...)...)
 	if err != nil {
 		closeClient()
 		return nil, nil, err

@@ -17,9 +17,11 @@ import (
 
 // Load is what the callers of a cell send: requests of Descriptors
 // descriptors (the first of DescriptorKeys), each value drawn uniformly
-// from Keys ids, from Callers goroutines in a closed loop.
+// from Keys ids, from Callers goroutines in a closed loop; with Hits above
+// 0, each request's hits_addend (else unset: one hit).
 type Load struct {
 	Descriptors, Keys, Callers int
+	Hits                       uint32
 }
 
 // Drive is the outcome of driving a caller.
@@ -50,6 +52,7 @@ func DriveFor(ctx context.Context, call Caller, l Load, d time.Duration) Drive {
 	out.Elapsed = harness.Loop(ctx, l.Callers, d, func(caller int) (func(), func()) {
 		r := rand.New(rand.NewPCG(uint64(caller)+1, seed))
 		req := newRequest(l.Descriptors)
+		req.HitsAddend = l.Hits
 		my := make([]time.Duration, 0, 4096)
 		var n, errs, denied int64
 		step := func() {

@@ -101,3 +101,45 @@ func TestMixedFleetSharesCounts(t *testing.T) {
 		}
 	})
 }
+
+// A charge cell (Spec.Charge) records every charge where the reference
+// counts: five requests charging 5 hits each under 20 per hour leave 25 in
+// the reference's key (the last one is debt). The control sends the same
+// hits with Spec.Charge 0 (not a charged domain): the fifth is refused
+// and consumes nothing, 20.
+func TestChargeCellCountsHits(t *testing.T) {
+	srv := startServer(t)
+	for _, tc := range []struct {
+		charge uint32
+		want   int64
+	}{{5, 25}, {0, 20}} {
+		for attempt := 0; ; attempt++ {
+			if err := srv.FlushAll(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			lk, closeLK, err := startLimitkit(Rueidis, srv.Addr(), Spec{Unit: "hour", RequestsPerUnit: 20, Charge: tc.charge}, algorithms.FixedWindow)
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			req := newRequest(1)
+			req.HitsAddend = 5
+			req.Descriptors[0].Entries[0].Value = "shared"
+			for i := range 5 {
+				if _, err := lk(context.Background(), req); err != nil {
+					t.Fatalf("call %d: %v", i, err)
+				}
+			}
+			closeLK()
+			key := floorKey(req.Descriptors[0], start.Unix(), int64(time.Hour/time.Second))
+			got, err := srv.Client().Get(context.Background(), key).Int64()
+			if !start.Truncate(time.Hour).Equal(time.Now().Truncate(time.Hour)) && attempt == 0 {
+				continue // an hour boundary: again
+			}
+			if err != nil || got != tc.want {
+				t.Errorf("charge %d: %s holds %d (%v); want %d", tc.charge, key, got, err, tc.want)
+			}
+			break
+		}
+	}
+}

@@ -76,9 +76,9 @@ var (
 func (res *Results) Write(w io.Writer, header string) {
 	o := res.Options
 	fmt.Fprintf(w, "%s\n\nRun of %s, %v: %d round(s) of %v measured per cell after %v of warm-up, %d callers over one gRPC connection, "+
-		"%d values per descriptor drawn uniformly, every rule %d per %s (never denies). Medians over rounds.\n\n",
+		"%d values per descriptor drawn uniformly, every rule %d per %s (never denies)%s. Medians over rounds.\n\n",
 		header, res.Started.UTC().Format("2006-01-02 15:04 MST"), res.Took.Round(time.Second), o.Rounds, o.Measure, o.Warmup, o.Callers,
-		o.Keys, o.Spec.RequestsPerUnit, o.Spec.Unit)
+		o.Keys, o.Spec.RequestsPerUnit, o.Spec.Unit, chargeNote(o.Spec))
 	var worstP99 time.Duration
 	var worstName string
 	for _, n := range o.Descriptors {
@@ -153,3 +153,11 @@ func (res *Results) Write(w io.Writer, header string) {
 }
 
 func fmtDur(ns float64) string { return fmt.Sprintf("%.2f ms", ns/1e6) }
+
+// chargeNote describes spec's charges for the run's header, or "".
+func chargeNote(spec Spec) string {
+	if spec.Charge == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; every request a charge of %d hits (hits_addend) on a domain limitkit charges after the response (LIMITKIT_CHARGED_DOMAINS)", spec.Charge)
+}

@@ -25,7 +25,8 @@ type Options struct {
 	// Descriptors lists the request shapes (default 1 and 3).
 	Descriptors []int
 	// Spec is every rule's limit (default 10,000 per second: the most a
-	// sliding log accepts, which these loads never reach on one key).
+	// sliding log accepts, which these loads never reach on one key), and
+	// with Spec.Charge every request a charge.
 	Spec Spec
 	// Contenders are the contenders to run (see Contenders); Run keeps
 	// those whose name matches Filter (nil keeps all).
@@ -57,8 +58,8 @@ func (o *Options) defaults() {
 	if len(o.Descriptors) == 0 {
 		o.Descriptors = []int{1, 3}
 	}
-	if o.Spec == (Spec{}) {
-		o.Spec = Spec{Unit: "second", RequestsPerUnit: 10_000}
+	if o.Spec.Unit == "" && o.Spec.RequestsPerUnit == 0 {
+		o.Spec.Unit, o.Spec.RequestsPerUnit = "second", 10_000
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
@@ -182,7 +183,7 @@ func MeasureCell(ctx context.Context, cell Cell, o Options) (Sample, error) {
 		return Sample{}, err
 	}
 	defer closeC()
-	load := Load{Descriptors: cell.Descriptors, Keys: o.Keys, Callers: o.Callers}
+	load := Load{Descriptors: cell.Descriptors, Keys: o.Keys, Callers: o.Callers, Hits: o.Spec.Charge}
 	if w := DriveFor(ctx, call, load, o.Warmup); w.Errors > 0 {
 		return Sample{}, fmt.Errorf("warm-up: %d of %d calls failed, first: %w", w.Errors, w.Decisions, w.FirstError)
 	}

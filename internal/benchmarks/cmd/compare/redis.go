@@ -78,6 +78,7 @@ func (c *comparison) redisRound(ctx context.Context, srv *harness.Server, cells 
 				scriptUsec:  float64(m.ScriptUsec) / n,
 				scriptCalls: float64(m.ScriptCalls) / n,
 				calls:       float64(m.Commands) / n,
+				clientUsec:  float64(m.ProcessCPU.Microseconds()) / n,
 			}
 			if denied > 0 {
 				s.callsPerDenied = float64(m.ScriptCalls) / float64(denied)
@@ -121,6 +122,7 @@ func (c *comparison) floorRound(ctx context.Context, srv *harness.Server, floors
 }
 
 func procUs(s sample) float64    { return s.procUsec }
+func clientUs(s sample) float64  { return s.clientUsec }
 func infoUs(s sample) float64    { return s.infoUsec }
 func perDenied(s sample) float64 { return s.callsPerDenied }
 func scriptCl(s sample) float64  { return s.scriptCalls }
@@ -137,7 +139,7 @@ func (c *comparison) workloadTitle(wl benchmarks.Workload) string {
 
 func (c *comparison) printRedis(w io.Writer) {
 	fmt.Fprintf(w, "## Redis\n\n")
-	fmt.Fprintf(w, "One redis-server on 127.0.0.1. Each cell, every round: FLUSHALL, a new client (go-redis: its pool of 10 per GOMAXPROCS dialled in full), %v of the cell's own workload at %d callers as warm-up (so logs hold their steady contents: their window is the warm-up's length; deny-heavy keys are spent), then %v measured at each caller count, goroutines sharing the client. Rounds rotate the order of the cells. Columns at %s: client allocations and bytes per decision (runtime.MemStats, whole process), the server's CPU per decision by /proc/PID/stat (10 ms resolution) and by INFO cpu, the server's time in script calls per decision (INFO commandstats usec of EVALSHA/EVAL; limitkit's stores send up to 16 concurrent decisions in one batch call), script calls per decision and all commands per decision (those inside scripts included). Both clients run with their defaults (rueidis: auto-pipelining), as do limitkit's stores (batching on), except in the rows naming a setting (experiments). The seed script is the classic exact sliding log as one Lua script (benchmarks.SeedScript: ZREMRANGEBYSCORE, ZCARD, then ZADD and PEXPIRE when admitted) with sliding_log's limit. Floors: INCR and `EVALSHA %s` through the same clients.\n\n",
+	fmt.Fprintf(w, "One redis-server on 127.0.0.1. Each cell, every round: FLUSHALL, a new client (go-redis: its pool of 10 per GOMAXPROCS dialled in full), %v of the cell's own workload at %d callers as warm-up (so logs hold their steady contents: their window is the warm-up's length; deny-heavy keys are spent), then %v measured at each caller count, goroutines sharing the client. Rounds rotate the order of the cells. Columns at %s: client allocations and bytes per decision (runtime.MemStats, whole process), the server's CPU per decision by /proc/PID/stat (10 ms resolution) and by INFO cpu, the server's time in script calls per decision (INFO commandstats usec of EVALSHA/EVAL; limitkit's stores send up to 16 concurrent decisions in one batch call), script calls per decision, all commands per decision (those inside scripts included) and this process's CPU per decision (callers and client together, by getrusage). Both clients run with their defaults (rueidis: auto-pipelining), as do limitkit's stores (batching on), except in the rows naming a setting (experiments). The seed script is the classic exact sliding log as one Lua script (benchmarks.SeedScript: ZREMRANGEBYSCORE, ZCARD, then ZADD and PEXPIRE when admitted) with sliding_log's limit. Floors: INCR and `EVALSHA %s` through the same clients.\n\n",
 		c.warmup, c.callers[len(c.callers)-1], c.redisTime, c.lastCallers(), benchmarks.TrivialScript)
 	last := c.lastCallers()
 	for _, wl := range c.redisWorkloads {
@@ -146,7 +148,7 @@ func (c *comparison) printRedis(w io.Writer) {
 		for _, n := range c.callers {
 			header = append(header, fmt.Sprintf("c=%d /s", n))
 		}
-		header = append(header, "allocs (B) /decision", "server CPU µs /decision (/proc)", "(INFO cpu)", "script µs /decision", "script calls /decision", "cmds /decision")
+		header = append(header, "allocs (B) /decision", "server CPU µs /decision (/proc)", "(INFO cpu)", "script µs /decision", "script calls /decision", "cmds /decision", "client CPU µs /decision")
 		if wl.Deny {
 			header = append(header, "script calls /denied", "over-admissions (max)")
 		}
@@ -177,8 +179,9 @@ func (c *comparison) printRedis(w io.Writer) {
 			su, _ := c.median(k, scriptUs)
 			sc, _ := c.median(k, scriptCl)
 			cl, _ := c.median(k, calls)
+			cu, _ := c.median(k, clientUs)
 			row = append(row, fmt.Sprintf("%s (%.0f)", fmtAllocs(a), b), fmt.Sprintf("%.2f", pu), fmt.Sprintf("%.2f", iu),
-				dash(su, "%.2f"), dash(sc, "%.3f"), fmt.Sprintf("%.2f", cl))
+				dash(su, "%.2f"), dash(sc, "%.3f"), fmt.Sprintf("%.2f", cl), fmt.Sprintf("%.2f", cu))
 			if wl.Deny {
 				pd, _ := c.median(k, perDenied)
 				row = append(row, dash(pd, "%.3f"), fmt.Sprintf("%.0f", c.maxOf(k, over)))

@@ -26,8 +26,9 @@ type sample struct {
 	// INFO cpu (µs), the time its script calls took (commandstats usec),
 	// the script calls and all commands it ran (those inside scripts
 	// included); script calls per denied decision; over-admissions in the
-	// cell (deny-heavy).
+	// cell (deny-heavy); this process's CPU (callers and client, µs).
 	procUsec, infoUsec, scriptUsec, scriptCalls, calls float64
+	clientUsec                                         float64
 	callsPerDenied                                     float64
 	over                                               float64
 }

@@ -41,6 +41,7 @@ func run() error {
 		algs    = flag.String("algorithms", "", "limitkit algorithms, comma-separated (default every rate algorithm)")
 		filter  = flag.String("run", "", "keep only contenders whose name matches this regexp")
 		noRedis = flag.Bool("noredis", false, "leave out every contender on Redis")
+		charge  = flag.Uint("charge", 0, "when above 0, every request is a charge of this many hits (hits_addend) on a domain charged after the response (issue 38)")
 		out     = flag.String("o", "", "also write the tables to this file")
 	)
 	flag.Parse()
@@ -49,7 +50,11 @@ func run() error {
 			return err
 		}
 	}
-	o := rlsbench.Options{Rounds: *rounds, Measure: *measure, Warmup: *warmup, Callers: *callers, Keys: *keys, Progress: os.Stderr}
+	if *charge > 1<<31 {
+		return fmt.Errorf("-charge %d: write at most %d hits", *charge, 1<<31)
+	}
+	o := rlsbench.Options{Rounds: *rounds, Measure: *measure, Warmup: *warmup, Callers: *callers, Keys: *keys, Progress: os.Stderr,
+		Spec: rlsbench.Spec{Charge: uint32(*charge)}}
 	for f := range strings.SplitSeq(*descs, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 || n > len(rlsbench.DescriptorKeys) {
