@@ -151,11 +151,25 @@ func (s *Store) Peek(ctx context.Context, req backend.Request) (backend.Result, 
 // req (its refusal is the caller's error, not a failure); decide checks it
 // where the primary did not answer.
 func (s *Store) step(ctx context.Context, req backend.Request, call func(context.Context, backend.Request) (backend.Result, error), local localCall, kind localKind) (backend.Result, error) {
+	reserved := false
+	if kind == localTake && s.policyOf(&req).Mode() == backend.ModeLocal {
+		var held backend.Result
+		var refused bool
+		if held, refused, reserved = s.base.reserveHeld(&req); refused {
+			return held, nil // a key the primary may have lost (hold.go)
+		}
+	}
 	b := s.breakerForRequest(ctx, &req)
 	res, err := s.executeProbed(ctx, b, func(ctx context.Context) (backend.Result, error) { return call(ctx, req) },
 		func(ctx context.Context) (backend.Result, error) { return s.primary.Peek(ctx, req) })
+	if reserved && (err != nil || !res.Allowed) {
+		s.base.releaseHeld(&req)
+	}
 	if err == nil {
 		s.base.record(&req, &res)
+		if s.policyOf(&req).Mode() == backend.ModeLocal {
+			res = s.base.afterHeld(&req, kind, res)
+		}
 		return res, nil
 	}
 	if ce, ok := errors.AsType[callerError](err); ok {
@@ -207,8 +221,15 @@ func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 		sink = new(backend.EachResults)
 		callCtx = backend.WithEachResults(ctx, sink)
 	}
+	held, refused, reserved := s.heldAll(ctx, reqs)
+	if refused {
+		return held, nil // a key the primary may have lost (hold.go)
+	}
 	res, err := s.executeProbed(callCtx, b, func(ctx context.Context) (backend.Result, error) { return s.primary.TakeAll(ctx, reqs) },
 		func(ctx context.Context) (backend.Result, error) { return s.primary.Peek(ctx, reqs[0]) })
+	if err != nil || !res.Allowed {
+		s.releaseHeldAll(reqs, &reserved, err == nil)
+	}
 	if err == nil {
 		s.recordAll(reqs, res, sink)
 		return res, nil
