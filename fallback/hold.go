@@ -1,8 +1,6 @@
 package fallback
 
 import (
-	"context"
-
 	"github.com/limitkit/limitkit/backend"
 )
 
@@ -19,7 +17,10 @@ import (
 // Where the primary kept its counts the hold refuses nothing it would not
 // (a fixed window: what this process admitted since is in both) but the
 // units the policy admitted while it was away, which are real; where it
-// lost them, the hold refuses what it forgot.
+// lost them, the hold refuses what it forgot. The primary is asked even
+// when the hold refuses: its answer is the decision's (not degraded) and
+// probes the breaker, and the units it counts of a refused Take stand in
+// for those it lost or never saw.
 
 // skipHolds turns the holds off: a control.
 var skipHolds = false
@@ -45,10 +46,13 @@ func (t *baselines) heldOf(req *backend.Request) bound {
 	return bound{e: e, n: 1}
 }
 
-// reserveHeld checks a Take of req against its key's hold before the
-// primary sees it: a refusal is returned (refused), a Take that fits is
-// counted in the hold (reserved; releaseHeld gives it back when the
-// primary does not admit it). A charge is counted, never refused.
+// reserveHeld checks a Take of req against its key's hold: one that fits
+// is counted in it (reserved; releaseHeld gives it back when the primary
+// does not admit it); one that does not is refused (the denial, refused),
+// after the primary was asked all the same (heldDenial): its answer keeps
+// decisions and probes flowing, and what it counts of a refused Take stands
+// in for the units it lost or never saw. A charge is counted, never
+// refused.
 func (t *baselines) reserveHeld(req *backend.Request) (res backend.Result, refused, reserved bool) {
 	if t == nil {
 		return res, false, false
@@ -60,11 +64,21 @@ func (t *baselines) reserveHeld(req *backend.Request) (res backend.Result, refus
 	}
 	now := req.Millis()
 	if !req.Charge && !bd.allows(now, req.Cost) {
-		// Degraded: decided without the primary.
-		return bd.denial(now, req.Cost, req.Rule.Limit), true, false
+		res = bd.denial(now, req.Cost, req.Rule.Limit)
+		res.Degraded = false // the primary answers; this process knows more
+		return res, true, false
 	}
 	bd.spend(now, req.Cost)
 	return res, false, true
+}
+
+// heldDenial is the answer to a Take the hold refused: the primary's own
+// refusal, else the hold's denial.
+func heldDenial(primary, denial backend.Result) backend.Result {
+	if !primary.Allowed {
+		return primary
+	}
+	return denial
 }
 
 // releaseHeld gives back a Take reserveHeld counted: the primary refused
@@ -93,16 +107,18 @@ func (t *baselines) afterHeld(req *backend.Request, kind localKind, res backend.
 		bd.credit(req.Cost)
 	}
 	if res.Allowed && !bd.allows(now, req.Cost) {
-		return bd.denial(now, req.Cost, req.Rule.Limit)
+		d := bd.denial(now, req.Cost, req.Rule.Limit)
+		d.Degraded = false
+		return d
 	}
 	res.Remaining = min(res.Remaining, max(bd.left(now), 0))
 	return res
 }
 
 // heldAll is reserveHeld for a TakeAll's requests whose policy is local:
-// which it counted (reserved), or the call's refusal when one does not fit
-// (refused; nothing stays counted).
-func (s *Store) heldAll(ctx context.Context, reqs []backend.Request) (res backend.Result, refused bool, reserved [backend.MaxRequests]bool) {
+// which it counted (reserved), or the call's denial when one does not fit
+// (refused; nothing stays counted, and the primary is asked all the same).
+func (s *Store) heldAll(reqs []backend.Request) (res backend.Result, refused bool, reserved [backend.MaxRequests]bool) {
 	if s.base == nil || len(reqs) > backend.MaxRequests {
 		return res, false, reserved
 	}
@@ -115,7 +131,6 @@ func (s *Store) heldAll(ctx context.Context, reqs []backend.Request) (res backen
 		if no {
 			s.releaseHeldAll(reqs, &reserved, false)
 			denial.Rule = i
-			backend.ForgetEach(ctx)
 			return denial, true, reserved
 		}
 	}
