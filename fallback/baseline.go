@@ -80,6 +80,9 @@ type baseline struct {
 	// calls that missed their deadline, while the answer bound; spentUntil
 	// is when every one of them is out of its window.
 	spent, spentUntil int64
+	// via is the part of spent a held answer counted of Takes the primary
+	// admitted (hold.go).
+	via int64
 	// epoch is outages when the answer was recorded.
 	epoch uint64
 }
@@ -122,7 +125,9 @@ func (t *baselines) record(req *backend.Request, res *backend.Result) {
 	} else {
 		sh.touch(e)
 	}
-	if !e.holds(req, now, epoch) { // a held answer stays (hold.go)
+	if e.holds(req, now, epoch) { // a held answer stays (hold.go)
+		e.lower(res, now)
+	} else {
 		e.update(req, res, now)
 		e.epoch = epoch
 	}
@@ -145,7 +150,7 @@ func (e *baseline) update(req *backend.Request, res *backend.Result, now int64) 
 	e.at, e.remaining = now, res.Remaining
 	e.resetAt = now + res.ResetAfter.Milliseconds()
 	if now >= e.spentUntil {
-		e.spent = 0
+		e.spent, e.via = 0, 0
 	}
 }
 
@@ -287,7 +292,7 @@ func (t *baselines) boundOf(req *backend.Request, rule algorithms.Rule, n int64)
 		return bound{} // the key is full on the primary: the local store decides
 	}
 	if now >= e.spentUntil {
-		e.spent = 0
+		e.spent, e.via = 0, 0
 	}
 	return bound{e: e, n: n}
 }

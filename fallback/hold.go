@@ -41,7 +41,7 @@ func (t *baselines) heldOf(req *backend.Request) bound {
 		return bound{}
 	}
 	if now >= e.spentUntil {
-		e.spent = 0
+		e.spent, e.via = 0, 0
 	}
 	return bound{e: e, n: 1}
 }
@@ -69,6 +69,7 @@ func (t *baselines) reserveHeld(req *backend.Request) (res backend.Result, refus
 		return res, true, false
 	}
 	bd.spend(now, req.Cost)
+	bd.e.via += req.Cost
 	return res, false, true
 }
 
@@ -87,7 +88,21 @@ func (t *baselines) releaseHeld(req *backend.Request) {
 	defer t.lock(req)()
 	if bd := t.heldOf(req); bd.e != nil {
 		bd.credit(req.Cost)
+		bd.e.via = max(bd.e.via-req.Cost, 0)
 	}
+}
+
+// lower makes the held answer e no looser than res, the primary's answer
+// at now: what it leaves is then at most what the primary says is left
+// less what the policy admitted (spent less via), as an answer that
+// replaced it would leave. For a bucket (gcra) res is moved back to e's
+// time by the refill between them. The caller holds the shard's lock.
+func (e *baseline) lower(res *backend.Result, now int64) {
+	r := res.Remaining + e.via
+	if refills(e.key.alg) && now > e.at {
+		r -= (now - e.at) * e.limit / e.window
+	}
+	e.remaining = min(e.remaining, r)
 }
 
 // afterHeld applies a held key's bound to the primary's answer res to req

@@ -118,3 +118,70 @@ func emptiedRedis(t *testing.T, cl itClient, restart, all bool) [2]int64 {
 	require.Equal(t, 200, after, "the breaker did not close again: %+v", fb.Stats())
 	return [2]int64{admitted[0], admitted[1]}
 }
+
+// heldCase is a baselineCase whose breaker closes again at once.
+func heldCase(t *testing.T) *baselineCase {
+	return newBaselineCase(t, algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 50, Window: time.Hour},
+		fallback.WithOpenTimeout(time.Millisecond), fallback.WithFailureThreshold(1), fallback.WithProbes(1))
+}
+
+// recover makes the primary answer and waits for the breaker to close.
+func (c *baselineCase) recover(id string) {
+	c.t.Helper()
+	c.p.mode.Store(healthy)
+	waitUntilFor(c.t, time.Second, "the breaker closes", func() bool {
+		_, err := c.s.Peek(context.Background(), c.req(id, backend.LocalPolicy(1)))
+		return err == nil && c.s.State() == backend.BreakerClosed
+	})
+}
+
+// TestHeldKeyOfAnEmptiedPrimary: a key the primary reported spent, an
+// outage, then the primary answers again without its count (its state
+// reset under the store, as a Redis restarted empty): the key stays
+// refused until its window ends, by answers that are not degraded. The
+// control without holds admits the limit again.
+func TestHeldKeyOfAnEmptiedPrimary(t *testing.T) {
+	for _, control := range []bool{false, true} {
+		c := heldCase(t)
+		local := backend.LocalPolicy(1)
+		require.Equal(t, 50, c.takeN("k", local, 51, false))
+		c.p.mode.Store(failing)
+		require.Zero(t, c.takeN("k", local, 10, true))
+		c.recover("k")
+		require.NoError(t, c.p.Store.Reset(context.Background(), c.req("k", local).Key, c.rule))
+		if control {
+			restore := fallback.SetSkipHolds(true)
+			require.Equal(t, 50, c.takeN("k", local, 100, false), "control: the emptied primary's fresh limit")
+			restore()
+			continue
+		}
+		require.Zero(t, c.takeN("k", local, 100, false), "the emptied primary handed the spent key a fresh limit")
+		c.at = c.at.Add(time.Hour) // the next window: the hold is over
+		require.Equal(t, 50, c.takeN("k", local, 100, false))
+	}
+}
+
+// TestHeldAnswerLearnsFromThePrimary: while a key is held, a lower answer
+// of the primary (other processes took from it) lowers the hold, so that
+// a second outage admits at most what the primary last said was left less
+// what the policy admitted: 20 left, 5 admitted locally, 10 taken by
+// another process, then the second outage admits 5 (45 + 5 = 50), not 15.
+func TestHeldAnswerLearnsFromThePrimary(t *testing.T) {
+	c := heldCase(t)
+	local := backend.LocalPolicy(1)
+	require.Equal(t, 30, c.takeN("k", local, 30, false))
+	c.p.mode.Store(failing)
+	require.Equal(t, 5, c.takeN("k", local, 5, true))
+	c.recover("k")
+	for range 10 { // another process
+		res, err := c.p.Store.Take(context.Background(), c.req("k", local))
+		require.NoError(t, err)
+		require.True(t, res.Allowed)
+	}
+	res, err := c.s.Peek(context.Background(), c.req("k", local))
+	require.NoError(t, err)
+	require.False(t, res.Degraded)
+	require.Equal(t, int64(5), res.Remaining, "10 left on the primary, 5 of them admitted locally")
+	c.p.mode.Store(failing)
+	require.Equal(t, 5, c.takeN("k", local, 50, true), "the second outage")
+}
