@@ -23,3 +23,11 @@ func SetSkipHolds(skip bool) (restore func()) {
 	skipHolds = skip
 	return func() { skipHolds = old }
 }
+
+// SetSkipLower keeps a held answer as it was whatever the primary says
+// since (skip), a control; it returns the undo.
+func SetSkipLower(skip bool) (restore func()) {
+	old := skipLower
+	skipLower = skip
+	return func() { skipLower = old }
+}

@@ -22,8 +22,8 @@ import (
 // probes the breaker, and the units it counts of a refused Take stand in
 // for those it lost or never saw.
 
-// skipHolds turns the holds off: a control.
-var skipHolds = false
+// skipHolds turns the holds off, skipLower their lowering: controls.
+var skipHolds, skipLower = false, false
 
 // holds reports whether e is held at now for req: recorded before the
 // last outage (epoch, the outages since), not yet reset, of req's rule.
@@ -98,6 +98,9 @@ func (t *baselines) releaseHeld(req *backend.Request) {
 // replaced it would leave. For a bucket (gcra) res is moved back to e's
 // time by the refill between them. The caller holds the shard's lock.
 func (e *baseline) lower(res *backend.Result, now int64) {
+	if skipLower {
+		return
+	}
 	r := res.Remaining + e.via
 	if refills(e.key.alg) && now > e.at {
 		r -= (now - e.at) * e.limit / e.window
