@@ -43,7 +43,10 @@ type baselines struct {
 	seed     maphash.Seed
 	capacity int64
 	held     atomic.Int64
-	shards   [baselineShards]baselineShard
+	// outages counts the breaker's openings: an answer recorded before
+	// the last one may count what the primary has lost since (hold.go).
+	outages atomic.Uint64
+	shards  [baselineShards]baselineShard
 }
 
 // baselineShard is one lock's share of the baselines: a map and a list
@@ -77,6 +80,11 @@ type baseline struct {
 	// calls that missed their deadline, while the answer bound; spentUntil
 	// is when every one of them is out of its window.
 	spent, spentUntil int64
+	// via is the part of spent a held answer counted of Takes the primary
+	// admitted (hold.go).
+	via int64
+	// epoch is outages when the answer was recorded.
+	epoch uint64
 }
 
 // newBaselines returns a table of about n entries (nil when n is 0).
@@ -109,6 +117,7 @@ func (t *baselines) record(req *backend.Request, res *backend.Result) {
 	k := keyOf(req)
 	sh := &t.shards[t.shardOf(k)]
 	now := req.Millis()
+	epoch := t.outages.Load()
 	sh.mu.Lock()
 	e := sh.m[k]
 	if e == nil {
@@ -116,7 +125,12 @@ func (t *baselines) record(req *backend.Request, res *backend.Result) {
 	} else {
 		sh.touch(e)
 	}
-	e.update(req, res, now)
+	if e.holds(req, now, epoch) { // a held answer stays (hold.go)
+		e.lower(res, now)
+	} else {
+		e.update(req, res, now)
+		e.epoch = epoch
+	}
 	sh.mu.Unlock()
 }
 
@@ -136,7 +150,7 @@ func (e *baseline) update(req *backend.Request, res *backend.Result, now int64) 
 	e.at, e.remaining = now, res.Remaining
 	e.resetAt = now + res.ResetAfter.Milliseconds()
 	if now >= e.spentUntil {
-		e.spent = 0
+		e.spent, e.via = 0, 0
 	}
 }
 
@@ -278,7 +292,7 @@ func (t *baselines) boundOf(req *backend.Request, rule algorithms.Rule, n int64)
 		return bound{} // the key is full on the primary: the local store decides
 	}
 	if now >= e.spentUntil {
-		e.spent = 0
+		e.spent, e.via = 0, 0
 	}
 	return bound{e: e, n: n}
 }

@@ -52,11 +52,14 @@
 // admitted by policy, or sent in Takes that missed their deadline (they
 // may still be counted by the primary), since. A key the primary never
 // answered for, or past its reset, starts at the policy's share,
-// ceil(limit/n). The next answer of the primary (a probe's) is the new
-// baseline; what this process admitted by policy stays counted while it
-// is in its window, since the primary does not know of it. Recording an
-// answer is a hash and one of 64 locks: decisions on a healthy primary are
-// unchanged.
+// ceil(limit/n). An answer recorded before the breaker opened keeps
+// binding after the primary answers again, until its reset: the primary
+// does not know of what the policy admitted, and may have come back empty
+// (a Redis restarted without persistence). Such a held key admits at most
+// what that answer said was left, less what this process admitted since,
+// locally or on the primary (docs/outages.md gives the bounds). Recording
+// an answer is a hash and one of 64 locks: decisions on a healthy primary
+// that never failed are unchanged.
 //
 // # Failures are counted by event
 //

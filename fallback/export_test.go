@@ -15,3 +15,19 @@ func SetSkipAbandonProbe(skip bool) (restore func()) {
 	skipAbandonProbe = skip
 	return func() { skipAbandonProbe = old }
 }
+
+// SetSkipHolds turns off the holds on keys answered before an outage
+// (skip), a control; it returns the undo.
+func SetSkipHolds(skip bool) (restore func()) {
+	old := skipHolds
+	skipHolds = skip
+	return func() { skipHolds = old }
+}
+
+// SetSkipLower keeps a held answer as it was whatever the primary says
+// since (skip), a control; it returns the undo.
+func SetSkipLower(skip bool) (restore func()) {
+	old := skipLower
+	skipLower = skip
+	return func() { skipLower = old }
+}

@@ -16,6 +16,9 @@ func (s *shared) queue(b *breaker, from, to backend.BreakerState) {
 	var cause error
 	if to == backend.BreakerOpen {
 		b.openedAt.Store(now.UnixNano())
+		if s.base != nil {
+			s.base.outages.Add(1)
+		}
 		if p := b.lastErr.Load(); p != nil {
 			cause = *p
 		}

@@ -151,11 +151,25 @@ func (s *Store) Peek(ctx context.Context, req backend.Request) (backend.Result, 
 // req (its refusal is the caller's error, not a failure); decide checks it
 // where the primary did not answer.
 func (s *Store) step(ctx context.Context, req backend.Request, call func(context.Context, backend.Request) (backend.Result, error), local localCall, kind localKind) (backend.Result, error) {
+	var held backend.Result
+	refused, reserved := false, false
+	if kind == localTake && s.policyOf(&req).Mode() == backend.ModeLocal {
+		held, refused, reserved = s.base.reserveHeld(&req) // a key the primary may have lost (hold.go)
+	}
 	b := s.breakerForRequest(ctx, &req)
 	res, err := s.executeProbed(ctx, b, func(ctx context.Context) (backend.Result, error) { return call(ctx, req) },
 		func(ctx context.Context) (backend.Result, error) { return s.primary.Peek(ctx, req) })
+	if reserved && (err != nil || !res.Allowed) {
+		s.base.releaseHeld(&req)
+	}
 	if err == nil {
 		s.base.record(&req, &res)
+		switch {
+		case refused:
+			res = heldDenial(res, held)
+		case s.policyOf(&req).Mode() == backend.ModeLocal:
+			res = s.base.afterHeld(&req, kind, res)
+		}
 		return res, nil
 	}
 	if ce, ok := errors.AsType[callerError](err); ok {
@@ -207,10 +221,18 @@ func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 		sink = new(backend.EachResults)
 		callCtx = backend.WithEachResults(ctx, sink)
 	}
+	held, refused, reserved := s.heldAll(reqs) // keys the primary may have lost (hold.go)
 	res, err := s.executeProbed(callCtx, b, func(ctx context.Context) (backend.Result, error) { return s.primary.TakeAll(ctx, reqs) },
 		func(ctx context.Context) (backend.Result, error) { return s.primary.Peek(ctx, reqs[0]) })
+	if err != nil || !res.Allowed {
+		s.releaseHeldAll(reqs, &reserved, err == nil)
+	}
 	if err == nil {
 		s.recordAll(reqs, res, sink)
+		if refused && res.Allowed {
+			backend.ForgetEach(ctx) // the call is refused: the primary's admissions do not describe it
+			return held, nil
+		}
 		return res, nil
 	}
 	if ce, ok := errors.AsType[callerError](err); ok {

@@ -17,6 +17,12 @@ import (
 	"time"
 )
 
+// defaultRedisDeadline is LIMITKIT_REDIS_DEADLINE's default: half of
+// Envoy's default rate-limit timeout (20 ms), leaving the other half to the
+// gRPC hop and the policy's answer; a healthy Redis on loopback or a LAN
+// answers a script in well under a millisecond.
+const defaultRedisDeadline = 10 * time.Millisecond
+
 // Lookup reads one environment variable, as os.LookupEnv does.
 type Lookup func(name string) (string, bool)
 
@@ -160,8 +166,10 @@ type Settings struct {
 	// LIMITKIT_REFERENCE_ERRORS (false): answer a store failure with a
 	// gRPC error, as the reference does, instead of the limit's policy.
 	ReferenceErrors bool
-	// LIMITKIT_REDIS_DEADLINE (100ms, fallback.DefaultTimeout): how long
-	// one Redis call may take before the limit's failure policy answers.
+	// LIMITKIT_REDIS_DEADLINE (10ms): how long one Redis call may take
+	// before the limit's failure policy answers. Below Envoy's default
+	// rate-limit timeout (20 ms), so that a stalled Redis is answered by
+	// the policy (and counted by the breaker) before Envoy gives up.
 	RedisDeadline time.Duration
 	// LIMITKIT_DRAIN_TIMEOUT (10s): how long SIGTERM waits for in-flight
 	// calls before closing what is left.
@@ -282,7 +290,7 @@ func Load(lookup Lookup) (*Settings, error) {
 		RedisClient:                       strings.ToLower(r.str("LIMITKIT_REDIS_CLIENT", "go-redis")),
 		OnFailure:                         r.str("LIMITKIT_ON_FAILURE", "local"),
 		ReferenceErrors:                   r.boolean("LIMITKIT_REFERENCE_ERRORS", false),
-		RedisDeadline:                     r.duration("LIMITKIT_REDIS_DEADLINE", 100*time.Millisecond),
+		RedisDeadline:                     r.duration("LIMITKIT_REDIS_DEADLINE", defaultRedisDeadline),
 		DrainTimeout:                      r.duration("LIMITKIT_DRAIN_TIMEOUT", 10*time.Second),
 		MemoryMaxKeys:                     r.integer("LIMITKIT_MEMORY_MAX_KEYS", 1_000_000),
 	}
@@ -369,7 +377,7 @@ func (s *Settings) check(r *reader) {
 		r.fail("LIMITKIT_RUNTIME_POLL_INTERVAL", s.RuntimePollInterval.String(), "write a positive duration such as 1s")
 	}
 	if s.RedisDeadline <= 0 {
-		r.fail("LIMITKIT_REDIS_DEADLINE", s.RedisDeadline.String(), "write a positive duration such as 100ms")
+		r.fail("LIMITKIT_REDIS_DEADLINE", s.RedisDeadline.String(), "write a positive duration such as 10ms")
 	}
 	if s.DrainTimeout <= 0 {
 		r.fail("LIMITKIT_DRAIN_TIMEOUT", s.DrainTimeout.String(), "write a positive duration such as 10s")

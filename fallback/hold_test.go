@@ -1,0 +1,195 @@
+package fallback_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/fallback"
+	"github.com/limitkit/limitkit/internal/testing/redistest"
+)
+
+// TestEmptiedRedisHoldsWhatWasCounted: a key spent on a real redis-server
+// (50 of 50 an hour) and one with 20 left, Redis stopped (SIGSTOP) until
+// the breaker opens and a second passed, then restarted without
+// persistence (empty), and the calls go on until 200 after the breaker
+// closed. In the window, counting everything admitted before, during and
+// after, the spent key admits at most 50 and the other at most 50: the
+// breaker's opening holds the answers Redis gave before it until their
+// reset. The same with Redis resumed (it kept its counts): at most the
+// limit, and the twenty key still gets close to it (nothing refused that
+// Redis had left but the local admissions). Takes, and TakeAlls (as
+// limitkit-rls decides) for the emptied Redis. The control turns the holds
+// off: the restarted Redis hands the spent key its limit again.
+func TestEmptiedRedisHoldsWhatWasCounted(t *testing.T) {
+	for _, cl := range itClients { // not parallel: the control sets a package variable
+		t.Run(cl.name, func(t *testing.T) {
+			for _, all := range []bool{false, true} {
+				got := emptiedRedis(t, cl, true, all)
+				t.Logf("FIGURE %s restarted empty (TakeAll %v): admitted in the window spent=%d twenty=%d (limit 50)", cl.name, all, got[0], got[1])
+				require.LessOrEqual(t, got[0], int64(50), "the spent key past its limit after Redis came back empty")
+				require.LessOrEqual(t, got[1], int64(50), "the twenty key past its limit after Redis came back empty")
+			}
+
+			got := emptiedRedis(t, cl, false, false)
+			t.Logf("FIGURE %s resumed: admitted in the window spent=%d twenty=%d", cl.name, got[0], got[1])
+			require.LessOrEqual(t, got[0], int64(50))
+			require.LessOrEqual(t, got[1], int64(50))
+			require.GreaterOrEqual(t, got[1], int64(40), "the hold refused what a Redis that kept its counts had left")
+
+			restore := fallback.SetSkipHolds(true)
+			defer restore()
+			for _, all := range []bool{false, true} {
+				got = emptiedRedis(t, cl, true, all)
+				t.Logf("FIGURE %s control without holds, restarted empty (TakeAll %v): spent=%d twenty=%d", cl.name, all, got[0], got[1])
+				require.Greater(t, got[0], int64(50), "control: without holds the spent key stayed within its limit; the test cannot tell")
+			}
+		})
+	}
+}
+
+// emptiedRedis runs the scenario on a new redis-server and returns what
+// the spent and the twenty key admitted in the window; all takes each key
+// in a TakeAll beside a key of a limit no call reaches.
+func emptiedRedis(t *testing.T, cl itClient, restart, all bool) [2]int64 {
+	t.Helper()
+	srv := redistest.Start(t)
+	conn := cl.single(t, srv.Addr())
+	fb, err := fallback.New(conn.store, fallback.WithTimeout(250*time.Millisecond), fallback.WithFailureThreshold(3),
+		fallback.WithOpenTimeout(200*time.Millisecond), fallback.WithLogger(quietLogger()))
+	require.NoError(t, err)
+	clk := newBlipClock()
+	rule := algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 50, Window: time.Hour}
+	prefix := "emptied:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
+	// other, first asked after the outage, probes the breaker: a held
+	// key's refusals do not reach Redis.
+	keys := [3]backend.Key{{Prefix: prefix, ID: "spent"}, {Prefix: prefix, ID: "twenty"}, {Prefix: prefix, ID: "other"}}
+	var admitted [3]int64
+	wide := backend.Request{Key: backend.Key{Prefix: prefix, ID: "wide"}, Rule: algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 1 << 30, Window: time.Hour}, Cost: 1}
+	take := func(k int) {
+		req := backend.Request{Key: keys[k], Rule: rule, Now: clk.now(), Cost: 1}
+		var res backend.Result
+		var err error
+		if all {
+			wide.Now = req.Now
+			res, err = fb.TakeAll(context.Background(), []backend.Request{wide, req})
+		} else {
+			res, err = fb.Take(context.Background(), req)
+		}
+		require.NoError(t, err)
+		if res.Allowed {
+			admitted[k]++
+		}
+	}
+	for k, n := range [2]int64{50, 30} {
+		for i := 0; i < 200 && admitted[k] < n; i++ {
+			take(k)
+		}
+		require.Equal(t, n, admitted[k], "setup")
+	}
+	srv.Pause()
+	stalled := time.Now()
+	opened := false
+	for i := 0; i < 5000 && (time.Since(stalled) < time.Second || !opened); i++ {
+		take(i % 2)
+		opened = opened || fb.State() == backend.BreakerOpen
+		time.Sleep(time.Millisecond)
+	}
+	require.True(t, opened, "the breaker did not open in 5000 calls")
+	if restart {
+		srv.Restart()
+	} else {
+		srv.Resume()
+	}
+	// Until the breaker closed and 200 calls after it.
+	after := 0
+	for i := 0; i < 40000 && after < 200 && time.Since(stalled) < time.Minute; i++ {
+		take(i % 3)
+		if fb.State() == backend.BreakerClosed {
+			after++
+		}
+		time.Sleep(time.Millisecond)
+	}
+	require.Equal(t, 200, after, "the breaker did not close again: %+v", fb.Stats())
+	return [2]int64{admitted[0], admitted[1]}
+}
+
+// heldCase is a baselineCase whose breaker closes again at once.
+func heldCase(t *testing.T) *baselineCase {
+	return newBaselineCase(t, algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 50, Window: time.Hour},
+		fallback.WithOpenTimeout(time.Millisecond), fallback.WithFailureThreshold(1), fallback.WithProbes(1))
+}
+
+// recover makes the primary answer and waits for the breaker to close.
+func (c *baselineCase) recover(id string) {
+	c.t.Helper()
+	c.p.mode.Store(healthy)
+	waitUntilFor(c.t, time.Second, "the breaker closes", func() bool {
+		_, err := c.s.Peek(context.Background(), c.req(id, backend.LocalPolicy(1)))
+		return err == nil && c.s.State() == backend.BreakerClosed
+	})
+}
+
+// TestHeldKeyOfAnEmptiedPrimary: a key the primary reported spent, an
+// outage, then the primary answers again without its count (its state
+// reset under the store, as a Redis restarted empty): the key stays
+// refused until its window ends, by answers that are not degraded. The
+// control without holds admits the limit again.
+func TestHeldKeyOfAnEmptiedPrimary(t *testing.T) {
+	for _, control := range []bool{false, true} {
+		c := heldCase(t)
+		local := backend.LocalPolicy(1)
+		require.Equal(t, 50, c.takeN("k", local, 51, false))
+		c.p.mode.Store(failing)
+		require.Zero(t, c.takeN("k", local, 10, true))
+		c.recover("k")
+		require.NoError(t, c.p.Store.Reset(context.Background(), c.req("k", local).Key, c.rule))
+		if control {
+			restore := fallback.SetSkipHolds(true)
+			require.Equal(t, 50, c.takeN("k", local, 100, false), "control: the emptied primary's fresh limit")
+			restore()
+			continue
+		}
+		require.Zero(t, c.takeN("k", local, 100, false), "the emptied primary handed the spent key a fresh limit")
+		c.at = c.at.Add(time.Hour) // the next window: the hold is over
+		require.Equal(t, 50, c.takeN("k", local, 100, false))
+	}
+}
+
+// TestHeldAnswerLearnsFromThePrimary: while a key is held, a lower answer
+// of the primary (other processes took from it) lowers the hold, so that
+// a second outage admits at most what the primary last said was left less
+// what the policy admitted: 20 left, 5 admitted locally, 10 taken by
+// another process, then the second outage admits 5 (45 + 5 = 50); the
+// control, without the lowering, 15.
+func TestHeldAnswerLearnsFromThePrimary(t *testing.T) {
+	require.Equal(t, 5, secondOutage(t), "the second outage")
+	restore := fallback.SetSkipLower(true)
+	defer restore()
+	require.Equal(t, 15, secondOutage(t), "control: a hold that ignores the primary's lower answer")
+}
+
+// secondOutage runs TestHeldAnswerLearnsFromThePrimary's scenario and
+// returns what the second outage admitted.
+func secondOutage(t *testing.T) int {
+	c := heldCase(t)
+	local := backend.LocalPolicy(1)
+	require.Equal(t, 30, c.takeN("k", local, 30, false))
+	c.p.mode.Store(failing)
+	require.Equal(t, 5, c.takeN("k", local, 5, true))
+	c.recover("k")
+	for range 10 { // another process
+		res, err := c.p.Store.Take(context.Background(), c.req("k", local))
+		require.NoError(t, err)
+		require.True(t, res.Allowed)
+	}
+	_, err := c.s.Peek(context.Background(), c.req("k", local))
+	require.NoError(t, err)
+	c.p.mode.Store(failing)
+	return c.takeN("k", local, 50, true)
+}
