@@ -17,7 +17,9 @@ func TestRuleValidate(t *testing.T) {
 	for _, name := range Names() {
 		require.NoError(t, Rule{Algorithm: name, Limit: 1, Window: MaxWindow}.Validate())
 	}
-	require.NoError(t, Rule{Algorithm: FixedWindow, Limit: MaxLimit, Window: time.Millisecond}.Validate())
+	require.NoError(t, Rule{Algorithm: FixedWindow, Limit: MaxFixedWindowLimit, Window: time.Millisecond}.Validate())
+	require.Error(t, Rule{Algorithm: FixedWindow, Limit: MaxFixedWindowLimit + 1, Window: time.Millisecond}.Validate())
+	require.NoError(t, Rule{Algorithm: SlidingCounter, Limit: MaxLimit, Window: time.Millisecond}.Validate())
 	require.NoError(t, Rule{Algorithm: SlidingLog, Limit: MaxSlidingLogLimit, Window: time.Minute}.Validate())
 
 	bad := map[string]Rule{
@@ -263,11 +265,11 @@ func TestSlidingCounterNeverUndercounts(t *testing.T) {
 
 func TestHugeLimitsAndWindows(t *testing.T) {
 	for _, name := range []Name{SlidingCounter, FixedWindow} {
-		r := Rule{Algorithm: name, Limit: MaxLimit, Window: MaxWindow}
+		r := Rule{Algorithm: name, Limit: r0(name).LimitBound(), Window: MaxWindow}
 		require.NoError(t, r.Validate())
 		var s State
 		now := int64(1_800_000_000_000)
-		out := r.Take(&s, now, MaxLimit-1)
+		out := r.Take(&s, now, r.Limit-1)
 		require.True(t, out.Allowed)
 		require.Equal(t, int64(1), out.Remaining)
 		require.True(t, r.Take(&s, now, 1).Allowed)
@@ -277,6 +279,9 @@ func TestHugeLimitsAndWindows(t *testing.T) {
 		require.LessOrEqual(t, out.RetryAfter, 2*MaxWindow.Milliseconds())
 	}
 }
+
+// r0 is a rule of name with the largest window, for its LimitBound.
+func r0(name Name) Rule { return Rule{Algorithm: name, Window: MaxWindow} }
 
 func TestKeySuffixesDiffer(t *testing.T) {
 	seen := map[string]Name{}

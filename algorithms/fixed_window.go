@@ -18,7 +18,7 @@ var fixedWindow = Algorithm{
 	GiveBack:     fixedWindowGiveBack,
 	Charge:       fixedWindowCharge,
 	ChargedAt:    fixedWindowChargedAt,
-	LimitBound:   func(int64) int64 { return MaxLimit },
+	LimitBound:   func(int64) int64 { return MaxFixedWindowLimit },
 	CountedUntil: func(now, w int64) int64 { return now - now%w + w },
 	PerWindow:    true,
 	// The window's whole count goes at its end, and nothing before.
@@ -39,6 +39,12 @@ var fixedWindow = Algorithm{
 		peek(20*sec, 3, true, 3, 0, 0),
 	}},
 }
+
+// MaxFixedWindowLimit is the largest limit of a fixed window: 2^43. The
+// Redis stores keep a window's count below 2^44 in its key, above it the
+// epoch a Reset moved it to (internal/rediswire/epoch.go), so that a refund
+// in flight at a Reset cannot give back units taken after it.
+const MaxFixedWindowLimit = int64(1) << 43
 
 //go:embed fixed_window.lua
 var fixedWindowLua string

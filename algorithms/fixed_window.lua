@@ -17,6 +17,15 @@
 
 -- A negative cost is a charge of -cost (fixedWindowCharge): counted
 -- whatever is left, never refused.
+-- A key's value is epoch * 2^44 + count: a Reset moves it to the next
+-- epoch (internal/rediswire/epoch.go); only the count is read here.
+local function count_of(v)
+  if v > 0 then
+    return v % 17592186044416
+  end
+  return v
+end
+
 local charge = cost < 0
 if charge then
   cost = -cost
@@ -39,6 +48,9 @@ if refund then
     rk = key .. ':' .. string.format('%d', at)
   end
   local held = tonumber(redis.call('GET', rk) or '0')
+  if held ~= nil then
+    held = count_of(held)
+  end
   if held == nil then
     return redis.error_reply('limitkit: unreadable fixed_window count')
   end
@@ -52,6 +64,7 @@ local current = tonumber(redis.call('GET', wk) or '0')
 if current == nil then
   return redis.error_reply('limitkit: unreadable fixed_window count')
 end
+current = count_of(current)
 if current < 0 then
   current = 0
 end
@@ -59,7 +72,7 @@ local finish = ws + w - now
 if charge then
   local after = current + cost
   if take then
-    after = math.max(redis.call('INCRBY', wk, cost), after)
+    after = math.max(count_of(redis.call('INCRBY', wk, cost)), after)
     redis.call('PEXPIRE', wk, key_ttl_px(finish, w))
   end
   return {1, math.max(limit - after, 0), 0, finish, ws}
@@ -79,6 +92,6 @@ if not take then
   return {1, limit - current, 0, reset, ws}
 end
 -- A count below zero (give backs beyond what was taken) is read as zero.
-current = math.max(redis.call('INCRBY', wk, cost), current + cost)
+current = math.max(count_of(redis.call('INCRBY', wk, cost)), current + cost)
 redis.call('PEXPIRE', wk, key_ttl_px(finish, w))
 return {1, limit - current, 0, finish, ws}

@@ -9,7 +9,7 @@
 // are counted with native commands instead (a Take of one unit, and a
 // TakeAll of fixed windows only): INCRBY and PEXPIRE on a key per window,
 // pipelined, admitted when every count after its increment is within its
-// limit, a refused request's increments given back (SET NX, DECRBY) before
+// limit, a refused request's increments given back (a script that finds them) before
 // it returns; never over the limit, though a concurrent request can be
 // refused while a refund is in flight. Server time and replica
 // acknowledgement keep them on the script (docs/redis.md). Keys are
@@ -466,28 +466,6 @@ func (a conn) IncrExpire(ctx context.Context, keys []string, by, expiry []int64)
 		counts[i] = n
 	}
 	return counts, errs, failed
-}
-
-// Refund implements redisengine.NativeConn: SET NX PX and DECRBY per key in
-// one pipeline, sent at most once.
-func (a conn) Refund(ctx context.Context, keys []string, by, expiry []int64) error {
-	decrs := make([]*redis.Cmd, len(keys))
-	pipe := a.c.Pipeline()
-	for i, k := range keys {
-		_ = pipe.Process(ctx, noRetry{redis.NewCmd(ctx, "SET", k, by[i], "NX", "PX", expiry[i])})
-		decrs[i] = redis.NewCmd(ctx, "DECRBY", k, by[i])
-		_ = pipe.Process(ctx, noRetry{decrs[i]})
-	}
-	_, _ = pipe.Exec(ctx) // a SET NX that finds its key answers nil; the DECRBYs tell
-	for _, c := range decrs {
-		if err := c.Err(); err != nil {
-			if !isReply(err) {
-				a.failed(ctx, err)
-			}
-			return fmt.Errorf("DECRBY: %w", err)
-		}
-	}
-	return nil
 }
 
 // isReply reports whether err is the server's error reply to one command

@@ -8,7 +8,7 @@
 // are counted with native commands instead (a Take of one unit, and a
 // TakeAll of fixed windows only): INCRBY and PEXPIRE on a key per window,
 // pipelined, admitted when every count after its increment is within its
-// limit, a refused request's increments given back (SET NX, DECRBY) before
+// limit, a refused request's increments given back (a script that finds them) before
 // it returns; never over the limit, though a concurrent request can be
 // refused while a refund is in flight. Server time and replica
 // acknowledgement keep them on the script (docs/redis.md). Keys are
@@ -415,25 +415,4 @@ func (a conn) IncrExpire(ctx context.Context, keys []string, by, expiry []int64)
 		counts[i] = n
 	}
 	return counts, errs, failed
-}
-
-// Refund implements redisengine.NativeConn: SET NX PX and DECRBY per key in
-// one DoMulti, never retried.
-func (a conn) Refund(ctx context.Context, keys []string, by, expiry []int64) error {
-	cmds := make(rueidis.Commands, 0, 2*len(keys))
-	for i, k := range keys {
-		cmds = append(cmds,
-			a.c.B().Set().Key(k).Value(strconv.FormatInt(by[i], 10)).Nx().PxMilliseconds(expiry[i]).Build(),
-			a.c.B().Decrby().Key(k).Decrement(by[i]).Build())
-	}
-	for i, resp := range a.c.DoMulti(ctx, cmds...) {
-		if err := resp.Error(); err != nil && (i%2 == 1 || !rueidis.IsRedisNil(err)) {
-			a.failed(err)
-			if i%2 == 0 {
-				return fmt.Errorf("SET NX: %w", err)
-			}
-			return fmt.Errorf("DECRBY: %w", err)
-		}
-	}
-	return nil
 }

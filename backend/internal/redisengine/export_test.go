@@ -41,3 +41,20 @@ func SetWaitRefunds(wait bool) (restore func()) {
 	waitRefunds = wait
 	return func() { waitRefunds = old }
 }
+
+// SetRefundGate holds every native refund from now on until release is
+// closed (each sends a value per key on parked first, and as many once
+// it landed); it returns the undo.
+func SetRefundGate(parked, release chan struct{}) (restore func()) {
+	oldParked, oldRelease := refundParked, refundRelease
+	refundParked, refundRelease = parked, release
+	return func() { refundParked, refundRelease = oldParked, oldRelease }
+}
+
+// SetResetByDelete makes Reset delete fixed window keys as before epochs
+// (del), a control; it returns the undo.
+func SetResetByDelete(del bool) (restore func()) {
+	old := resetByDelete
+	resetByDelete = del
+	return func() { resetByDelete = old }
+}

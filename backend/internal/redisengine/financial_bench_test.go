@@ -32,7 +32,7 @@ func BenchmarkFinancial(b *testing.B) {
 	master := redistest.Start(b)
 	redistest.StartReplica(b, master)
 	main := algorithms.Rule{Algorithm: algorithms.SlidingLog, Limit: 100, Window: time.Second}
-	guard := algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: algorithms.MaxLimit, Window: 24 * time.Hour}
+	guard := algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: algorithms.MaxFixedWindowLimit, Window: 24 * time.Hour}
 	const keys, callers, rounds = 10_000, 64, 3
 	const warmup, measure = time.Second, 2 * time.Second
 	type cell struct {

@@ -403,7 +403,8 @@ func TestMemoryUsage(t *testing.T) {
 		}
 	}
 	for _, alg := range []algorithms.Name{algorithms.SlidingCounter, algorithms.FixedWindow} {
-		r := algorithms.Rule{Algorithm: alg, Limit: algorithms.MaxLimit, Window: time.Hour}
+		r := algorithms.Rule{Algorithm: alg, Window: time.Hour}
+		r.Limit = r.LimitBound()
 		key := backend.Key{Prefix: prefix, ID: "counter"}
 		req := backend.Request{Key: key, Rule: r, Now: time.Now(), Cost: 1 << 40}
 		_, err := store.Take(t.Context(), req)

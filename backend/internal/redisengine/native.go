@@ -24,6 +24,7 @@ package redisengine
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
@@ -45,12 +46,16 @@ type NativeConn interface {
 	// it may have reached the server. Keys may be in different cluster
 	// slots.
 	IncrExpire(ctx context.Context, keys []string, by, expiry []int64) (counts []int64, errs []error, err error)
-	// Refund sends, in one pipeline and at most once, for every i
-	// SET keys[i] by[i] NX PX expiry[i] then DECRBY keys[i] by[i]: it
-	// gives back an increment, and a key deleted meanwhile (Reset) ends
-	// at 0 rather than below it with no expiry.
-	Refund(ctx context.Context, keys []string, by, expiry []int64) error
 }
+
+// refundWindows is the refund of a native increment: it gives back only
+// within the epoch the increment counted in (rediswire.EpochBase).
+var refundWindows = newScript(rediswire.RefundWindowScript)
+
+// refundParked and refundRelease, when set (tests), hold every native
+// refund until refundRelease is closed, after a value per key on
+// refundParked, and send as many again once it has landed.
+var refundParked, refundRelease chan struct{}
 
 // skipNativeRefunds makes the native path forget its refunds: a control
 // for the tests that must catch it.
@@ -126,9 +131,13 @@ func (r *Runner) runNative(ctx context.Context, batch []*pendingTake) {
 	if err == nil && len(counts) != len(incr.keys) {
 		err = fmt.Errorf("%w: %d counts for %d keys", rediswire.ErrBadReply, len(counts), len(incr.keys))
 	}
+	epochs := make([]int64, len(counts))
+	for i, v := range counts {
+		counts[i], epochs[i] = rediswire.WindowCount(v)
+	}
 	var refunds nativeCalls
 	if err != nil {
-		partialRefunds(&refunds, &incr, counts, errs)
+		partialRefunds(&refunds, &incr, epochs, errs)
 	}
 	at := 0
 	for _, c := range batch {
@@ -148,7 +157,7 @@ func (r *Runner) runNative(ctx context.Context, batch []*pendingTake) {
 			// failed) call consumes nothing.
 			for i := first; i < at; i++ {
 				if (errs == nil || errs[i] == nil) && !c.reqs[i-first].Charge {
-					refunds.add(incr.keys[i], incr.by[i], incr.exp[i])
+					refunds.add(incr.keys[i], incr.by[i], epochs[i])
 				}
 			}
 		}
@@ -165,22 +174,22 @@ func (r *Runner) runNative(ctx context.Context, batch []*pendingTake) {
 }
 
 // partialRefunds adds to refunds the increments of incr that counted in a
-// pipeline that failed (counts and errs as IncrExpire returned them with
-// its error): a failure of some keys (a cluster node down) fails every
-// call, and what counted elsewhere is given back.
-func partialRefunds(refunds, incr *nativeCalls, counts []int64, errs []error) {
-	if skipPartialRefunds || len(counts) != len(incr.keys) || len(errs) != len(counts) {
+// pipeline that failed (the epochs of their counts and errs as IncrExpire
+// returned them with its error): a failure of some keys (a cluster node
+// down) fails every call, and what counted elsewhere is given back.
+func partialRefunds(refunds, incr *nativeCalls, epochs []int64, errs []error) {
+	if skipPartialRefunds || len(epochs) != len(incr.keys) || len(errs) != len(epochs) {
 		return
 	}
-	for i := range counts {
+	for i := range epochs {
 		if errs[i] == nil {
-			refunds.add(incr.keys[i], incr.by[i], incr.exp[i])
+			refunds.add(incr.keys[i], incr.by[i], epochs[i])
 		}
 	}
 }
 
 // nativeCalls are the keys of a native pipeline, with each key's amount
-// and expiry (ms).
+// and, for increments its expiry (ms), for refunds the epoch it counted in.
 type nativeCalls struct {
 	keys    []string
 	by, exp []int64
@@ -216,14 +225,26 @@ func (r *Runner) refundNative(ctx context.Context, refunds *nativeCalls) {
 		return
 	}
 	landed := make(chan struct{})
+	parked, release := refundParked, refundRelease
 	go func() {
 		defer close(landed)
+		if parked != nil {
+			for range refunds.keys {
+				parked <- struct{}{}
+			}
+			<-release
+		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RefundTimeout)
 		defer cancel()
-		if err := r.native.Refund(rctx, refunds.keys, refunds.by, refunds.exp); err != nil {
+		if err := r.sendRefunds(rctx, refunds); err != nil {
 			// The denials stand; the units stay taken until their
 			// keys expire.
 			r.failedRefunds.Add(uint64(len(refunds.keys)))
+		}
+		if parked != nil {
+			for range refunds.keys {
+				parked <- struct{}{}
+			}
 		}
 	}()
 	if waitRefunds {
@@ -234,6 +255,27 @@ func (r *Runner) refundNative(ctx context.Context, refunds *nativeCalls) {
 	case <-landed:
 	case <-ctx.Done():
 	}
+}
+
+// sendRefunds runs refundWindows over refunds: in one call on one Redis,
+// one per key on a cluster (the keys of a TakeAll can be in several
+// slots).
+func (r *Runner) sendRefunds(ctx context.Context, refunds *nativeCalls) error {
+	args := make([]string, 0, 2*len(refunds.keys))
+	for i := range refunds.keys {
+		args = append(args, strconv.FormatInt(refunds.by[i], 10), strconv.FormatInt(refunds.exp[i], 10))
+	}
+	if !r.conn.Cluster() {
+		_, _, _, err := r.eval(ctx, &refundWindows, refunds.keys, args, false, true)
+		return err
+	}
+	var first error
+	for i, k := range refunds.keys {
+		if _, _, _, err := r.eval(ctx, &refundWindows, []string{k}, args[2*i:2*i+2], false, true); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // waitRefunds makes a caller wait for its refund whatever its deadline, as

@@ -331,10 +331,37 @@ func (r *Runner) Reset(ctx context.Context, key backend.Key, rule algorithms.Rul
 		}
 		keys = append(keys, fixedWindowKeys(at, keys[0], rule)...)
 	}
-	for _, k := range keys {
-		if err := r.conn.Del(ctx, k); err != nil {
-			return fmt.Errorf("%s: DEL: %w", r.name, err)
+	if err := r.conn.Del(ctx, keys[0]); err != nil {
+		return fmt.Errorf("%s: DEL: %w", r.name, err)
+	}
+	return r.resetWindows(ctx, keys[1:])
+}
+
+// resetWindowKeys moves fixed window counts to their next epoch with a
+// count of 0 (rediswire.EpochBase) rather than deleting them, so that a
+// refund in flight gives back nothing to the requests made after the
+// Reset.
+var resetWindowKeys = newScript(rediswire.ResetWindowScript)
+
+// resetByDelete makes Reset delete the window keys, as before epochs: a
+// control.
+var resetByDelete = false
+
+// resetWindows resets the fixed window counts keys (of one key: one slot).
+func (r *Runner) resetWindows(ctx context.Context, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	if resetByDelete {
+		for _, k := range keys {
+			if err := r.conn.Del(ctx, k); err != nil {
+				return fmt.Errorf("%s: DEL: %w", r.name, err)
+			}
 		}
+		return nil
+	}
+	if _, _, _, err := r.eval(ctx, &resetWindowKeys, keys, nil, false, true); err != nil {
+		return fmt.Errorf("%s: resetting fixed windows: %w", r.name, err)
 	}
 	return nil
 }

@@ -2,14 +2,16 @@ package modeltest
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend/goredisstore"
+	"github.com/limitkit/limitkit/internal/rediswire"
 	"github.com/limitkit/limitkit/internal/testing/redistest"
 )
 
@@ -17,7 +19,7 @@ import (
 // a refund for a refused request): TestModel compares them exactly with
 // the fixed window model. This is its control: the same runs on a store
 // whose refused requests keep what they incremented (the client drops the
-// refund's SET NX and DECRBY) are caught, so the model sees a missing
+// refund's script) are caught, so the model sees a missing
 // refund.
 func TestModelCatchesMissingRefund(t *testing.T) {
 	srv := redistest.Start(t)
@@ -60,19 +62,22 @@ func TestModelCatchesMissingRefund(t *testing.T) {
 }
 
 // refundDropper is a go-redis hook that never sends a refund: it drops
-// every pipeline holding a DECRBY (the refund's SET NX and DECRBY pairs).
+// every call of the native refund script (rediswire.RefundWindowScript).
 type refundDropper struct{}
 
-func (refundDropper) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (refundDropper) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (refundDropper) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (refundDropper) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	sum := sha1.Sum([]byte(rediswire.RefundWindowScript))
+	sha := hex.EncodeToString(sum[:])
+	return func(ctx context.Context, c redis.Cmder) error {
+		if args := c.Args(); len(args) > 1 && (args[1] == sha || args[1] == rediswire.RefundWindowScript) {
+			return nil
+		}
+		return next(ctx, c)
+	}
+}
 
 func (refundDropper) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, c := range cmds {
-			if strings.EqualFold(c.Name(), "decrby") {
-				return nil
-			}
-		}
-		return next(ctx, cmds)
-	}
+	return next
 }
