@@ -4,10 +4,8 @@ package redisengine
 // and no least wait, as they did before sender and batchMinWait, for a
 // control; it returns the undo.
 func SendWithFirstTake() (undo func()) {
-	oldSender, oldWait := sender, batchMinWait
-	sender = func(batch []*pendingTake) *pendingTake { return batch[0] }
-	batchMinWait = 0
-	return func() { sender, batchMinWait = oldSender, oldWait }
+	old := sendWithFirstTake.Swap(true)
+	return func() { sendWithFirstTake.Store(old) }
 }
 
 // SetNodeBatchesInFlight sets how many batches of one kind a runner made

@@ -435,15 +435,9 @@ func TestSentinel(t *testing.T) {
 	rs, err := rueidisstore.New(rc)
 	require.NoError(t, err)
 	named := map[string]backend.Store{"goredisstore": gs, "rueidisstore": rs}
-	// The two suites at once (their keys are apart), both before the kill.
-	t.Run("conformance", func(t *testing.T) {
-		for name, s := range named {
-			t.Run(name, func(t *testing.T) {
-				t.Parallel()
-				storetest.Run(t, s)
-			})
-		}
-	})
+	for name, s := range named {
+		t.Run(name, func(t *testing.T) { storetest.Run(t, s) })
+	}
 
 	sn.Master.Kill()
 	rule := algorithms.Rule{Algorithm: algorithms.SlidingLog, Limit: 1000, Window: time.Hour}
