@@ -78,6 +78,7 @@ func TestClusterReshardAndFailover(t *testing.T) {
 		freshBeforeKill := r.fresh.Load()
 		waitForCount(t, &r.fresh, freshBeforeKill+300, "decisions from the cluster after the reshard")
 		time.Sleep(time.Until(reshardEnd.Add(rule.Window)))
+		degradedBeforeKill := r.degraded.Load()
 		killAt := time.Now()
 		victim.Kill()
 		killed := time.Now()
@@ -88,6 +89,8 @@ func TestClusterReshardAndFailover(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, strings.HasPrefix(role, "slave"), "the replica was promoted before its counts were read:\n%s", role)
 
+		// Promoted once the load has seen the kill (a degraded decision).
+		waitForCount(t, &r.degraded, degradedBeforeKill+1, "a degraded decision after the kill")
 		c.Takeover(replica)
 		failedOverAt := time.Now()
 		waitUntilFor(t, itFailoverWait, "decisions from the promoted replica for every key it serves", func() bool {
