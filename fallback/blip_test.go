@@ -79,7 +79,11 @@ var stallKinds = []stallKind{
 			require.NoError(t, err)
 		},
 		thaw: func(t *testing.T, srv *redistest.Server) {
-			_, err := srv.Do("CLIENT", "UNPAUSE")
+			// It waits out the rest of the pause: bounded by more than
+			// the whole pause, not by Do's 10 s.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, err := srv.DoContext(ctx, "CLIENT", "UNPAUSE")
 			require.NoError(t, err)
 		}},
 }

@@ -59,7 +59,7 @@ type nodeDecision struct {
 // nodeLoad runs nodeCallers callers over keys on fb until stop is closed or
 // limit passes (each at most 1e6 calls), and returns every decision. It
 // counts the decisions from Redis in fresh and, when degraded is not nil,
-// the degraded ones per key.
+// stores per key the start (UnixNano) of a recent degraded decision.
 func nodeLoad(fb *fallback.Store, keys []backend.Key, rule algorithms.Rule, fresh *atomic.Int64, degraded []atomic.Int64, stop <-chan struct{}, limit time.Duration) func() []nodeDecision {
 	var wg sync.WaitGroup
 	results := make([][]nodeDecision, nodeCallers)
@@ -83,7 +83,7 @@ func nodeLoad(fb *fallback.Store, keys []backend.Key, rule algorithms.Rule, fres
 					fresh.Add(1)
 				}
 				if err == nil && res.Degraded && degraded != nil {
-					degraded[k].Add(1)
+					degraded[k].Store(start.UnixNano())
 				}
 				time.Sleep(time.Millisecond)
 			}
@@ -249,21 +249,20 @@ func TestClusterMasterFailoverPerNode(t *testing.T) {
 		stop := make(chan struct{})
 		finish := nodeLoad(h.fb, keys, rule, &fresh, degraded, stop, 90*time.Second)
 		waitForCount(t, &fresh, 3000, "decisions from the cluster before the kill")
-		victimDegraded := func() (n int64) {
-			for i := range keys {
-				if onVictim[i] {
-					n += degraded[i].Load()
-				}
-			}
-			return n
-		}
-		before := victimDegraded()
 		killAt := time.Now()
 		victim.Kill()
 		// The promotion waits until the load has seen the dead master (a
-		// degraded decision on its keys): promoted at once, the client's
-		// retries could reach the replica before any call failed.
-		waitUntilFor(t, itWait, "a degraded decision on the dead master's keys", func() bool { return victimDegraded() > before })
+		// degraded decision on its keys, begun after the kill): promoted at
+		// once, the client's retries could reach the replica before any
+		// call failed.
+		waitUntilFor(t, itWait, "a degraded decision on the dead master's keys", func() bool {
+			for i := range keys {
+				if onVictim[i] && degraded[i].Load() >= killAt.UnixNano() {
+					return true
+				}
+			}
+			return false
+		})
 		c.Takeover(replica)
 		promotedAt := time.Now()
 		// The clients find the promoted replica on their own schedule (a

@@ -78,7 +78,6 @@ func TestClusterReshardAndFailover(t *testing.T) {
 		freshBeforeKill := r.fresh.Load()
 		waitForCount(t, &r.fresh, freshBeforeKill+300, "decisions from the cluster after the reshard")
 		time.Sleep(time.Until(reshardEnd.Add(rule.Window)))
-		degradedBeforeKill := r.degraded.Load()
 		killAt := time.Now()
 		victim.Kill()
 		killed := time.Now()
@@ -89,8 +88,9 @@ func TestClusterReshardAndFailover(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, strings.HasPrefix(role, "slave"), "the replica was promoted before its counts were read:\n%s", role)
 
-		// Promoted once the load has seen the kill (a degraded decision).
-		waitForCount(t, &r.degraded, degradedBeforeKill+1, "a degraded decision after the kill")
+		// Promoted once the load has seen the kill: a degraded decision
+		// that began after it (one in flight at the kill does not count).
+		waitUntilFor(t, itWait, "a degraded decision begun after the kill", func() bool { return r.lastDegraded.Load() >= killAt.UnixNano() })
 		c.Takeover(replica)
 		failedOverAt := time.Now()
 		waitUntilFor(t, itFailoverWait, "decisions from the promoted replica for every key it serves", func() bool {

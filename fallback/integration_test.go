@@ -412,6 +412,9 @@ type loadRun struct {
 	// lastFresh is the start (UnixNano) of the latest non-degraded
 	// decision returned, per key.
 	lastFresh []atomic.Int64
+	// lastDegraded is the start (UnixNano) of a recent degraded decision
+	// (callers store theirs in the order they return).
+	lastDegraded atomic.Int64
 }
 
 // start runs itCallers goroutines taking from the harness's keys until
@@ -440,6 +443,7 @@ func (h *harness) start(perCaller int, limit time.Duration) *loadRun {
 					r.errs.Add(1)
 				case res.Degraded:
 					r.degraded.Add(1)
+					r.lastDegraded.Store(start.UnixNano())
 				default:
 					r.fresh.Add(1)
 					r.lastFresh[k].Store(start.UnixNano())
