@@ -29,7 +29,10 @@ type baselineCase struct {
 func newBaselineCase(t *testing.T, rule algorithms.Rule, opts ...fallback.Option) *baselineCase {
 	p := newFlaky(t)
 	return &baselineCase{t: t, p: p, rule: rule, at: time.Date(2030, 1, 1, 0, 10, 0, 0, time.UTC),
-		s: newStore(t, p, append([]fallback.Option{fallback.WithOpenTimeout(time.Hour)}, opts...)...)}
+		// A minute's deadline (opts may set another): the primary is in
+		// memory, and a loaded machine may not run a call within the
+		// default 100 ms, which would read as a degraded answer.
+		s: newStore(t, p, append([]fallback.Option{fallback.WithOpenTimeout(time.Hour), fallback.WithTimeout(time.Minute)}, opts...)...)}
 }
 
 func (c *baselineCase) req(id string, policy backend.FailurePolicy) backend.Request {

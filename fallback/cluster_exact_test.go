@@ -60,6 +60,14 @@ func exactKeysFollow(t *testing.T, cl itClient) {
 		require.NoError(t, err)
 		require.False(t, res.Degraded)
 	}
+	// rueidisstore names a key's node from its own copy of the slot map,
+	// loaded in the background: until then a failure is the whole
+	// store's. Wait, bounded, until the dead master-to-be has a breaker.
+	waitUntilFor(t, itWait, "a breaker for the victim's node (the store's slot map loaded)", func() bool {
+		_, err := fb.Take(t.Context(), onVictim[0])
+		require.NoError(t, err)
+		return nodeStats(fb.Stats(), victim.Addr()) != nil
+	})
 	victim.Kill()
 	for i := 0; i < 100 && fb.State() != backend.BreakerOpen; i++ {
 		_, err := fb.Take(t.Context(), onVictim[i%n])

@@ -57,8 +57,10 @@ type nodeDecision struct {
 }
 
 // nodeLoad runs nodeCallers callers over keys on fb until stop is closed or
-// limit passes (each at most 1e6 calls), and returns every decision.
-func nodeLoad(fb *fallback.Store, keys []backend.Key, rule algorithms.Rule, fresh *atomic.Int64, stop <-chan struct{}, limit time.Duration) func() []nodeDecision {
+// limit passes (each at most 1e6 calls), and returns every decision. It
+// counts the decisions from Redis in fresh and, when degraded is not nil,
+// stores per key the start (UnixNano) of a recent degraded decision.
+func nodeLoad(fb *fallback.Store, keys []backend.Key, rule algorithms.Rule, fresh *atomic.Int64, degraded []atomic.Int64, stop <-chan struct{}, limit time.Duration) func() []nodeDecision {
 	var wg sync.WaitGroup
 	results := make([][]nodeDecision, nodeCallers)
 	deadline := time.Now().Add(limit)
@@ -79,6 +81,9 @@ func nodeLoad(fb *fallback.Store, keys []backend.Key, rule algorithms.Rule, fres
 				results[c] = append(results[c], nodeDecision{key: k, start: start, allowed: res.Allowed, degraded: res.Degraded, err: err})
 				if err == nil && !res.Degraded {
 					fresh.Add(1)
+				}
+				if err == nil && res.Degraded && degraded != nil {
+					degraded[k].Store(start.UnixNano())
 				}
 				time.Sleep(time.Millisecond)
 			}
@@ -137,7 +142,7 @@ func TestClusterDeadMasterOnlyItsKeysDegrade(t *testing.T) {
 
 		var fresh atomic.Int64
 		stop := make(chan struct{})
-		finish := nodeLoad(h.fb, keys, rule, &fresh, stop, 60*time.Second)
+		finish := nodeLoad(h.fb, keys, rule, &fresh, nil, stop, 60*time.Second)
 		waitForCount(t, &fresh, 3000, "decisions from the cluster before the kill")
 		errsBefore := h.primary.errorCounts()
 		killAt := time.Now()
@@ -192,7 +197,7 @@ func TestClusterDeadMasterOnlyItsKeysDegrade(t *testing.T) {
 		// Control: one breaker for the whole cluster.
 		var controlFresh atomic.Int64
 		stop = make(chan struct{})
-		finish = nodeLoad(control.fb, keys, rule, &controlFresh, stop, 60*time.Second)
+		finish = nodeLoad(control.fb, keys, rule, &controlFresh, nil, stop, 60*time.Second)
 		time.Sleep(2 * time.Second)
 		close(stop)
 		healthy, healthyDegraded = 0, 0
@@ -212,7 +217,8 @@ func TestClusterDeadMasterOnlyItsKeysDegrade(t *testing.T) {
 
 // TestClusterMasterFailoverPerNode: the same load on a 3-master cluster
 // with a replica each (cluster-require-full-coverage no). One master is
-// SIGKILLed; its replica is promoted after cluster-node-timeout; decisions
+// SIGKILLed; its replica is promoted (CLUSTER FAILOVER TAKEOVER, rather
+// than waiting out cluster-node-timeout and an election); decisions
 // on its keys come back from Redis, under the promoted node's own breaker,
 // and keys on the other masters stay decided by Redis all along (at most
 // 10% degraded). It reports the times.
@@ -239,12 +245,25 @@ func TestClusterMasterFailoverPerNode(t *testing.T) {
 		}
 
 		var fresh atomic.Int64
+		degraded := make([]atomic.Int64, len(keys))
 		stop := make(chan struct{})
-		finish := nodeLoad(h.fb, keys, rule, &fresh, stop, 90*time.Second)
+		finish := nodeLoad(h.fb, keys, rule, &fresh, degraded, stop, 90*time.Second)
 		waitForCount(t, &fresh, 3000, "decisions from the cluster before the kill")
 		killAt := time.Now()
 		victim.Kill()
-		c.WaitOK()
+		// The promotion waits until the load has seen the dead master (a
+		// degraded decision on its keys, begun after the kill): promoted at
+		// once, the client's retries could reach the replica before any
+		// call failed.
+		waitUntilFor(t, itWait, "a degraded decision on the dead master's keys", func() bool {
+			for i := range keys {
+				if onVictim[i] && degraded[i].Load() >= killAt.UnixNano() {
+					return true
+				}
+			}
+			return false
+		})
+		c.Takeover(replica)
 		promotedAt := time.Now()
 		// The clients find the promoted replica on their own schedule (a
 		// slot map refresh): wait, bounded, until one of its keys is

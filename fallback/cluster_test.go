@@ -82,13 +82,16 @@ func TestClusterReshardAndFailover(t *testing.T) {
 		victim.Kill()
 		killed := time.Now()
 		// Nothing writes to the victim's slots until the replica is
-		// promoted (cluster-node-timeout 2 s): read what it holds now.
+		// promoted (below): read what it holds now.
 		stored := replicaCounts(t, replica, h, victimKeys, killed.UnixMilli()-rule.Window.Milliseconds())
 		role, err := replica.Do("ROLE")
 		require.NoError(t, err)
 		require.True(t, strings.HasPrefix(role, "slave"), "the replica was promoted before its counts were read:\n%s", role)
 
-		c.WaitOK()
+		// Promoted once the load has seen the kill: a degraded decision
+		// that began after it (one in flight at the kill does not count).
+		waitUntilFor(t, itWait, "a degraded decision begun after the kill", func() bool { return r.lastDegraded.Load() >= killAt.UnixNano() })
+		c.Takeover(replica)
 		failedOverAt := time.Now()
 		waitUntilFor(t, itFailoverWait, "decisions from the promoted replica for every key it serves", func() bool {
 			if h.fb.State() != backend.BreakerClosed {
@@ -284,6 +287,7 @@ func TestClusterFailoverGoRedisDefaultReload(t *testing.T) {
 	rule := algorithms.Rule{Algorithm: algorithms.SlidingLog, Limit: 1000, Window: time.Minute}
 	h := newHarness(t, store, rule, 0, fallback.WithPolicy(backend.FailClosed))
 	victim := c.Masters[1]
+	replica := replicaOf(t, c, victim)
 	for i := 0; len(h.keys) == 0; i++ {
 		key := backend.Key{Prefix: fmt.Sprintf("fbit:repro:%d:", time.Now().UnixNano()), ID: strconv.Itoa(i)}
 		if c.MasterOf(redistest.KeySlot(rediswire.Key(key, rule))) == victim {
@@ -303,7 +307,7 @@ func TestClusterFailoverGoRedisDefaultReload(t *testing.T) {
 		require.Less(t, time.Since(start), 30*time.Second, "decisions never came from the healthy cluster")
 	}
 	victim.Kill()
-	c.WaitOK()
+	c.Takeover(replica)
 	failedOverAt := time.Now()
 	for time.Since(failedOverAt) < 120*time.Second {
 		if res := take(); !res.Degraded {

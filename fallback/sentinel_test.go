@@ -37,8 +37,9 @@ func TestSentinelFailover(t *testing.T) {
 		sn.Master.Kill()
 		waitUntilFor(t, itWait, "degraded decisions after the kill", func() bool { return h.transitionsSince(backend.BreakerOpen, killAt) > 0 })
 
-		// The sentinels promote the replica after down-after-milliseconds
-		// (1 s) and an election.
+		// The breaker has seen the dead master: a sentinel fails it over at
+		// once, not after down-after-milliseconds (1 s) and an election.
+		sn.Failover()
 		var promotedAt time.Time
 		waitUntilFor(t, itFailoverWait, "the sentinels promote the replica", func() bool {
 			addr, err := sn.CurrentMaster()

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/limitkit/limitkit/backend"
@@ -180,23 +181,39 @@ func (b *batcher) wait(ctx context.Context, c *pendingTake) (backend.Result, err
 // below which a Take's deadline does not cut a batch short. A connection a
 // batch has to open first is dialled within it, and the client shares that
 // dial's outcome with the calls that wait for the same connection.
-var batchMinWait = 50 * time.Millisecond
+const batchMinWait = 50 * time.Millisecond
+
+// sendWithFirstTake makes batches go with the deadline of their first Take
+// and no least wait, as before sender and batchMinWait: a control
+// (export_test.go). It is atomic: batches sent by goroutines that outlive
+// their callers read it while a test restores it.
+var sendWithFirstTake atomic.Bool
+
+// minWait is batchMinWait, or 0 under sendWithFirstTake.
+func minWait() time.Duration {
+	if sendWithFirstTake.Load() {
+		return 0
+	}
+	return batchMinWait
+}
 
 // tight reports whether ctx ends before a batch sent now would: such a Take
 // does not send a batch itself (it would wait past its deadline).
 func tight(ctx context.Context) bool {
 	d, ok := ctx.Deadline()
-	return ok && time.Until(d) < batchMinWait
+	return ok && time.Until(d) < minWait()
 }
 
 // sender picks the Take of batch that sends it: the one whose context has
 // the latest deadline, or none (the first such). The batch is sent with
 // that deadline, so it bounds the call without cutting short any other
 // Take's wait: a Take with a tight deadline never fails those behind it.
-// It is a variable so that a test can restore the old choice (the first
-// Take) as a control.
-var sender = func(batch []*pendingTake) *pendingTake {
+// Under sendWithFirstTake it is the first Take (the old choice).
+func sender(batch []*pendingTake) *pendingTake {
 	best := batch[0]
+	if sendWithFirstTake.Load() {
+		return best
+	}
 	bestDeadline, bounded := best.ctx.Deadline()
 	if !bounded {
 		return best
@@ -466,7 +483,7 @@ func (s *scratch) put() {
 // when it ends.
 func batchContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if d, ok := ctx.Deadline(); ok {
-		return context.WithDeadline(context.WithoutCancel(ctx), later(d, time.Now().Add(batchMinWait)))
+		return context.WithDeadline(context.WithoutCancel(ctx), later(d, time.Now().Add(minWait())))
 	}
 	return context.WithCancel(context.WithoutCancel(ctx))
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,28 +82,38 @@ func TestClusterNativeTakeAllFailedNodeLeavesNothing(t *testing.T) {
 		return []backend.Request{*out[0], *out[1]}
 	}
 	const calls = 20
-	// leaked runs calls TakeAlls with victim failed by fail, and returns
-	// what the healthy master's key holds once its refunds could land.
-	leaked := func(t *testing.T, store backend.Store, fail func()) int64 {
+	// leaked runs calls TakeAlls at once (each waits out its deadline on a
+	// paused master) with victim failed by fail, and returns what the
+	// healthy master's key holds once done says so or after 5 s: the test
+	// waits for its refunds to land (nothing left), the control for the
+	// increments it keeps (some left).
+	leaked := func(t *testing.T, store backend.Store, fail func(), done func(left int64) bool) int64 {
 		rs := reqs(time.Now())
 		// Warm the client's slot map and connections.
 		res, err := store.TakeAll(t.Context(), rs)
 		require.NoError(t, err)
 		require.True(t, res.Allowed)
 		fail()
+		var wg sync.WaitGroup
+		var admitted atomic.Int64
 		for range calls {
-			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
-			res, err := store.TakeAll(ctx, rs)
-			cancel()
-			require.False(t, err == nil && res.Allowed, "a TakeAll admitted with a master down")
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+				defer cancel()
+				if res, err := store.TakeAll(ctx, rs); err == nil && res.Allowed {
+					admitted.Add(1)
+				}
+			})
 		}
+		wg.Wait()
+		require.Zero(t, admitted.Load(), "a TakeAll admitted with a master down")
 		key, _, _ := rediswire.NativeKey(&rs[0])
 		var n int64
 		deadline := time.Now().Add(5 * time.Second)
 		for {
 			n, err = direct.Get(t.Context(), key).Int64()
 			require.NoError(t, err)
-			if n <= 1 || time.Now().After(deadline) {
+			if done(n-1) || time.Now().After(deadline) {
 				return n - 1 // the warm-up admitted one
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -115,14 +127,14 @@ func TestClusterNativeTakeAllFailedNodeLeavesNothing(t *testing.T) {
 					fail, heal = victim.Kill, func() { victim.Restart(); c.WaitOK() }
 				}
 				store := newStore(t)
-				n := leaked(t, store, fail)
+				n := leaked(t, store, fail, func(left int64) bool { return left <= 0 })
 				heal()
 				t.Logf("FIGURE %s, %s master: %d units left on the healthy master after %d failed TakeAlls", name, how, n, calls)
 				require.Zero(t, n, "the healthy master kept increments of failed calls")
 
 				restore := redisengine.SetSkipPartialRefunds(true)
 				defer restore()
-				n = leaked(t, newStore(t), fail)
+				n = leaked(t, newStore(t), fail, func(left int64) bool { return left > 0 })
 				heal()
 				t.Logf("FIGURE %s, %s master, control (no partial refunds): %d units left", name, how, n)
 				require.Positive(t, n, "the control left nothing: the test cannot tell")

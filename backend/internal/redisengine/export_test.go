@@ -4,10 +4,8 @@ package redisengine
 // and no least wait, as they did before sender and batchMinWait, for a
 // control; it returns the undo.
 func SendWithFirstTake() (undo func()) {
-	oldSender, oldWait := sender, batchMinWait
-	sender = func(batch []*pendingTake) *pendingTake { return batch[0] }
-	batchMinWait = 0
-	return func() { sender, batchMinWait = oldSender, oldWait }
+	old := sendWithFirstTake.Swap(true)
+	return func() { sendWithFirstTake.Store(old) }
 }
 
 // SetNodeBatchesInFlight sets how many batches of one kind a runner made
@@ -21,25 +19,22 @@ func SetNodeBatchesInFlight(n int) (undo func()) {
 // SetSkipNativeRefunds turns the native path's refunds off (skip) or back
 // on, and returns a function that restores the previous setting.
 func SetSkipNativeRefunds(skip bool) (restore func()) {
-	old := skipNativeRefunds
-	skipNativeRefunds = skip
-	return func() { skipNativeRefunds = old }
+	old := skipNativeRefunds.Swap(skip)
+	return func() { skipNativeRefunds.Store(old) }
 }
 
 // SetSkipPartialRefunds makes a native pipeline that failed on some keys
 // keep the others' increments (skip), a control; it returns the undo.
 func SetSkipPartialRefunds(skip bool) (restore func()) {
-	old := skipPartialRefunds
-	skipPartialRefunds = skip
-	return func() { skipPartialRefunds = old }
+	old := skipPartialRefunds.Swap(skip)
+	return func() { skipPartialRefunds.Store(old) }
 }
 
 // SetWaitRefunds makes a refused native call wait for its refund past its
 // deadline (wait), a control; it returns the undo.
 func SetWaitRefunds(wait bool) (restore func()) {
-	old := waitRefunds
-	waitRefunds = wait
-	return func() { waitRefunds = old }
+	old := waitRefunds.Swap(wait)
+	return func() { waitRefunds.Store(old) }
 }
 
 // SetRefundGate holds every native refund from now on until release is

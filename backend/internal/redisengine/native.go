@@ -25,6 +25,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
@@ -58,13 +59,15 @@ var refundWindows = newScript(rediswire.RefundWindowScript)
 var refundParked, refundRelease chan struct{}
 
 // skipNativeRefunds makes the native path forget its refunds: a control
-// for the tests that must catch it.
-var skipNativeRefunds = false
+// for the tests that must catch it. This and the other controls are
+// atomic: goroutines that outlive their callers (a batch sent near its
+// deadline, a refund past it) read them while a test restores them.
+var skipNativeRefunds atomic.Bool
 
 // skipPartialRefunds makes a native pipeline that failed on some keys keep
 // the increments of the others (as before they were given back): a
 // control.
-var skipPartialRefunds = false
+var skipPartialRefunds atomic.Bool
 
 // nativeTake reports whether a Take (not a TakeAll) goes on the native
 // path: a fixed window of one unit. A refused Take of one unit found its
@@ -178,7 +181,7 @@ func (r *Runner) runNative(ctx context.Context, batch []*pendingTake) {
 // returned them with its error): a failure of some keys (a cluster node
 // down) fails every call, and what counted elsewhere is given back.
 func partialRefunds(refunds, incr *nativeCalls, epochs []int64, errs []error) {
-	if skipPartialRefunds || len(epochs) != len(incr.keys) || len(errs) != len(epochs) {
+	if skipPartialRefunds.Load() || len(epochs) != len(incr.keys) || len(errs) != len(epochs) {
 		return
 	}
 	for i := range epochs {
@@ -221,7 +224,7 @@ func (r *Runner) nativeAdmitted(c *pendingTake, counts []int64, errs []error) (b
 // deadline (it goes on within RefundTimeout). A caller without a deadline
 // waits for it, so that its next request finds the units back.
 func (r *Runner) refundNative(ctx context.Context, refunds *nativeCalls) {
-	if len(refunds.keys) == 0 || skipNativeRefunds {
+	if len(refunds.keys) == 0 || skipNativeRefunds.Load() {
 		return
 	}
 	landed := make(chan struct{})
@@ -247,7 +250,7 @@ func (r *Runner) refundNative(ctx context.Context, refunds *nativeCalls) {
 			}
 		}
 	}()
-	if waitRefunds {
+	if waitRefunds.Load() {
 		<-landed
 		return
 	}
@@ -280,7 +283,7 @@ func (r *Runner) sendRefunds(ctx context.Context, refunds *nativeCalls) error {
 
 // waitRefunds makes a caller wait for its refund whatever its deadline, as
 // before refundNative stopped at the deadline: a control.
-var waitRefunds = false
+var waitRefunds atomic.Bool
 
 // nativeResult is c's decision from its counts after the increments:
 // admitted, or refused with each request's result as a Peek of its cost

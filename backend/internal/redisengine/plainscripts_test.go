@@ -323,6 +323,9 @@ func comparePlainCut(ctx context.Context, c *redis.Client, alg algorithms.Name, 
 // script that differs: in one decision's field, or only in the expiry it
 // sets.
 func TestCutScriptsMatchPlain(t *testing.T) {
+	// Parallel: CPU-bound, on a server of its own, and it sets none of
+	// export_test.go's controls (the serial tests that do end first).
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { _ = c.Close() })

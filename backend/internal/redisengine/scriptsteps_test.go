@@ -175,6 +175,9 @@ func differentialWithRefunds(t *testing.T, s *stepper, seed uint64, steps int) {
 // race detector takes about 20 s a seed on a loaded 2-core machine, and
 // TestScriptStepsMatchGoRedis runs three seeds on redis-server's.
 func TestScriptStepsMatchGoMiniredis(t *testing.T) {
+	// Parallel: CPU-bound, on a server of its own, and it sets none of
+	// export_test.go's controls (the serial tests that do end first).
+	t.Parallel()
 	mr := miniredis.RunT(t)
 	s := newStepper(t, mr.Addr())
 	seeds := uint64(1)
@@ -187,6 +190,7 @@ func TestScriptStepsMatchGoMiniredis(t *testing.T) {
 }
 
 func TestScriptStepsMatchGoRedis(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	s := newStepper(t, srv.Addr())
 	for seed := range uint64(3) {
@@ -198,6 +202,7 @@ func TestScriptStepsMatchGoRedis(t *testing.T) {
 // follow, refunds the first take, and checks that the key is never
 // fuller than if the refunded take had never happened, on both engines.
 func TestRefundNeverCreatesAllowance(t *testing.T) {
+	t.Parallel()
 	mr := miniredis.RunT(t)
 	s := newStepper(t, mr.Addr())
 	rng := rand.New(rand.NewPCG(5, 5))
@@ -274,6 +279,7 @@ func keyMemory(t *testing.T, srv *redistest.Server, store backend.Store, key bac
 // a two-level key light and heavy, and a GCRA key; it holds the compact
 // log to its targets (1,000 bytes at L=100, 9,000 at L=1000).
 func TestKeyMemoryUsage(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	store := stores(t, srv, nil, nil)[0]
 	prefix := fmt.Sprintf("newmem:%d:", time.Now().UnixMilli())

@@ -71,9 +71,8 @@ func TestSlowNativeRefundDoesNotHoldTheCaller(t *testing.T) {
 		<-conn.refunds // the refund still lands
 	})
 	t.Run("control_waits", func(t *testing.T) {
-		old := waitRefunds
-		waitRefunds = true
-		defer func() { waitRefunds = old }()
+		old := waitRefunds.Swap(true)
+		defer waitRefunds.Store(old)
 		conn, returned := take(t)
 		select {
 		case <-returned:

@@ -87,25 +87,17 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	}
 }
 
-// buildBinary builds limitkit-rls once for the process tests.
-var buildBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "limitkit-rls-bin")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "limitkit-rls")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
-	}
-	return bin, nil
-})
+// serviceBinary returns the binary the process tests run: this test binary,
+// which runs main when runAsBinaryEnv is set (TestMain).
+func serviceBinary() (string, error) {
+	return os.Executable()
+}
 
 // TestSIGTERMDrains runs the binary as a process: with calls held in
 // flight by a paused Redis, SIGTERM turns /healthcheck to 500 while the
 // calls finish, each with an answer, and the process exits 0.
 func TestSIGTERMDrains(t *testing.T) {
-	bin, err := buildBinary()
+	bin, err := serviceBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,6 +108,7 @@ func TestSIGTERMDrains(t *testing.T) {
 	// The deadline outlasts the pause, so calls wait for Redis.
 	env["REDIS_SOCKET_TYPE"], env["REDIS_URL"], env["LIMITKIT_REDIS_DEADLINE"] = "tcp", srv.Addr(), "30s"
 	env["LOG_LEVEL"] = "warn"
+	env[runAsBinaryEnv] = "1"
 	cmd := exec.Command(bin)
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
