@@ -182,6 +182,13 @@ func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 	return s.runner.TakeAll(ctx, reqs)
 }
 
+// TakeEach implements backend.EachTaker: TakeAll, with every request's
+// own result from the same call (none after admissions rolled back for
+// want of replicas).
+func (s *Store) TakeEach(ctx context.Context, reqs []backend.Request) (backend.Result, []backend.Result, error) {
+	return s.runner.TakeEach(ctx, reqs)
+}
+
 // Release implements backend.LeaseStore: one script removes the lease if
 // it is still held and reports whether it was. It is sent once (never
 // retried), as every writing call.

@@ -22,7 +22,7 @@
 // sequence compared decision by decision with the algorithms' Go engine;
 // and TakeAll (several rules on several keys, all or nothing) through a
 // guard table, a random sequence against the Go engine, every request's
-// own result (backend.EachResults) and concurrent callers; units given back by
+// own result (backend.TakeEach) and concurrent callers; units given back by
 // time (backend.UnitRefunder, when the store has it) against the Go
 // engine; and the life of concurrency leases (a store must be a
 // backend.LeaseStore). Each

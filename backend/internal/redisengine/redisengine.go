@@ -253,7 +253,8 @@ func (r *Runner) Take(ctx context.Context, req backend.Request) (backend.Result,
 // see nativeTake).
 func (r *Runner) takeOne(ctx context.Context, req *backend.Request) (backend.Result, error) {
 	if nativeTake(r, req) {
-		return r.takeNative(ctx, []backend.Request{*req}, false)
+		res, _, err := r.takeNative(ctx, []backend.Request{*req}, false)
+		return res, err
 	}
 	if !req.Rule.HoldsLeases() {
 		if b := r.batcherFor(kindTake, rediswire.StateKey(req)); b != nil {
