@@ -34,7 +34,12 @@ type Store interface {
 	// anything. Its Remaining is the allowance before the request.
 	Peek(ctx context.Context, req Request) (Result, error)
 	// Reset forgets everything recorded for key under rule's algorithm.
-	Reset(ctx context.Context, key Key, rule algorithms.Rule) error
+	// now is the reset's time: a store whose keys are named by time (the
+	// Redis stores keep a fixed window's count in a key per window)
+	// deletes those of the windows before, at and after it; the others
+	// ignore it. Like Request.Now, it is the caller's clock, never read
+	// by the store.
+	Reset(ctx context.Context, key Key, rule algorithms.Rule, now time.Time) error
 	// TakeAll decides several requests all or nothing: they are admitted
 	// only when every one of them is, and then each consumes its cost; a
 	// denial consumes nothing from any of them. The Result describes the

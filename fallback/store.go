@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
@@ -171,13 +172,13 @@ func (s *Store) step(ctx context.Context, req backend.Request, call func(context
 // forgets its baseline,
 // and reports an error wrapping ErrUnavailable when the primary could not be
 // reset. The local store checks key and rule first.
-func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule) error {
-	if err := s.local.Reset(ctx, key, rule); err != nil {
+func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule, now time.Time) error {
+	if err := s.local.Reset(ctx, key, rule, now); err != nil {
 		return err
 	}
 	s.base.forget(key, rule.Algorithm) // what Redis said and what was counted since
 	_, err := s.execute(ctx, s.breakerFor(ctx, key), func(ctx context.Context) (backend.Result, error) {
-		return backend.Result{}, s.primary.Reset(ctx, key, rule)
+		return backend.Result{}, s.primary.Reset(ctx, key, rule, now)
 	})
 	if err == nil {
 		return nil

@@ -426,8 +426,8 @@ func (s *Store) Peek(ctx context.Context, req backend.Request) (backend.Result, 
 // Reset resets the key in the inner store, then drops its entry here and
 // tells the other processes. The key is reset even when telling them fails;
 // the error then says so.
-func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule) error {
-	err := s.inner.Reset(ctx, key, rule)
+func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule, now time.Time) error {
+	err := s.inner.Reset(ctx, key, rule, now)
 	s.invalidate(key, rule.Algorithm)
 	if err != nil {
 		return err

@@ -31,6 +31,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/limitkit/limitkit/algorithms"
@@ -367,7 +368,7 @@ func (s *Store) Peek(_ context.Context, req backend.Request) (backend.Result, er
 }
 
 // Reset implements backend.Store.
-func (s *Store) Reset(_ context.Context, key backend.Key, rule algorithms.Rule) error {
+func (s *Store) Reset(_ context.Context, key backend.Key, rule algorithms.Rule, _ time.Time) error {
 	if err := key.Validate(); err != nil {
 		return err
 	}

@@ -211,8 +211,8 @@ func (s *Store) FailedRefunds() uint64 { return s.runner.FailedRefunds() }
 func (s *Store) ReplicaAckTimeout() time.Duration { return s.runner.AckTimeout() }
 
 // Reset implements backend.Store.
-func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule) error {
-	return s.runner.Reset(ctx, key, rule)
+func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule, now time.Time) error {
+	return s.runner.Reset(ctx, key, rule, now)
 }
 
 // ServerTime returns a probe that reads the Redis server's clock (TIME), for

@@ -118,7 +118,7 @@ func (r *racy) Peek(_ context.Context, req backend.Request) (backend.Result, err
 	return backend.ResultOf(req.Rule, req.Rule.Peek(&st, req.Millis(), req.Cost)), nil
 }
 
-func (r *racy) Reset(_ context.Context, key backend.Key, _ algorithms.Rule) error {
+func (r *racy) Reset(_ context.Context, key backend.Key, _ algorithms.Rule, _ time.Time) error {
 	if err := key.Validate(); err != nil {
 		return err
 	}
@@ -283,7 +283,7 @@ func TestBrokenStoresFail(t *testing.T) {
 					mu.Lock()
 					defer mu.Unlock()
 					if prev, ok := last[r.Key]; ok && r.Now.Before(prev) {
-						_ = m.Reset(context.Background(), r.Key, r.Rule)
+						_ = m.Reset(context.Background(), r.Key, r.Rule, time.Now())
 					}
 					last[r.Key] = r.Now
 				}}
