@@ -21,6 +21,15 @@ func (f *flaky) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 	return f.Store.TakeAll(ctx, reqs)
 }
 
+// TakeEach is TakeAll with each request's result, as the store underneath
+// gives them.
+func (f *flaky) TakeEach(ctx context.Context, reqs []backend.Request) (backend.Result, []backend.Result, error) {
+	if err := f.enter(); err != nil {
+		return backend.Result{}, nil, err
+	}
+	return backend.TakeEach(ctx, f.Store, reqs)
+}
+
 func TestConformanceHealthy(t *testing.T) {
 	storetest.Run(t, newStore(t, newFlakyLeases(t)))
 }
