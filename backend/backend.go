@@ -34,13 +34,17 @@ type Store interface {
 	// anything. Its Remaining is the allowance before the request.
 	Peek(ctx context.Context, req Request) (Result, error)
 	// Reset forgets everything recorded for key under rule's algorithm.
-	Reset(ctx context.Context, key Key, rule algorithms.Rule) error
+	// now is the reset's time: a store whose keys are named by time (the
+	// Redis stores keep a fixed window's count in a key per window)
+	// deletes those of the windows before, at and after it; the others
+	// ignore it. Like Request.Now, it is the caller's clock, never read
+	// by the store.
+	Reset(ctx context.Context, key Key, rule algorithms.Rule, now time.Time) error
 	// TakeAll decides several requests all or nothing: they are admitted
 	// only when every one of them is, and then each consumes its cost; a
 	// denial consumes nothing from any of them. The Result describes the
-	// deciding request and says which (Result.Rule); an EachResults in
-	// ctx (WithEachResults), when the store fills it, gets every request's
-	// own. Requests must pass
+	// deciding request and says which (Result.Rule); a store that is an
+	// EachTaker also gives every request's own (TakeEach). Requests must pass
 	// ValidateAll. Stores that cannot check every key at once (Redis
 	// Cluster keys in different slots) say in their docs what they
 	// guarantee instead.
@@ -363,54 +367,44 @@ func Combine(results []Result) Result {
 	return out
 }
 
-// EachResults receives every request's own result from a Store.TakeAll
-// called with a context from WithEachResults, in request order, from the
-// same atomic call: when admitted, what each took (Remaining after it);
-// when denied, what each holds unconsumed (Allowed says whether that
-// request alone would have passed; Remaining and the times are a Peek's of
-// its cost). Every store of this module fills it, and wrappers pass the
-// context on. Filled is false when the store could not tell (or rolled the
-// admissions back): a caller that needs the others then peeks them.
+// EachTaker is a Store whose TakeAll can also hand back every request's
+// own result, from the same atomic call. Every store and wrapper of this
+// module is one; call it through TakeEach, which answers for the stores
+// that are not.
 //
-// It travels in the context rather than in Result so that a Result stays
-// a small value with no pointers, cheap to copy for the single decisions
-// that are most of them.
-type EachResults struct {
-	// Results has one result per request when Filled; none has an Each of
-	// its own.
-	Results []Result
-	// Filled reports whether Results describes the last TakeAll.
-	Filled bool
+// The results come back as a value rather than in Result so that a
+// Result stays a small value with no pointers, cheap to copy for the
+// single decisions that are most of them.
+type EachTaker interface {
+	Store
+	// TakeEach is TakeAll, which returns res, also returning each: one
+	// result per request, in request order, none with a Rule of its own.
+	// When admitted, what each took (Remaining after it); when denied,
+	// what each holds unconsumed (Allowed says whether that request alone
+	// would have passed; Remaining and the times are a Peek's of its
+	// cost). each is nil when the store could not tell (one request,
+	// which res describes; admissions rolled back): a caller that needs
+	// the others then peeks them.
+	TakeEach(ctx context.Context, reqs []Request) (res Result, each []Result, err error)
 }
 
-type eachKey struct{}
-
-// WithEachResults returns ctx carrying sink, for a TakeAll whose caller
-// wants every request's result.
-func WithEachResults(ctx context.Context, sink *EachResults) context.Context {
-	return context.WithValue(ctx, eachKey{}, sink)
-}
-
-// EachResultsFrom returns the sink ctx carries, or nil.
-func EachResultsFrom(ctx context.Context) *EachResults {
-	s, _ := ctx.Value(eachKey{}).(*EachResults)
-	return s
-}
-
-// CombineEach is Combine, for a store's TakeAll of more than one request,
-// that also hands results to the caller's EachResults when ctx carries one.
-func CombineEach(ctx context.Context, results []Result) Result {
-	if s := EachResultsFrom(ctx); s != nil {
-		s.Results, s.Filled = append(s.Results[:0], results...), len(results) > 1
+// TakeEach decides reqs with s.TakeEach when s is an EachTaker, else with
+// s.TakeAll and no each. It looks at s alone, never under it (As): a
+// wrapper that is no EachTaker answers TakeAll itself, and what it
+// answers may not be what the store under it decided.
+func TakeEach(ctx context.Context, s Store, reqs []Request) (Result, []Result, error) {
+	if e, ok := s.(EachTaker); ok {
+		return e.TakeEach(ctx, reqs)
 	}
-	return Combine(results)
+	res, err := s.TakeAll(ctx, reqs)
+	return res, nil, err
 }
 
-// ForgetEach marks ctx's EachResults, if any, as not describing the call
-// (a store that rolled the admissions back, a wrapper that answers
-// otherwise).
-func ForgetEach(ctx context.Context) {
-	if s := EachResultsFrom(ctx); s != nil {
-		s.Filled = false
+// CombineEach is Combine for a store's TakeEach: results, when there are
+// more than one, are also its each.
+func CombineEach(results []Result) (Result, []Result) {
+	if len(results) < 2 {
+		return Combine(results), nil
 	}
+	return Combine(results), results
 }

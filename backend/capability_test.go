@@ -3,6 +3,7 @@ package backend_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -19,7 +20,7 @@ func (base) Take(context.Context, backend.Request) (backend.Result, error) {
 func (base) Peek(context.Context, backend.Request) (backend.Result, error) {
 	return backend.Result{}, nil
 }
-func (base) Reset(context.Context, backend.Key, algorithms.Rule) error { return nil }
+func (base) Reset(context.Context, backend.Key, algorithms.Rule, time.Time) error { return nil }
 func (base) TakeAll(context.Context, []backend.Request) (backend.Result, error) {
 	return backend.Result{}, nil
 }

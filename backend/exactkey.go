@@ -1,7 +1,6 @@
 package backend
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"time"
@@ -59,24 +58,4 @@ func (k ExactKey) Check(rule algorithms.Rule) error {
 		return fmt.Errorf("%w: exact key expiry %v is shorter than the window %v", algorithms.ErrInvalidRequest, k.Expiry, rule.Window)
 	}
 	return nil
-}
-
-type resetTimeKey struct{}
-
-// WithResetTime returns ctx carrying the time of a Store.Reset, for stores
-// whose keys are named by time: the Redis stores keep a fixed window's
-// count in a key per window, and Reset deletes those of the windows
-// before, at and after it. A limiter passes its clock's time; without
-// it, ResetTime is the system clock's.
-func WithResetTime(ctx context.Context, t time.Time) context.Context {
-	return context.WithValue(ctx, resetTimeKey{}, t)
-}
-
-// ResetTime returns the time ctx carries (WithResetTime), or the system
-// clock's.
-func ResetTime(ctx context.Context) time.Time {
-	if t, ok := ctx.Value(resetTimeKey{}).(time.Time); ok {
-		return t
-	}
-	return time.Now()
 }

@@ -52,7 +52,7 @@ func badCalls() []badCall {
 			return err
 		}},
 		{"reset empty key", func(ctx context.Context, s *fallback.Store) error {
-			return s.Reset(ctx, backend.Key{Prefix: "bad:"}, rule)
+			return s.Reset(ctx, backend.Key{Prefix: "bad:"}, rule, time.Now())
 		}},
 		{"release of a rate limit", func(ctx context.Context, s *fallback.Store) error {
 			_, err := s.Release(ctx, good(), 7)

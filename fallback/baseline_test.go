@@ -140,7 +140,7 @@ func TestBaselineResetForgets(t *testing.T) {
 	c := newBaselineCase(t, algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 5, Window: time.Hour})
 	local := backend.LocalPolicy(1)
 	require.Equal(t, 5, c.takeN("r", local, 6, false))
-	require.NoError(t, c.s.Reset(context.Background(), backend.Key{Prefix: "base:", ID: "r"}, c.rule))
+	require.NoError(t, c.s.Reset(context.Background(), backend.Key{Prefix: "base:", ID: "r"}, c.rule, time.Now()))
 	c.p.mode.Store(failing)
 	require.Equal(t, 5, c.takeN("r", local, 10, true), "reset: the policy's share")
 }

@@ -226,8 +226,8 @@ func (admitAllOf) HonoursContext() bool { return true }
 
 // BenchmarkTakeAllDecision measures one fallback TakeAll of two requests
 // over a healthy primary that costs nothing: what the store adds (since
-// baselines: every request's answer recorded, through an EachResults of
-// its own when the caller passed none).
+// baselines: every request's answer recorded, through a TakeEach of
+// the primary even when the caller asked for none).
 func BenchmarkTakeAllDecision(b *testing.B) {
 	rule := algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 1 << 40, Window: time.Hour}
 	s, err := fallback.New(admitAllOf{})

@@ -27,7 +27,9 @@ func (goneRedis) Peek(context.Context, backend.Request) (backend.Result, error) 
 	return backend.Result{}, errRedisGone
 }
 
-func (goneRedis) Reset(context.Context, backend.Key, algorithms.Rule) error { return errRedisGone }
+func (goneRedis) Reset(context.Context, backend.Key, algorithms.Rule, time.Time) error {
+	return errRedisGone
+}
 
 func (goneRedis) TakeAll(context.Context, []backend.Request) (backend.Result, error) {
 	return backend.Result{}, errRedisGone

@@ -68,11 +68,11 @@ func (f *flaky) Peek(ctx context.Context, req backend.Request) (backend.Result, 
 	return f.Store.Peek(ctx, req)
 }
 
-func (f *flaky) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule) error {
+func (f *flaky) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule, now time.Time) error {
 	if err := f.enter(); err != nil {
 		return err
 	}
-	return f.Store.Reset(ctx, key, rule)
+	return f.Store.Reset(ctx, key, rule, time.Now())
 }
 
 var rule = algorithms.Rule{Algorithm: algorithms.SlidingLog, Limit: 10, Window: time.Minute}
@@ -299,7 +299,7 @@ func TestResetReportsUnavailablePrimary(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(9), peek.Remaining)
 
-	err = s.Reset(t.Context(), backend.Key{Prefix: "fb:", ID: "a"}, rule)
+	err = s.Reset(t.Context(), backend.Key{Prefix: "fb:", ID: "a"}, rule, time.Now())
 	require.ErrorIs(t, err, fallback.ErrUnavailable)
 	require.ErrorIs(t, err, errDown)
 	peek, err = local.Peek(t.Context(), req("a"))

@@ -148,7 +148,7 @@ func TestHeldKeyOfAnEmptiedPrimary(t *testing.T) {
 		c.p.mode.Store(failing)
 		require.Zero(t, c.takeN("k", local, 10, true))
 		c.recover("k")
-		require.NoError(t, c.p.Store.Reset(context.Background(), c.req("k", local).Key, c.rule))
+		require.NoError(t, c.p.Store.Reset(context.Background(), c.req("k", local).Key, c.rule, c.at))
 		if control {
 			restore := fallback.SetSkipHolds(true)
 			require.Equal(t, 50, c.takeN("k", local, 100, false), "control: the emptied primary's fresh limit")

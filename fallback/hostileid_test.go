@@ -115,7 +115,7 @@ func TestHostileIDsDoNotReachErrors(t *testing.T) {
 		_, err = store.TakeAll(ctx, []backend.Request{r, r})
 		require.Error(t, err, "%s: TakeAll of one key twice", name)
 		check("TakeAll (same key twice)", err)
-		check("Store.Reset", store.Reset(ctx, r.Key, rule))
+		check("Store.Reset", store.Reset(ctx, r.Key, rule, time.Now()))
 	}
 	require.Greater(t, calls, 100)
 }

@@ -266,9 +266,9 @@ func (c *countingStore) Peek(ctx context.Context, req backend.Request) (backend.
 	return res, err
 }
 
-func (c *countingStore) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule) error {
+func (c *countingStore) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule, now time.Time) error {
 	c.enter(ctx)
-	err := c.Store.Reset(ctx, key, rule)
+	err := c.Store.Reset(ctx, key, rule, time.Now())
 	c.fail(err)
 	return err
 }

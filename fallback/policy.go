@@ -109,9 +109,9 @@ func (s *Store) decide(ctx context.Context, b *breaker, req backend.Request, loc
 }
 
 // decideAll answers a TakeAll by each request's policy, with Degraded set.
-func (s *Store) decideAll(ctx context.Context, b *breaker, reqs []backend.Request) (backend.Result, error) {
+func (s *Store) decideAll(ctx context.Context, b *breaker, reqs []backend.Request) (backend.Result, []backend.Result, error) {
 	if err := backend.ValidateAll(reqs); err != nil {
-		return backend.Result{}, err
+		return backend.Result{}, nil, err
 	}
 	s.degraded.Add(1)
 	b.degraded.Add(1)
@@ -140,16 +140,12 @@ func (s *Store) decideAll(ctx context.Context, b *breaker, reqs []backend.Reques
 			bounds = append(bounds, bd)
 		}
 	}
-	// Whatever the primary may have handed the caller no longer holds.
-	sink := backend.EachResultsFrom(ctx)
-	backend.ForgetEach(ctx)
 	if combined := backend.Combine(results); !combined.Allowed || len(local) == 0 {
-		return combined, nil
+		return combined, nil, nil
 	}
-	var localEach backend.EachResults
-	res, err := s.local.TakeAll(backend.WithEachResults(ctx, &localEach), local)
+	res, localEach, err := backend.TakeEach(ctx, s.local, local)
 	if err != nil {
-		return backend.Result{}, fmt.Errorf("fallback: local store: %w", err)
+		return backend.Result{}, nil, fmt.Errorf("fallback: local store: %w", err)
 	}
 	if res.Allowed {
 		for j, bd := range bounds {
@@ -158,17 +154,14 @@ func (s *Store) decideAll(ctx context.Context, b *breaker, reqs []backend.Reques
 			}
 		}
 	}
-	if sink != nil {
-		sink.Results = s.eachOf(results, index, res, &localEach)
-		sink.Filled = sink.Results != nil
-	}
+	each := s.eachOf(results, index, res, localEach)
 	if bd := bounds[res.Rule]; bd.e != nil {
 		res.Remaining = min(res.Remaining, bd.left(now))
 	}
 	res.Rule = index[res.Rule]
 	res.Degraded = true
 	res.Lease = s.localLease(res.Lease) // a local lease: released to the local store
-	return res, nil
+	return res, each, nil
 }
 
 // spendMissed counts req's cost in its key's baseline: a Take that missed
@@ -185,14 +178,14 @@ func (s *Store) spendMissed(req backend.Request) {
 }
 
 // recordAll records a TakeAll's answers as baselines: every request's
-// from sink when it was filled, else the one res describes.
-func (s *Store) recordAll(reqs []backend.Request, res backend.Result, sink *backend.EachResults) {
+// from each when the primary gave it, else the one res describes.
+func (s *Store) recordAll(reqs []backend.Request, res backend.Result, each []backend.Result) {
 	if s.base == nil {
 		return
 	}
-	if sink != nil && sink.Filled && len(sink.Results) == len(reqs) {
+	if len(each) == len(reqs) {
 		for i := range reqs {
-			s.base.record(&reqs[i], &sink.Results[i])
+			s.base.record(&reqs[i], &each[i])
 		}
 		return
 	}
@@ -201,15 +194,11 @@ func (s *Store) recordAll(reqs []backend.Request, res backend.Result, sink *back
 	}
 }
 
-// eachOf is a degraded TakeAll's EachResults in request order: the
-// policies' answers, with the local store's (from its TakeAll's res and
-// sink) in their places (index). It is nil when the local store did not
-// describe every request it decided.
-func (s *Store) eachOf(results []backend.Result, index []int, res backend.Result, sink *backend.EachResults) []backend.Result {
-	var local []backend.Result
-	if sink.Filled {
-		local = sink.Results
-	}
+// eachOf is a degraded TakeAll's each in request order: the policies'
+// answers, with the local store's (from its TakeEach's res and local) in
+// their places (index). It is nil when the local store did not describe
+// every request it decided.
+func (s *Store) eachOf(results []backend.Result, index []int, res backend.Result, local []backend.Result) []backend.Result {
 	if len(index) == 1 && local == nil {
 		res.Rule = 0
 		local = []backend.Result{res} // a TakeAll of one describes it in res

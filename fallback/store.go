@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
@@ -185,13 +186,13 @@ func (s *Store) step(ctx context.Context, req backend.Request, call func(context
 // forgets its baseline,
 // and reports an error wrapping ErrUnavailable when the primary could not be
 // reset. The local store checks key and rule first.
-func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule) error {
-	if err := s.local.Reset(ctx, key, rule); err != nil {
+func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule, now time.Time) error {
+	if err := s.local.Reset(ctx, key, rule, now); err != nil {
 		return err
 	}
 	s.base.forget(key, rule.Algorithm) // what Redis said and what was counted since
 	_, err := s.execute(ctx, s.breakerFor(ctx, key), func(ctx context.Context) (backend.Result, error) {
-		return backend.Result{}, s.primary.Reset(ctx, key, rule)
+		return backend.Result{}, s.primary.Reset(ctx, key, rule, now)
 	})
 	if err == nil {
 		return nil
@@ -208,35 +209,51 @@ func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule
 // that fail open drop out, and the rest are decided together on the local
 // store with their limits scaled.
 func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
+	res, _, err := s.takeAll(ctx, reqs, false)
+	return res, err
+}
+
+// TakeEach implements backend.EachTaker: TakeAll, with every request's
+// own result, the primary's or (Degraded) the policies'.
+func (s *Store) TakeEach(ctx context.Context, reqs []backend.Request) (backend.Result, []backend.Result, error) {
+	return s.takeAll(ctx, reqs, true)
+}
+
+// takeAll is TakeAll, with each when wantEach.
+func (s *Store) takeAll(ctx context.Context, reqs []backend.Request, wantEach bool) (backend.Result, []backend.Result, error) {
 	if len(reqs) == 0 {
-		return backend.Result{}, backend.ValidateAll(reqs) // no first key to route by
+		return backend.Result{}, nil, backend.ValidateAll(reqs) // no first key to route by
 	}
 	// Keys on several nodes are not one call's; the first key's node
 	// answers for them (see the Redis stores' TakeAll).
 	b := s.breakerForRequest(ctx, &reqs[0])
-	// Every request's answer is a baseline: the caller's EachResults
-	// holds them, else one of ours.
-	callCtx, sink := ctx, backend.EachResultsFrom(ctx)
-	if sink == nil && s.base != nil && len(reqs) > 1 {
-		sink = new(backend.EachResults)
-		callCtx = backend.WithEachResults(ctx, sink)
-	}
+	// Every request's answer is a baseline: ask for each when there are
+	// baselines, even when the caller does not.
+	askEach := wantEach || (s.base != nil && len(reqs) > 1)
 	held, refused, reserved := s.heldAll(reqs) // keys the primary may have lost (hold.go)
-	res, err := s.executeProbed(callCtx, b, func(ctx context.Context) (backend.Result, error) { return s.primary.TakeAll(ctx, reqs) },
-		func(ctx context.Context) (backend.Result, error) { return s.primary.Peek(ctx, reqs[0]) })
+	var each []backend.Result                  // written by the call; read only once it returned
+	res, err := s.executeProbed(ctx, b, func(ctx context.Context) (backend.Result, error) {
+		if !askEach {
+			return s.primary.TakeAll(ctx, reqs)
+		}
+		res, e, err := backend.TakeEach(ctx, s.primary, reqs)
+		each = e
+		return res, err
+	}, func(ctx context.Context) (backend.Result, error) { return s.primary.Peek(ctx, reqs[0]) })
 	if err != nil || !res.Allowed {
 		s.releaseHeldAll(reqs, &reserved, err == nil)
 	}
 	if err == nil {
-		s.recordAll(reqs, res, sink)
+		s.recordAll(reqs, res, each)
 		if refused && res.Allowed {
-			backend.ForgetEach(ctx) // the call is refused: the primary's admissions do not describe it
-			return held, nil
+			// The call is refused: the primary's admissions do not
+			// describe it, so no per-request results.
+			return held, nil, nil
 		}
-		return res, nil
+		return res, each, nil
 	}
 	if ce, ok := errors.AsType[callerError](err); ok {
-		return backend.Result{}, ce.err
+		return backend.Result{}, nil, ce.err
 	}
 	if errors.Is(err, errMissedDeadline) {
 		for i := range reqs {

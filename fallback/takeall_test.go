@@ -21,6 +21,15 @@ func (f *flaky) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 	return f.Store.TakeAll(ctx, reqs)
 }
 
+// TakeEach is TakeAll with each request's result, as the store underneath
+// gives them.
+func (f *flaky) TakeEach(ctx context.Context, reqs []backend.Request) (backend.Result, []backend.Result, error) {
+	if err := f.enter(); err != nil {
+		return backend.Result{}, nil, err
+	}
+	return backend.TakeEach(ctx, f.Store, reqs)
+}
+
 func TestConformanceHealthy(t *testing.T) {
 	// A minute's deadline: a primary in memory that a loaded machine runs
 	// late must not read as degraded answers.
@@ -108,36 +117,33 @@ func TestLimiterPoliciesReachTheFallback(t *testing.T) {
 }
 
 // TestDegradedTakeAllDescribesEachRequest: while the primary is down, a
-// TakeAll's EachResults still holds one entry per request, in request
+// TakeEach's each still holds one entry per request, in request
 // order: the local store's for the rules decided locally, the policy's for
 // the others (the Envoy service reads every descriptor's status from it).
 func TestDegradedTakeAllDescribesEachRequest(t *testing.T) {
 	p := newFlaky(t)
 	p.mode.Store(failing)
 	s := newStore(t, p, fallback.WithOpenTimeout(time.Hour))
-	var sink backend.EachResults
-	ctx := backend.WithEachResults(t.Context(), &sink)
+	ctx := t.Context()
 
 	// Both local: the local store's own Each.
-	res, err := s.TakeAll(ctx, pair(backend.LocalPolicy(1)))
+	res, each, err := s.TakeEach(ctx, pair(backend.LocalPolicy(1)))
 	require.NoError(t, err)
 	require.True(t, res.Allowed && res.Degraded)
-	require.True(t, sink.Filled)
-	require.Len(t, sink.Results, 2)
+	require.Len(t, each, 2)
 	main := pair(backend.FailOpen)[0].Rule.Limit
-	require.Equal(t, main-1, sink.Results[0].Remaining, "the main rule after one")
-	require.Equal(t, int64(2), sink.Results[1].Remaining, "the guard (3 an hour) after one")
-	for _, e := range sink.Results {
+	require.Equal(t, main-1, each[0].Remaining, "the main rule after one")
+	require.Equal(t, int64(2), each[1].Remaining, "the guard (3 an hour) after one")
+	for _, e := range each {
 		require.True(t, e.Allowed && e.Degraded)
 	}
 
 	// The guard fails open: the main rule is decided locally (one request
 	// there), the guard by its policy, each in its place.
-	res, err = s.TakeAll(ctx, pair(backend.FailOpen))
+	res, each, err = s.TakeEach(ctx, pair(backend.FailOpen))
 	require.NoError(t, err)
 	require.True(t, res.Allowed && res.Degraded)
-	require.True(t, sink.Filled)
-	require.Len(t, sink.Results, 2)
-	require.Equal(t, main-2, sink.Results[0].Remaining, "the main rule, locally, after two")
-	require.Equal(t, backend.Result{Allowed: true, Limit: 3, Degraded: true}, sink.Results[1], "the guard, failing open")
+	require.Len(t, each, 2)
+	require.Equal(t, main-2, each[0].Remaining, "the main rule, locally, after two")
+	require.Equal(t, backend.Result{Allowed: true, Limit: 3, Degraded: true}, each[1], "the guard, failing open")
 }

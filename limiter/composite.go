@@ -169,7 +169,7 @@ func (c *Composite) Reset(ctx context.Context, keys ...string) error {
 	if err := cc.checkRequest(keys, 1); err != nil {
 		return err
 	}
-	return cc.reset(ctx, c.store, keys)
+	return cc.reset(ctx, c.store, keys, c.clock.Now())
 }
 
 // checkKeyCount reports keys that are not one per limit: the part of a

@@ -349,10 +349,10 @@ func peekInto(ctx context.Context, store backend.Store, parts []part, keys []str
 }
 
 // reset forgets what every rule counted for keys (checked).
-func (c *compiled) reset(ctx context.Context, store backend.Store, keys []string) error {
+func (c *compiled) reset(ctx context.Context, store backend.Store, keys []string, now time.Time) error {
 	for i := range c.all {
 		p := &c.all[i]
-		if err := p.storeOf(store).Reset(ctx, backend.Key{Prefix: p.prefix, ID: keys[p.key]}, p.rule); err != nil {
+		if err := p.storeOf(store).Reset(ctx, backend.Key{Prefix: p.prefix, ID: keys[p.key]}, p.rule, now); err != nil {
 			return err
 		}
 	}

@@ -37,9 +37,9 @@ func (s *callCounter) Peek(ctx context.Context, req backend.Request) (backend.Re
 	return s.Store.Peek(ctx, req)
 }
 
-func (s *callCounter) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule) error {
+func (s *callCounter) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule, now time.Time) error {
 	s.calls.Add(1)
-	return s.Store.Reset(ctx, key, rule)
+	return s.Store.Reset(ctx, key, rule, time.Now())
 }
 
 func (s *callCounter) Release(ctx context.Context, req backend.Request, lease int64) (bool, error) {

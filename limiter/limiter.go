@@ -284,7 +284,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	}
 	// The stores that name keys by time (Redis' fixed windows) delete
 	// those around the limiter's time.
-	return c.reset(backend.WithResetTime(ctx, l.clock.Now()), l.store, keys[:])
+	return c.reset(ctx, l.store, keys[:], l.clock.Now())
 }
 
 // Wait blocks until one request for key is admitted, and returns that

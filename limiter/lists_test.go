@@ -42,9 +42,9 @@ func (s *countingStore) TakeAll(ctx context.Context, rs []backend.Request) (back
 	return s.Store.TakeAll(ctx, rs)
 }
 
-func (s *countingStore) Reset(ctx context.Context, k backend.Key, r algorithms.Rule) error {
+func (s *countingStore) Reset(ctx context.Context, k backend.Key, r algorithms.Rule, now time.Time) error {
 	s.calls.Add(1)
-	return s.Store.Reset(ctx, k, r)
+	return s.Store.Reset(ctx, k, r, time.Now())
 }
 
 // listStores returns the stores the list tests run on: memory and a real

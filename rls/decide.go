@@ -389,13 +389,12 @@ func (s *Service) takeCharges(ctx context.Context, gs []*group) error {
 	for i, g := range gs {
 		reqs[i] = g.req
 	}
-	var sink backend.EachResults
-	res, err := s.store.TakeAll(backend.WithEachResults(ctx, &sink), reqs)
-	each := sink.Filled && len(sink.Results) == len(gs)
+	res, results, err := backend.TakeEach(ctx, s.store, reqs)
+	each := len(results) == len(gs)
 	for i, g := range gs {
 		r := res
 		if each && err == nil {
-			r = sink.Results[i]
+			r = results[i]
 		}
 		if err := s.settle(ctx, g, r, err); err != nil {
 			return err
@@ -515,15 +514,14 @@ func (s *Service) takeAll(ctx context.Context, gs []*group) (bool, error) {
 	for i, g := range gs {
 		reqs[i] = g.req
 	}
-	var sink backend.EachResults
-	res, err := s.store.TakeAll(backend.WithEachResults(ctx, &sink), reqs)
+	res, each, err := backend.TakeEach(ctx, s.store, reqs)
 	if err != nil {
 		return s.takeAllFailed(ctx, gs, err)
 	}
 	if res.Degraded && s.opts.errorOnFailure {
 		return false, status.Error(codes.Unavailable, "rls: the rate limit store is unavailable")
 	}
-	if each := sink.Results; sink.Filled && len(each) == len(gs) {
+	if len(each) == len(gs) {
 		// Every limit's own result came with the decision: when admitted,
 		// what it has left; when refused, what it holds unconsumed and
 		// whether it alone would have let the request pass.
@@ -563,7 +561,7 @@ func (s *Service) takeAllFailed(ctx context.Context, gs []*group, err error) (bo
 }
 
 // peekOthers reads the groups a TakeAll decided as res without saying how
-// each limit stands (a store or wrapper without backend.EachResults): all
+// each limit stands (a store or wrapper that is no backend.EachTaker): all
 // but the deciding one, at once (a Redis store batches concurrent
 // peeks). When admitted, a peek of one unit reads what is left after the
 // request; when refused, a peek of its cost says whether this limit alone

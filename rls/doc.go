@@ -76,8 +76,8 @@
 // than the limit, is refused without a store call.
 //
 // Costs: a request of one limit is one store call (Take). A request of
-// several limits is one TakeAll, whose result carries every limit's own
-// result (backend.EachResults), so nothing more is asked; on a store that
+// several limits is one TakeAll that also hands back every limit's own
+// result (backend.TakeEach), so nothing more is asked; on a store that
 // gives none, each limit the result does not describe is peeked, all at
 // once. A check (hits 0) is a peek before the TakeAll; a shadow limit is a
 // Take of its own after it. At most backend.MaxRequests enforced limits

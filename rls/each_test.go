@@ -12,7 +12,7 @@ import (
 )
 
 // peekCounter counts the Peeks that reach a store; noEach also drops
-// EachResults from TakeAll, as a store that cannot tell does.
+// each from TakeEach, as a store that cannot tell does.
 type peekCounter struct {
 	backend.Store
 	noEach bool
@@ -24,12 +24,12 @@ func (p peekCounter) Peek(ctx context.Context, req backend.Request) (backend.Res
 	return p.Store.Peek(ctx, req)
 }
 
-func (p peekCounter) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
-	res, err := p.Store.TakeAll(ctx, reqs)
+func (p peekCounter) TakeEach(ctx context.Context, reqs []backend.Request) (backend.Result, []backend.Result, error) {
+	res, each, err := backend.TakeEach(ctx, p.Store, reqs)
 	if p.noEach {
-		backend.ForgetEach(ctx)
+		each = nil
 	}
-	return res, err
+	return res, each, err
 }
 
 const eachYAML = `
@@ -45,7 +45,7 @@ descriptors:
       - {unit: hour, requests_per_unit: 9, algorithm: sliding_counter}
 `
 
-// With EachResults the service reads every limit's status from the
+// With each (backend.TakeEach) the service reads every limit's status from the
 // TakeAll alone, no Peek, and answers exactly what the peeks answer: the
 // same statuses, admitted and refused, on a store that gives Each and on
 // one that does not (the control: that one is peeked).

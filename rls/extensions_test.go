@@ -153,7 +153,7 @@ func (failing) Take(context.Context, backend.Request) (backend.Result, error) {
 func (failing) Peek(context.Context, backend.Request) (backend.Result, error) {
 	return backend.Result{}, errDown
 }
-func (failing) Reset(context.Context, backend.Key, algorithms.Rule) error { return errDown }
+func (failing) Reset(context.Context, backend.Key, algorithms.Rule, time.Time) error { return errDown }
 func (failing) TakeAll(context.Context, []backend.Request) (backend.Result, error) {
 	return backend.Result{}, errDown
 }

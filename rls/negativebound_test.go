@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/internal/testing/redistest"
@@ -61,7 +62,7 @@ type floorless struct {
 
 func (f *floorless) GiveBack(ctx context.Context, req backend.Request) (backend.Result, error) {
 	f.credit += req.Cost
-	if err := f.Store.Reset(ctx, req.Key, req.Rule); err != nil {
+	if err := f.Store.Reset(ctx, req.Key, req.Rule, time.Now()); err != nil {
 		return backend.Result{}, err
 	}
 	return f.Store.Peek(ctx, req)

@@ -426,8 +426,8 @@ func (s *Store) Peek(ctx context.Context, req backend.Request) (backend.Result, 
 // Reset resets the key in the inner store, then drops its entry here and
 // tells the other processes. The key is reset even when telling them fails;
 // the error then says so.
-func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule) error {
-	err := s.inner.Reset(ctx, key, rule)
+func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule, now time.Time) error {
+	err := s.inner.Reset(ctx, key, rule, now)
 	s.invalidate(key, rule.Algorithm)
 	if err != nil {
 		return err
@@ -439,23 +439,42 @@ func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule
 // the call was denied or unconfirmed, a store may have given units back
 // (a refund), so the other processes are told too.
 func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
+	res, _, err := s.takeAll(ctx, reqs, false)
+	return res, err
+}
+
+// TakeEach implements backend.EachTaker: TakeAll, with the inner store's
+// results for every request.
+func (s *Store) TakeEach(ctx context.Context, reqs []backend.Request) (backend.Result, []backend.Result, error) {
+	return s.takeAll(ctx, reqs, true)
+}
+
+// takeAll is TakeAll, asking the inner store for each when wantEach.
+func (s *Store) takeAll(ctx context.Context, reqs []backend.Request, wantEach bool) (backend.Result, []backend.Result, error) {
 	for i := range reqs {
 		if cacheLeases || !reqs[i].Rule.HoldsLeases() {
 			s.use(ctx, &reqs[i])
 		}
 	}
-	res, err := s.inner.TakeAll(ctx, reqs)
+	var res backend.Result
+	var each []backend.Result
+	var err error
+	if wantEach {
+		res, each, err = backend.TakeEach(ctx, s.inner, reqs)
+	} else {
+		res, err = s.inner.TakeAll(ctx, reqs)
+	}
 	for _, r := range reqs {
 		s.invalidate(r.Key, r.Rule.Algorithm)
 	}
 	if err == nil && res.Allowed && !res.Unconfirmed {
-		return res, nil
+		return res, each, nil
 	}
 	if errors.Is(err, algorithms.ErrInvalidRequest) || errors.Is(err, algorithms.ErrInvalidRule) {
-		return res, err // refused before anything was taken: nothing to tell
+		return res, each, err // refused before anything was taken: nothing to tell
 	}
 	for _, r := range reqs {
 		s.post(keyMessage(r.Key, r.Rule.Algorithm))
 	}
-	return res, err
+	return res, each, err
 }

@@ -176,7 +176,7 @@ func TestResetReachesOtherProcesses(t *testing.T) {
 			key.ID = "user-" + a.name
 			req.Key = key
 			fill(t, a.cache)
-			require.NoError(t, b.cache.Reset(ctx, key, rule))
+			require.NoError(t, b.cache.Reset(ctx, key, rule, time.Now()))
 			require.True(t, waitAdmitted(a.cache), "process a kept denying after process b reset the key")
 		})
 	}
@@ -192,7 +192,7 @@ func TestResetReachesOtherProcesses(t *testing.T) {
 		key.ID = "user-control"
 		req.Key = key
 		fill(t, deaf)
-		require.NoError(t, other.cache.Reset(ctx, key, rule))
+		require.NoError(t, other.cache.Reset(ctx, key, rule, time.Now()))
 		d, err := deaf.Take(ctx, req)
 		require.NoError(t, err)
 		require.True(t, d.Cached, "without invalidation the stale denial stays: the test above can fail")
@@ -266,7 +266,7 @@ func audit(t *testing.T, stores []backend.Store, prefix string) (over int, hits 
 			time.Sleep(50 * time.Millisecond)
 			k := i % keys
 			start := time.Now()
-			require.NoError(t, stores[i%len(stores)].Reset(ctx, backend.Key{Prefix: prefix + ":", ID: strconv.Itoa(k)}, rule))
+			require.NoError(t, stores[i%len(stores)].Reset(ctx, backend.Key{Prefix: prefix + ":", ID: strconv.Itoa(k)}, rule, time.Now()))
 			mu.Lock()
 			resets = append(resets, event{start, time.Now(), k})
 			mu.Unlock()

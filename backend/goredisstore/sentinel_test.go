@@ -33,7 +33,7 @@ func TestWrongMasterNameSaysSo(t *testing.T) {
 		defer cancel()
 		_, takeErr := s.Take(ctx, req)
 		_, peekErr := s.Peek(ctx, req)
-		resetErr := s.Reset(ctx, req.Key, rule)
+		resetErr := s.Reset(ctx, req.Key, rule, time.Now())
 		for _, err := range []error{takeErr, peekErr, resetErr} {
 			require.Error(t, err)
 			require.NotErrorIs(t, err, rediswire.ErrBadReply)

@@ -31,6 +31,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/limitkit/limitkit/algorithms"
@@ -223,10 +224,30 @@ func peekLocked(sh *shard, h1, h2 uint64, a *algorithms.Algorithm, req *backend.
 	return a.Peek(st, now, w, limit, req.Cost)
 }
 
-// TakeAll implements backend.Store. It locks the shards of every key (in
+// TakeAll implements backend.Store: TakeEach without each, its results
+// on the stack.
+func (s *Store) TakeAll(_ context.Context, reqs []backend.Request) (backend.Result, error) {
+	var results [backend.MaxRequests]backend.Result
+	if len(reqs) > len(results) {
+		return backend.Result{}, backend.ValidateAll(reqs)
+	}
+	return s.takeAll(reqs, results[:len(reqs)])
+}
+
+// TakeEach implements backend.EachTaker.
+func (s *Store) TakeEach(_ context.Context, reqs []backend.Request) (backend.Result, []backend.Result, error) {
+	results := make([]backend.Result, len(reqs))
+	res, err := s.takeAll(reqs, results)
+	if err != nil || len(reqs) < 2 {
+		return res, nil, err
+	}
+	return res, results, nil
+}
+
+// takeAll decides reqs into results (one per request). It locks the shards of every key (in
 // shard order, so concurrent calls cannot deadlock), checks every request,
 // and takes them all only when all are admitted: exact and atomic.
-func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
+func (s *Store) takeAll(reqs []backend.Request, results []backend.Result) (backend.Result, error) {
 	if err := backend.ValidateAll(reqs); err != nil {
 		return backend.Result{}, err
 	}
@@ -252,7 +273,6 @@ func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 	for _, sh := range locks[:n] {
 		sh.mu.Lock()
 	}
-	results := make([]backend.Result, len(reqs))
 	all := true
 	for i := range reqs {
 		out := peekLocked(loc[i].sh, loc[i].h1, loc[i].h2, loc[i].a, &reqs[i], now)
@@ -269,7 +289,7 @@ func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 	for _, sh := range locks[:n] {
 		sh.mu.Unlock()
 	}
-	return backend.CombineEach(ctx, results), nil
+	return backend.Combine(results), nil
 }
 
 // GiveBack implements backend.UnitRefunder: up to req.Cost of the newest
@@ -348,7 +368,7 @@ func (s *Store) Peek(_ context.Context, req backend.Request) (backend.Result, er
 }
 
 // Reset implements backend.Store.
-func (s *Store) Reset(_ context.Context, key backend.Key, rule algorithms.Rule) error {
+func (s *Store) Reset(_ context.Context, key backend.Key, rule algorithms.Rule, _ time.Time) error {
 	if err := key.Validate(); err != nil {
 		return err
 	}

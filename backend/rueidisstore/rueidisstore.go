@@ -166,6 +166,13 @@ func (s *Store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 	return s.runner.TakeAll(ctx, reqs)
 }
 
+// TakeEach implements backend.EachTaker: TakeAll, with every request's
+// own result from the same call (none after admissions rolled back for
+// want of replicas).
+func (s *Store) TakeEach(ctx context.Context, reqs []backend.Request) (backend.Result, []backend.Result, error) {
+	return s.runner.TakeEach(ctx, reqs)
+}
+
 // Release implements backend.LeaseStore: one script removes the lease if
 // it is still held and reports whether it was. It is sent once (never
 // retried), as every writing call.
@@ -204,8 +211,8 @@ func (s *Store) FailedRefunds() uint64 { return s.runner.FailedRefunds() }
 func (s *Store) ReplicaAckTimeout() time.Duration { return s.runner.AckTimeout() }
 
 // Reset implements backend.Store.
-func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule) error {
-	return s.runner.Reset(ctx, key, rule)
+func (s *Store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule, now time.Time) error {
+	return s.runner.Reset(ctx, key, rule, now)
 }
 
 // ServerTime returns a probe that reads the Redis server's clock (TIME), for

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
@@ -22,7 +23,7 @@ func (d Down) Peek(context.Context, backend.Request) (backend.Result, error) {
 }
 
 // Reset implements backend.Store.
-func (d Down) Reset(context.Context, backend.Key, algorithms.Rule) error { return d.Err }
+func (d Down) Reset(context.Context, backend.Key, algorithms.Rule, time.Time) error { return d.Err }
 
 // TakeAll implements backend.Store.
 func (d Down) TakeAll(context.Context, []backend.Request) (backend.Result, error) {

@@ -11,7 +11,7 @@ import (
 
 // takeAllEach replays random TakeAll calls of 2 or 3 rules (every
 // algorithm; costs above 1; the clock creeping and going back) and checks
-// the EachResults it hands back: one result per request, in request order, each what the Go
+// the each it hands back (backend.TakeEach): one result per request, in request order, each what the Go
 // engine decided for that request (its take when all were admitted, its
 // check when not), and each equal to what a Peek reports right after: a
 // Peek of the request's cost after a denial (nothing was consumed), the
@@ -29,19 +29,13 @@ func takeAllEach(c *checker) {
 		now, parts, cost = replay{stay: 40, creep: 95, maxCreep: 250, maxBack: 2000, minParts: 2, moreParts: 2, anyCostOneIn: 3}.next(rng, pool, now)
 		now, latest = floorFixed(now, latest, poolRules(pool)...)
 		want, all := goEngineTakeAll(states, parts, base.Add(now).UnixMilli(), cost)
-		var sink backend.EachResults
-		sub := *c
-		sub.ctx = backend.WithEachResults(c.ctx, &sink)
-		if _, ok := sub.takeAll(parts, now, cost); !ok {
+		_, each, ok := c.takeEach(parts, now, cost)
+		if !ok {
 			return
 		}
-		what := fmt.Sprintf("step %d: TakeAll(%v, cost %d) at %v", step, parts, cost, now)
-		var each []backend.Result
-		if sink.Filled {
-			each = sink.Results
-		}
+		what := fmt.Sprintf("step %d: TakeEach(%v, cost %d) at %v", step, parts, cost, now)
 		if len(each) != len(parts) {
-			c.r.Errorf("%s: EachResults has %d results, want one per request (%d)", what, len(each), len(parts))
+			c.r.Errorf("%s: each has %d results, want one per request (%d)", what, len(each), len(parts))
 			return
 		}
 		if all {

@@ -437,7 +437,7 @@ func invalidInput(c *checker) {
 			c.r.Errorf("Peek with %s: got error %v, want one wrapping %v", name, err, b.want)
 		}
 	}
-	if err := c.store.Reset(c.ctx, backend.Key{Prefix: c.prefix}, rule); !errors.Is(err, algorithms.ErrInvalidRequest) {
+	if err := c.store.Reset(c.ctx, backend.Key{Prefix: c.prefix}, rule, base); !errors.Is(err, algorithms.ErrInvalidRequest) {
 		c.r.Errorf("Reset with an empty id: got error %v, want one wrapping %v", err, algorithms.ErrInvalidRequest)
 	}
 }

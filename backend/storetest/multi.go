@@ -30,16 +30,31 @@ type part struct {
 }
 
 func (c *checker) takeAll(parts []part, at time.Duration, cost int64) (backend.Result, bool) {
-	reqs := make([]backend.Request, len(parts))
-	for i, p := range parts {
-		reqs[i] = backend.Request{Key: backend.Key{Prefix: c.prefix + p.prefix, ID: p.id}, Rule: p.rule, Now: base.Add(at), Cost: cost}
-	}
-	res, err := c.store.TakeAll(c.ctx, reqs)
+	res, err := c.store.TakeAll(c.ctx, c.requests(parts, at, cost))
 	if err != nil {
 		c.r.Errorf("TakeAll(%v, at %v, cost %d): unexpected error: %v", parts, at, cost, err)
 		return res, false
 	}
 	return res, true
+}
+
+// takeEach is takeAll by backend.TakeEach: the result and every part's.
+func (c *checker) takeEach(parts []part, at time.Duration, cost int64) (backend.Result, []backend.Result, bool) {
+	res, each, err := backend.TakeEach(c.ctx, c.store, c.requests(parts, at, cost))
+	if err != nil {
+		c.r.Errorf("TakeEach(%v, at %v, cost %d): unexpected error: %v", parts, at, cost, err)
+		return res, nil, false
+	}
+	return res, each, true
+}
+
+// requests are parts' requests at at of cost each.
+func (c *checker) requests(parts []part, at time.Duration, cost int64) []backend.Request {
+	reqs := make([]backend.Request, len(parts))
+	for i, p := range parts {
+		reqs[i] = backend.Request{Key: backend.Key{Prefix: c.prefix + p.prefix, ID: p.id}, Rule: p.rule, Now: base.Add(at), Cost: cost}
+	}
+	return reqs
 }
 
 func (c *checker) peekPart(p part, at time.Duration) (backend.Result, bool) {

@@ -22,7 +22,7 @@
 // sequence compared decision by decision with the algorithms' Go engine;
 // and TakeAll (several rules on several keys, all or nothing) through a
 // guard table, a random sequence against the Go engine, every request's
-// own result (backend.EachResults) and concurrent callers; units given back by
+// own result (backend.TakeEach) and concurrent callers; units given back by
 // time (backend.UnitRefunder, when the store has it) against the Go
 // engine; and the life of concurrency leases (a store must be a
 // backend.LeaseStore). Each
@@ -146,10 +146,10 @@ func (c *checker) peek(id string, rule algorithms.Rule, at time.Duration, cost i
 	return res, true
 }
 
-// reset resets id at the time when (backend.WithResetTime: a store whose
-// keys are named by time deletes those around it).
+// reset resets id at the time when (a store whose keys are named by time
+// deletes those around it).
 func (c *checker) reset(id string, rule algorithms.Rule, when time.Duration) bool {
-	if err := c.store.Reset(backend.WithResetTime(c.ctx, base.Add(when)), c.key(id), rule); err != nil {
+	if err := c.store.Reset(c.ctx, c.key(id), rule, base.Add(when)); err != nil {
 		c.r.Errorf("Reset(%q, %v): unexpected error: %v", short(id), rule, err)
 		return false
 	}

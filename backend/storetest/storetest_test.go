@@ -27,15 +27,15 @@ type wrapped struct {
 	req  func(*backend.Request)
 	res  func(*backend.Result)
 	peek func(ctx context.Context, req backend.Request) (backend.Result, error)
-	all  func(*backend.EachResults) // bends what a TakeAll hands back
+	all  func([]backend.Result) []backend.Result // bends what a TakeEach hands back
 }
 
-func (w wrapped) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
-	res, err := w.Store.TakeAll(ctx, reqs)
-	if s := backend.EachResultsFrom(ctx); w.all != nil && s != nil {
-		w.all(s)
+func (w wrapped) TakeEach(ctx context.Context, reqs []backend.Request) (backend.Result, []backend.Result, error) {
+	res, each, err := backend.TakeEach(ctx, w.Store, reqs)
+	if w.all != nil && each != nil {
+		each = w.all(each)
 	}
-	return res, err
+	return res, each, err
 }
 
 func (w wrapped) Take(ctx context.Context, req backend.Request) (backend.Result, error) {
@@ -118,7 +118,7 @@ func (r *racy) Peek(_ context.Context, req backend.Request) (backend.Result, err
 	return backend.ResultOf(req.Rule, req.Rule.Peek(&st, req.Millis(), req.Cost)), nil
 }
 
-func (r *racy) Reset(_ context.Context, key backend.Key, _ algorithms.Rule) error {
+func (r *racy) Reset(_ context.Context, key backend.Key, _ algorithms.Rule, _ time.Time) error {
 	if err := key.Validate(); err != nil {
 		return err
 	}
@@ -283,7 +283,7 @@ func TestBrokenStoresFail(t *testing.T) {
 					mu.Lock()
 					defer mu.Unlock()
 					if prev, ok := last[r.Key]; ok && r.Now.Before(prev) {
-						_ = m.Reset(context.Background(), r.Key, r.Rule)
+						_ = m.Reset(context.Background(), r.Key, r.Rule, time.Now())
 					}
 					last[r.Key] = r.Now
 				}}
@@ -292,24 +292,25 @@ func TestBrokenStoresFail(t *testing.T) {
 		},
 		"TakeAll without Each": {
 			func(t *testing.T) backend.Store {
-				return wrapped{Store: newMemory(t), all: func(s *backend.EachResults) { s.Filled = false }}
+				return wrapped{Store: newMemory(t), all: func([]backend.Result) []backend.Result { return nil }}
 			},
 			[]string{"take_all/each"},
 		},
 		"Each in reverse order": {
 			func(t *testing.T) backend.Store {
-				return wrapped{Store: newMemory(t), all: func(s *backend.EachResults) { slices.Reverse(s.Results) }}
+				return wrapped{Store: newMemory(t), all: func(each []backend.Result) []backend.Result { slices.Reverse(each); return each }}
 			},
 			[]string{"take_all/each"},
 		},
 		"Each filled with the combined result": {
 			func(t *testing.T) backend.Store {
-				return wrapped{Store: newMemory(t), all: func(s *backend.EachResults) {
-					combined := backend.Combine(s.Results)
+				return wrapped{Store: newMemory(t), all: func(each []backend.Result) []backend.Result {
+					combined := backend.Combine(each)
 					combined.Rule = 0
-					for i := range s.Results {
-						s.Results[i] = combined
+					for i := range each {
+						each[i] = combined
 					}
+					return each
 				}}
 			},
 			[]string{"take_all/each"},

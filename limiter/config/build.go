@@ -13,6 +13,7 @@ import (
 	"github.com/limitkit/limitkit/fallback"
 	"github.com/limitkit/limitkit/internal/option"
 	"github.com/limitkit/limitkit/limiter"
+	"github.com/limitkit/limitkit/limiter/storestack"
 )
 
 // client returns the Redis client library b names, GoRedis by default.
@@ -164,36 +165,37 @@ type stack struct {
 	close     func() error
 }
 
-// open makes the store of a validated backend. The stack is
-// fallback(denycache(store)): the deny cache remembers only the store's
-// own denials (a fallback's local or fail-closed denial during an outage
-// is no fact about the key), and the fallback guards every call that
-// reaches Redis.
+// open makes the store of a validated backend, stacked by storestack in
+// the documented order, fallback(denycache(store)): the deny cache
+// remembers only the store's own denials (a fallback's local or
+// fail-closed denial during an outage is no fact about the key), and the
+// fallback guards every call that reaches Redis.
 func (b *Backend) open(ctx context.Context, fbOpts []fallback.Option) (*stack, error) {
 	op, err := storeurl.Open(ctx, b.URL, b.urlOptions()...)
 	if err != nil {
 		return nil, &Error{Field: "backend.url", Err: urlError(err)}
 	}
-	st := &stack{store: op.Store, close: op.Close}
+	var layers []storestack.Option
 	if d := b.DenyCache; d != nil {
-		cache, err := denycache.New(op.Store, op.Bus, d.options()...)
-		if err != nil {
-			_ = op.Close()
-			return nil, &Error{Field: "backend.deny_cache", Err: err}
-		}
-		st.store, st.denyCache = cache, cache
-		st.close = func() error { return errors.Join(cache.Close(), op.Close()) }
+		layers = append(layers, storestack.WithDenyCache(op.Bus, d.options()...))
 	}
-	if b.Fallback == nil {
-		return st, nil
+	if b.Fallback != nil {
+		layers = append(layers, storestack.WithFallback(slices.Concat(b.Fallback.options(), fbOpts)...))
 	}
-	fb, err := fallback.New(st.store, slices.Concat(b.Fallback.options(), fbOpts)...)
+	built, err := storestack.New(op.Store, layers...)
 	if err != nil {
-		_ = st.close()
-		return nil, &Error{Field: "backend.fallback", Err: err}
+		_ = op.Close()
+		field := "backend.fallback"
+		if se, ok := errors.AsType[*storestack.Error](err); ok {
+			if se.Layer == storestack.LayerDenyCache {
+				field = "backend.deny_cache"
+			}
+			err = se.Err
+		}
+		return nil, &Error{Field: field, Err: err}
 	}
-	st.store, st.fallback = fb, fb
-	return st, nil
+	return &stack{store: built.Store, fallback: built.Fallback, denyCache: built.DenyCache,
+		close: func() error { return errors.Join(built.Close(), op.Close()) }}, nil
 }
 
 func (d *DenyCache) options() []denycache.Option {

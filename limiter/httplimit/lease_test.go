@@ -329,7 +329,7 @@ func TestLeaseReleasedOnDisconnect(t *testing.T) {
 		assert.Equal(t, http.StatusOK, run(t, store, false), "the slot came back at once")
 		if redis {
 			require.NoError(t, store.Reset(t.Context(), backend.Key{Prefix: "cc:", ID: "127.0.0.1"},
-				algorithms.Rule{Algorithm: algorithms.Concurrency, Limit: 1, Window: time.Minute}))
+				algorithms.Rule{Algorithm: algorithms.Concurrency, Limit: 1, Window: time.Minute}, time.Now()))
 			assert.Equal(t, http.StatusTooManyRequests, run(t, store, true), "control: released in the cancelled context")
 		}
 	})

@@ -353,12 +353,12 @@ func (s *store) Peek(ctx context.Context, req backend.Request) (backend.Result, 
 }
 
 // Reset forwards to the wrapped store and reports the call.
-func (s *store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule) error {
+func (s *store) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule, now time.Time) error {
 	if s.obs.OnDecision == nil {
-		return s.Store.Reset(ctx, key, rule)
+		return s.Store.Reset(ctx, key, rule, now)
 	}
 	start := time.Now()
-	err := s.Store.Reset(ctx, key, rule)
+	err := s.Store.Reset(ctx, key, rule, now)
 	s.report(ctx, Reset, key.Prefix, 0, start, backend.Result{}, err, false)
 	return err
 }

@@ -142,9 +142,11 @@ func TestWrapObservesEveryMethod(t *testing.T) {
 		return backend.Request{Key: backend.Key{Prefix: prefix, ID: "id"}, Rule: rule, Now: start, Cost: 1}
 	}
 	calls := map[string]func(s backend.Store) error{
-		"Take":  func(s backend.Store) error { _, err := s.Take(ctx, req("a:")); return err },
-		"Peek":  func(s backend.Store) error { _, err := s.Peek(ctx, req("a:")); return err },
-		"Reset": func(s backend.Store) error { return s.Reset(ctx, backend.Key{Prefix: "a:", ID: "id"}, rule) },
+		"Take": func(s backend.Store) error { _, err := s.Take(ctx, req("a:")); return err },
+		"Peek": func(s backend.Store) error { _, err := s.Peek(ctx, req("a:")); return err },
+		"Reset": func(s backend.Store) error {
+			return s.Reset(ctx, backend.Key{Prefix: "a:", ID: "id"}, rule, time.Now())
+		},
 		"TakeAll": func(s backend.Store) error {
 			_, err := s.TakeAll(ctx, []backend.Request{req("a:"), req("b:")})
 			return err

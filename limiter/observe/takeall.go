@@ -16,6 +16,24 @@ func (s *store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 	}
 	start := time.Now()
 	res, err := s.Store.TakeAll(ctx, reqs)
+	s.reportAll(ctx, reqs, res, err, start)
+	return res, err
+}
+
+// TakeEach implements backend.EachTaker: TakeAll, with the store's
+// results for every request, reported as TakeAll is.
+func (s *store) TakeEach(ctx context.Context, reqs []backend.Request) (backend.Result, []backend.Result, error) {
+	if s.obs.OnDecision == nil {
+		return backend.TakeEach(ctx, s.Store, reqs)
+	}
+	start := time.Now()
+	res, each, err := backend.TakeEach(ctx, s.Store, reqs)
+	s.reportAll(ctx, reqs, res, err, start)
+	return res, each, err
+}
+
+// reportAll reports the Decision of a TakeAll of reqs started at start.
+func (s *store) reportAll(ctx context.Context, reqs []backend.Request, res backend.Result, err error, start time.Time) {
 	policy := ""
 	if i := res.Rule; err == nil && i >= 0 && i < len(reqs) {
 		policy = reqs[i].Key.Prefix
@@ -42,5 +60,4 @@ func (s *store) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Re
 		Latency:     time.Since(start),
 		Err:         err,
 	})
-	return res, err
 }

@@ -69,6 +69,7 @@ type pendingTake struct {
 	ctx  context.Context
 	done chan struct{} // signalled when res and err are set, or lead is
 	res  backend.Result
+	each []backend.Result // a TakeAll's results, one per request; nil: not told
 	err  error
 	// lead, when set, is the batch this call must send (itself included).
 	lead []*pendingTake
@@ -100,12 +101,13 @@ func (b *batcher) take(ctx context.Context, req *backend.Request, key string) (b
 	}
 	c := pendingPool.Get().(*pendingTake)
 	c.req, c.key, c.ctx = *req, key, ctx
-	return b.submit(ctx, c)
+	res, _, err := b.submit(ctx, c)
+	return res, err
 }
 
 // takeAll decides reqs (keys: their Redis keys) all or nothing, in a batch
 // of TakeAll calls, as take does a Take.
-func (b *batcher) takeAll(ctx context.Context, reqs []backend.Request, keys []string) (backend.Result, error) {
+func (b *batcher) takeAll(ctx context.Context, reqs []backend.Request, keys []string) (backend.Result, []backend.Result, error) {
 	c := pendingPool.Get().(*pendingTake)
 	// Copies: a caller whose context ends may reuse its slice while the
 	// batch is in flight.
@@ -114,7 +116,7 @@ func (b *batcher) takeAll(ctx context.Context, reqs []backend.Request, keys []st
 }
 
 // submit sends c at once with whatever is queued, or queues it.
-func (b *batcher) submit(ctx context.Context, c *pendingTake) (backend.Result, error) {
+func (b *batcher) submit(ctx context.Context, c *pendingTake) (backend.Result, []backend.Result, error) {
 	b.mu.Lock()
 	if b.inFlight < b.maxInFlight {
 		b.inFlight++
@@ -140,7 +142,7 @@ func (b *batcher) submit(ctx context.Context, c *pendingTake) (backend.Result, e
 // wait waits for c's decision, or for ctx to end. When c is woken to send a
 // batch, it sends it, and waits for the reply, unless its deadline is near;
 // then a goroutine sends it and c waits on its own context.
-func (b *batcher) wait(ctx context.Context, c *pendingTake) (backend.Result, error) {
+func (b *batcher) wait(ctx context.Context, c *pendingTake) (backend.Result, []backend.Result, error) {
 	for {
 		select {
 		case <-c.done:
@@ -172,7 +174,7 @@ func (b *batcher) wait(ctx context.Context, c *pendingTake) (backend.Result, err
 			}
 			// A Take in flight still gets its reply written: it is left to
 			// the garbage collector rather than reused.
-			return backend.Result{}, fmt.Errorf("%s: %w", b.r.name, ctx.Err())
+			return backend.Result{}, nil, fmt.Errorf("%s: %w", b.r.name, ctx.Err())
 		}
 	}
 }
@@ -231,13 +233,13 @@ func sender(batch []*pendingTake) *pendingTake {
 }
 
 // finish returns c's decision and recycles c.
-func (b *batcher) finish(c *pendingTake) (backend.Result, error) {
-	res, err := c.res, c.err
+func (b *batcher) finish(c *pendingTake) (backend.Result, []backend.Result, error) {
+	res, each, err := c.res, c.each, c.err
 	clear(c.reqs)
 	clear(c.keys)
 	*c = pendingTake{done: c.done, reqs: c.reqs[:0], keys: c.keys[:0]}
 	pendingPool.Put(c)
-	return res, err
+	return res, each, err
 }
 
 // next returns the next batch: first (when not nil), then queued calls
@@ -361,7 +363,7 @@ func (b *batcher) hand(batch []*pendingTake, cmd Command, vals []int64, errs []e
 			}
 		}
 		if e == nil {
-			c.res, c.err = b.decode(c, vals[first:first+n], cmd)
+			c.res, c.each, c.err = b.decode(c, vals[first:first+n], cmd)
 		} else {
 			c.res, c.err = backend.Result{}, fmt.Errorf("%s: %s batch %s: %w", b.r.name, cmd, c.what(), e)
 		}
@@ -378,7 +380,7 @@ func (b *batcher) sendAlone(ctx context.Context, c *pendingTake) {
 	case kindPeek:
 		c.res, _, c.err = b.r.single(ctx, &c.req, rediswire.ModePeek, b.r.now(&c.req), 0)
 	default:
-		c.res, c.err = b.r.takeAllAlone(ctx, c.reqs, c.keys)
+		c.res, c.each, c.err = b.r.takeAllAlone(ctx, c.reqs, c.keys)
 	}
 }
 
@@ -426,36 +428,37 @@ func (c *pendingTake) what() string {
 }
 
 // decode converts c's part of a batch's reply.
-func (b *batcher) decode(c *pendingTake, vals []int64, cmd Command) (backend.Result, error) {
+func (b *batcher) decode(c *pendingTake, vals []int64, cmd Command) (backend.Result, []backend.Result, error) {
 	if len(c.reqs) > 0 {
-		return b.r.decodeMulti(c.ctx, c.reqs, vals, cmd)
+		return b.r.decodeMulti(c.reqs, vals, cmd)
 	}
 	out, err := rediswire.Decode(c.req.Rule, vals)
 	if err != nil {
-		return backend.Result{}, fmt.Errorf("%s: %s batch %s: %w", b.r.name, cmd, c.req.Rule.Algorithm, err)
+		return backend.Result{}, nil, fmt.Errorf("%s: %s batch %s: %w", b.r.name, cmd, c.req.Rule.Algorithm, err)
 	}
-	return backend.ResultOf(c.req.Rule, out), nil
+	return backend.ResultOf(c.req.Rule, out), nil, nil
 }
 
 // decodeMulti checks and combines the multi script's reply for reqs (as
 // takeTogether does, without replica acknowledgement: batches go without
 // it).
-func (r *Runner) decodeMulti(ctx context.Context, reqs []backend.Request, reply []int64, cmd Command) (backend.Result, error) {
+func (r *Runner) decodeMulti(reqs []backend.Request, reply []int64, cmd Command) (backend.Result, []backend.Result, error) {
 	if want := 1 + rediswire.ReplyLen*len(reqs); len(reply) != want || reply[0] < 0 || reply[0] > 1 {
-		return backend.Result{}, fmt.Errorf("%s: %s multi: %w: %d integers, want %d", r.name, cmd, rediswire.ErrBadReply, len(reply), want)
+		return backend.Result{}, nil, fmt.Errorf("%s: %s multi: %w: %d integers, want %d", r.name, cmd, rediswire.ErrBadReply, len(reply), want)
 	}
 	results := make([]backend.Result, len(reqs))
 	for i := range reqs {
 		out, err := rediswire.Decode(reqs[i].Rule, reply[1+rediswire.ReplyLen*i:1+rediswire.ReplyLen*(i+1)])
 		if err != nil {
-			return backend.Result{}, fmt.Errorf("%s: %s multi: request %d: %w", r.name, cmd, i, err)
+			return backend.Result{}, nil, fmt.Errorf("%s: %s multi: request %d: %w", r.name, cmd, i, err)
 		}
 		if reply[0] == 1 && !out.Allowed {
-			return backend.Result{}, fmt.Errorf("%s: %s multi: %w: request %d denied in an admitted reply", r.name, cmd, rediswire.ErrBadReply, i)
+			return backend.Result{}, nil, fmt.Errorf("%s: %s multi: %w: request %d denied in an admitted reply", r.name, cmd, rediswire.ErrBadReply, i)
 		}
 		results[i] = backend.ResultOf(reqs[i].Rule, out)
 	}
-	return backend.CombineEach(ctx, results), nil
+	res, each := backend.CombineEach(results)
+	return res, each, nil
 }
 
 // scratch holds the slices one batch call is built in, reused across

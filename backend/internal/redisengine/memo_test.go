@@ -56,12 +56,10 @@ func takeAllGets(t *testing.T, srv *redistest.Server) (admitted, denied []int) {
 		for _, want := range []bool{true, false} {
 			_, err := srv.Do("CONFIG", "RESETSTAT")
 			require.NoError(t, err)
-			var sink backend.EachResults
-			res, err := s.TakeAll(backend.WithEachResults(t.Context(), &sink), reqs)
+			res, each, err := s.TakeEach(t.Context(), reqs)
 			require.NoError(t, err)
 			require.Equal(t, want, res.Allowed, "batch %d", batch)
-			require.True(t, sink.Filled)
-			require.Len(t, sink.Results, len(reqs))
+			require.Len(t, each, len(reqs))
 			calls := commandCalls(t, srv)
 			if want {
 				admitted = append(admitted, calls["get"])

@@ -100,7 +100,7 @@ func (r *Runner) nativeAll(reqs []backend.Request) bool {
 // takeNative decides reqs (checked, all fixed windows) on the native path:
 // all or nothing when all (a TakeAll), else the one Take in reqs. It is
 // batched with concurrent calls where batching applies.
-func (r *Runner) takeNative(ctx context.Context, reqs []backend.Request, all bool) (backend.Result, error) {
+func (r *Runner) takeNative(ctx context.Context, reqs []backend.Request, all bool) (backend.Result, []backend.Result, error) {
 	c := pendingPool.Get().(*pendingTake)
 	c.reqs, c.all, c.ctx = append(c.reqs[:0], reqs...), all, ctx
 	for i := range c.reqs {
@@ -112,12 +112,12 @@ func (r *Runner) takeNative(ctx context.Context, reqs []backend.Request, all boo
 	}
 	r.runNative(ctx, []*pendingTake{c})
 	<-c.done
-	res, err := c.res, c.err
+	res, each, err := c.res, c.each, c.err
 	clear(c.reqs)
 	clear(c.keys)
 	*c = pendingTake{done: c.done, reqs: c.reqs[:0], keys: c.keys[:0]}
 	pendingPool.Put(c)
-	return res, err
+	return res, each, err
 }
 
 // runNative sends the native calls of batch in one pipeline, then the
@@ -168,7 +168,8 @@ func (r *Runner) runNative(ctx context.Context, batch []*pendingTake) {
 			c.res, c.err = backend.Result{}, callErr
 			continue
 		}
-		c.res, c.err = nativeResult(c, counts[first:at], admitted), nil
+		c.res, c.each = nativeResult(c, counts[first:at], admitted)
+		c.err = nil
 	}
 	r.refundNative(ctx, &refunds)
 	for _, c := range batch {
@@ -288,7 +289,7 @@ var waitRefunds atomic.Bool
 // nativeResult is c's decision from its counts after the increments:
 // admitted, or refused with each request's result as a Peek of its cost
 // before the increments would give it.
-func nativeResult(c *pendingTake, counts []int64, admitted bool) backend.Result {
+func nativeResult(c *pendingTake, counts []int64, admitted bool) (backend.Result, []backend.Result) {
 	var one [1]backend.Result
 	results := one[:]
 	if len(c.reqs) > 1 {
@@ -298,9 +299,9 @@ func nativeResult(c *pendingTake, counts []int64, admitted bool) backend.Result 
 		results[i] = backend.ResultOf(c.reqs[i].Rule, nativeOutcome(&c.reqs[i], counts[i], admitted))
 	}
 	if !c.all {
-		return results[0]
+		return results[0], nil
 	}
-	return backend.CombineEach(c.ctx, results)
+	return backend.CombineEach(results)
 }
 
 // nativeOutcome is the outcome of req, whose window's count after its

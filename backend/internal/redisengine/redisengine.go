@@ -253,7 +253,8 @@ func (r *Runner) Take(ctx context.Context, req backend.Request) (backend.Result,
 // see nativeTake).
 func (r *Runner) takeOne(ctx context.Context, req *backend.Request) (backend.Result, error) {
 	if nativeTake(r, req) {
-		return r.takeNative(ctx, []backend.Request{*req}, false)
+		res, _, err := r.takeNative(ctx, []backend.Request{*req}, false)
+		return res, err
 	}
 	if !req.Rule.HoldsLeases() {
 		if b, key := r.batcherOf(kindTake, req); b != nil {
@@ -316,7 +317,7 @@ func (r *Runner) Peek(ctx context.Context, req backend.Request) (backend.Result,
 }
 
 // Reset implements backend.Store.Reset: it deletes the key.
-func (r *Runner) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule) error {
+func (r *Runner) Reset(ctx context.Context, key backend.Key, rule algorithms.Rule, now time.Time) error {
 	if err := key.Validate(); err != nil {
 		return err
 	}
@@ -325,7 +326,7 @@ func (r *Runner) Reset(ctx context.Context, key backend.Key, rule algorithms.Rul
 	}
 	keys := []string{rediswire.Key(key, rule)}
 	if rule.PerWindow() {
-		at, err := r.resetTime(ctx, keys[0])
+		at, err := r.resetTime(ctx, keys[0], now)
 		if err != nil {
 			return err
 		}
@@ -368,7 +369,7 @@ func (r *Runner) resetWindows(ctx context.Context, keys []string) error {
 
 // fixedWindowKeys returns the keys of a fixed window's counts (its key
 // then ':' and a window's start) that Reset deletes: the windows before,
-// at and after the time of the reset (backend.ResetTime), where the
+// at and after the time of the reset, where the
 // requests of a fleet whose clocks differ by less than a window count.
 // (The key the script used before the counts had a key per window, key
 // itself, is deleted too.)
@@ -394,12 +395,12 @@ var serverTimeScript = newScript(`local t = redis.call('TIME')
 return {tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}`)
 
 // resetTime is the time (ms) around which Reset deletes a fixed window's
-// keys: the reset's time (backend.ResetTime), or under server time the
+// keys: the reset's time (now, the caller's), or under server time the
 // server's, which is the time its decisions count at (issue 43: a local
 // clock 150 s off deleted none of them).
-func (r *Runner) resetTime(ctx context.Context, key string) (int64, error) {
+func (r *Runner) resetTime(ctx context.Context, key string, now time.Time) (int64, error) {
 	if !r.opts.ServerTime {
-		return backend.ResetTime(ctx).UnixMilli(), nil
+		return now.UnixMilli(), nil
 	}
 	s := serverTimeScript
 	reply, _, _, err := r.eval(ctx, &s, []string{key}, nil, false, false)

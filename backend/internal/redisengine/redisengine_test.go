@@ -198,8 +198,8 @@ func TestInvalidInput(t *testing.T) {
 	req.Rule.Algorithm = "leaky"
 	_, err = r.Peek(t.Context(), req)
 	require.ErrorIs(t, err, algorithms.ErrInvalidRule)
-	require.ErrorIs(t, r.Reset(t.Context(), backend.Key{ID: "x"}, algorithms.Rule{Algorithm: "leaky"}), algorithms.ErrInvalidRule)
-	require.ErrorIs(t, r.Reset(t.Context(), backend.Key{}, rule), algorithms.ErrInvalidRequest)
+	require.ErrorIs(t, r.Reset(t.Context(), backend.Key{ID: "x"}, algorithms.Rule{Algorithm: "leaky"}, time.Now()), algorithms.ErrInvalidRule)
+	require.ErrorIs(t, r.Reset(t.Context(), backend.Key{}, rule, time.Now()), algorithms.ErrInvalidRequest)
 	require.Empty(t, f.calls)
 	require.Empty(t, f.dels)
 	_, err = New(nil, "test", Options{})
@@ -219,7 +219,7 @@ func TestServerTimeSendsNoTime(t *testing.T) {
 func TestResetDeletesTheKey(t *testing.T) {
 	f := &fakeConn{}
 	r := newRunner(t, f, false)
-	require.NoError(t, r.Reset(t.Context(), backend.Key{Prefix: "p:", ID: "u1"}, algorithms.Rule{Algorithm: algorithms.FixedWindow}))
+	require.NoError(t, r.Reset(t.Context(), backend.Key{Prefix: "p:", ID: "u1"}, algorithms.Rule{Algorithm: algorithms.FixedWindow}, time.Now()))
 	require.Equal(t, []string{"p:{u1}:fw"}, f.dels)
 }
 

@@ -76,7 +76,6 @@ func (r *Runner) refuse(ctx context.Context, reqs []backend.Request, ats []int64
 	res.Remaining = 0
 	res.RetryAfter = r.opts.Ack.Timeout
 	res.Lease = 0
-	backend.ForgetEach(ctx) // the admissions described there were rolled back
 	return res, nil
 }
 

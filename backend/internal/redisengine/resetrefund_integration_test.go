@@ -57,7 +57,7 @@ func TestResetDuringNativeRefunds(t *testing.T) {
 		}
 		wg.Wait()
 		restore()
-		require.NoError(t, s.Reset(backend.WithResetTime(t.Context(), now), req.Key, rule))
+		require.NoError(t, s.Reset(t.Context(), req.Key, rule, now))
 		admitted := 0
 		for range before {
 			res, err := s.Take(t.Context(), req)

@@ -14,7 +14,13 @@ import (
 	"github.com/limitkit/limitkit/internal/rediswire"
 )
 
-// TakeAll implements backend.Store.TakeAll. When the keys can go in one
+// TakeAll implements backend.Store.TakeAll: TakeEach without each.
+func (r *Runner) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
+	res, _, err := r.TakeEach(ctx, reqs)
+	return res, err
+}
+
+// TakeEach implements backend.EachTaker.TakeEach. When the keys can go in one
 // script (any single-master Redis; a cluster when they share a hash slot,
 // same id, as a limiter's guard does, or with batching on when the slot
 // map puts them on one master) the requests are decided atomically by one
@@ -30,17 +36,18 @@ import (
 // became unreachable) leaves its units taken until they expire, and is
 // counted by FailedRefunds. This path costs
 // two round trips per request; put the rule most likely to deny first.
-func (r *Runner) TakeAll(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
+func (r *Runner) TakeEach(ctx context.Context, reqs []backend.Request) (backend.Result, []backend.Result, error) {
 	if err := backend.ValidateAll(reqs); err != nil {
-		return backend.Result{}, err
+		return backend.Result{}, nil, err
 	}
 	for i := range reqs {
 		if err := r.check(&reqs[i]); err != nil {
-			return backend.Result{}, err
+			return backend.Result{}, nil, err
 		}
 	}
 	if len(reqs) == 1 {
-		return r.takeOne(ctx, &reqs[0])
+		res, err := r.takeOne(ctx, &reqs[0])
+		return res, nil, err
 	}
 	if r.nativeAll(reqs) {
 		return r.takeNative(ctx, reqs, true)
@@ -68,7 +75,7 @@ func holdsLease(reqs []backend.Request) bool {
 }
 
 // takeAllAlone decides a TakeAll with its own script call(s).
-func (r *Runner) takeAllAlone(ctx context.Context, reqs []backend.Request, keys []string) (backend.Result, error) {
+func (r *Runner) takeAllAlone(ctx context.Context, reqs []backend.Request, keys []string) (backend.Result, []backend.Result, error) {
 	if !r.conn.Cluster() || rediswire.SameSlot(keys) {
 		return r.takeTogether(ctx, reqs, keys)
 	}
@@ -76,7 +83,7 @@ func (r *Runner) takeAllAlone(ctx context.Context, reqs []backend.Request, keys 
 }
 
 // takeTogether decides reqs with the multi script.
-func (r *Runner) takeTogether(ctx context.Context, reqs []backend.Request, keys []string) (backend.Result, error) {
+func (r *Runner) takeTogether(ctx context.Context, reqs []backend.Request, keys []string) (backend.Result, []backend.Result, error) {
 	args := make([]string, 1, 1+4*len(reqs))
 	args[0] = strconv.FormatInt(r.now(&reqs[0]), 10)
 	for i := range reqs {
@@ -84,10 +91,10 @@ func (r *Runner) takeTogether(ctx context.Context, reqs []backend.Request, keys 
 	}
 	reply, acked, cmd, err := r.eval(ctx, &r.multi, keys, args, true, true)
 	if err != nil {
-		return backend.Result{}, fmt.Errorf("%s: %s multi: %w", r.name, cmd, err)
+		return backend.Result{}, nil, fmt.Errorf("%s: %s multi: %w", r.name, cmd, err)
 	}
 	if want := 1 + rediswire.ReplyLen*len(reqs); len(reply) != want || reply[0] < 0 || reply[0] > 1 {
-		return backend.Result{}, fmt.Errorf("%s: %s multi: %w: %d integers, want %d", r.name, cmd, rediswire.ErrBadReply, len(reply), want)
+		return backend.Result{}, nil, fmt.Errorf("%s: %s multi: %w: %d integers, want %d", r.name, cmd, rediswire.ErrBadReply, len(reply), want)
 	}
 	results := make([]backend.Result, len(reqs))
 	ats := make([]int64, len(reqs))
@@ -95,10 +102,10 @@ func (r *Runner) takeTogether(ctx context.Context, reqs []backend.Request, keys 
 		vals := reply[1+rediswire.ReplyLen*i : 1+rediswire.ReplyLen*(i+1)]
 		out, err := rediswire.Decode(reqs[i].Rule, vals)
 		if err != nil {
-			return backend.Result{}, fmt.Errorf("%s: %s multi: request %d: %w", r.name, cmd, i, err)
+			return backend.Result{}, nil, fmt.Errorf("%s: %s multi: request %d: %w", r.name, cmd, i, err)
 		}
 		if reply[0] == 1 && !out.Allowed {
-			return backend.Result{}, fmt.Errorf("%s: %s multi: %w: request %d denied in an admitted reply", r.name, cmd, rediswire.ErrBadReply, i)
+			return backend.Result{}, nil, fmt.Errorf("%s: %s multi: %w: request %d denied in an admitted reply", r.name, cmd, rediswire.ErrBadReply, i)
 		}
 		results[i] = backend.ResultOf(reqs[i].Rule, out)
 		ats[i] = vals[rediswire.ReplyAt]
@@ -106,21 +113,29 @@ func (r *Runner) takeTogether(ctx context.Context, reqs []backend.Request, keys 
 			results[i].Lease = ats[i]
 		}
 	}
-	res := backend.CombineEach(ctx, results)
+	res, each := backend.CombineEach(results)
 	if res.Allowed && acked < int64(r.opts.Ack.Replicas) {
 		res.Unconfirmed = true
 		if r.opts.Ack.OnShort == backend.DenyUnconfirmed {
-			return r.refuse(ctx, reqs, ats, res)
+			// The admissions each describes are rolled back.
+			res, err := r.refuse(ctx, reqs, ats, res)
+			return res, nil, err
 		}
 	}
-	return res, nil
+	return res, each, nil
+}
+
+// combined is a TakeEach's answer of results.
+func combined(results []backend.Result) (backend.Result, []backend.Result, error) {
+	res, each := backend.CombineEach(results)
+	return res, each, nil
 }
 
 // takeInOrder checks every request first (read-only) and returns the
 // denial when one would be denied; otherwise it takes them one by one, and
 // when one is denied after all (another caller got there first), it refunds
 // the ones before it and peeks the ones after it.
-func (r *Runner) takeInOrder(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
+func (r *Runner) takeInOrder(ctx context.Context, reqs []backend.Request) (backend.Result, []backend.Result, error) {
 	if slices.ContainsFunc(reqs, func(q backend.Request) bool { return q.Charge }) {
 		return r.chargesFirst(ctx, reqs)
 	}
@@ -129,12 +144,12 @@ func (r *Runner) takeInOrder(ctx context.Context, reqs []backend.Request) (backe
 	for i := range reqs {
 		var err error
 		if results[i], _, err = r.single(ctx, &reqs[i], rediswire.ModePeek, r.now(&reqs[i]), 0); err != nil {
-			return backend.Result{}, err
+			return backend.Result{}, nil, err
 		}
 		all = all && results[i].Allowed
 	}
 	if !all {
-		return backend.CombineEach(ctx, results), nil
+		return combined(results)
 	}
 	ats := make([]int64, len(reqs))
 	for i := range reqs {
@@ -154,25 +169,25 @@ func (r *Runner) takeInOrder(ctx context.Context, reqs []backend.Request) (backe
 			}
 		}
 		if err := errors.Join(errs...); err != nil {
-			return backend.Result{}, err
+			return backend.Result{}, nil, err
 		}
 		results[i] = res
 		for j := i + 1; j < len(reqs); j++ {
 			var err error
 			if results[j], _, err = r.single(ctx, &reqs[j], rediswire.ModePeek, r.now(&reqs[j]), 0); err != nil {
-				return backend.Result{}, err
+				return backend.Result{}, nil, err
 			}
 		}
-		return backend.CombineEach(ctx, results), nil
+		return combined(results)
 	}
-	return backend.CombineEach(ctx, results), nil
+	return combined(results)
 }
 
 // chargesFirst is takeInOrder for requests some of which are charges
 // (backend.Request.Charge): the charges are recorded first, one by one
 // (never refused, never given back), then the others are decided all or
 // nothing among themselves.
-func (r *Runner) chargesFirst(ctx context.Context, reqs []backend.Request) (backend.Result, error) {
+func (r *Runner) chargesFirst(ctx context.Context, reqs []backend.Request) (backend.Result, []backend.Result, error) {
 	results := make([]backend.Result, len(reqs))
 	var rest []backend.Request
 	var of []int
@@ -183,22 +198,21 @@ func (r *Runner) chargesFirst(ctx context.Context, reqs []backend.Request) (back
 		}
 		res, _, err := r.take(ctx, &reqs[i])
 		if err != nil {
-			return backend.Result{}, err
+			return backend.Result{}, nil, err
 		}
 		results[i] = res
 	}
 	if len(rest) > 0 {
-		var each backend.EachResults
-		res, err := r.takeInOrder(backend.WithEachResults(ctx, &each), rest)
+		res, each, err := r.takeInOrder(ctx, rest)
 		if err != nil {
-			return backend.Result{}, err
+			return backend.Result{}, nil, err
 		}
-		if !each.Filled {
-			each.Results = []backend.Result{res}
+		if each == nil {
+			each = []backend.Result{res}
 		}
 		for j, i := range of {
-			results[i] = each.Results[j]
+			results[i] = each[j]
 		}
 	}
-	return backend.CombineEach(ctx, results), nil
+	return combined(results)
 }

@@ -184,15 +184,15 @@ func (r *blipRun) steps(ctx context.Context, n int) error {
 			j := (i + 1 + r.rng.IntN(len(r.keys)-1)) % len(r.keys)
 			req2 := req
 			req2.Key = r.key(j)
-			var each backend.EachResults
-			res, err = r.fb.TakeAll(backend.WithEachResults(ctx, &each), []backend.Request{req, req2})
+			var each []backend.Result
+			res, each, err = r.fb.TakeEach(ctx, []backend.Request{req, req2})
 			if err != nil {
 				return fmt.Errorf("step %d: TakeAll: %w", step, err)
 			}
 			for x, idx := range []int{i, j} {
 				switch {
-				case !res.Degraded && each.Filled:
-					r.answered(idx, each.Results[x])
+				case !res.Degraded && each != nil:
+					r.answered(idx, each[x])
 				case res.Degraded:
 					if err := r.degraded(idx, res, cost, false); err != nil {
 						return fmt.Errorf("step %d (TakeAll): %w", step, err)

@@ -197,7 +197,7 @@ func (r *run) rateStep() error {
 		// windows behind after a clock jump, and the reset would delete
 		// other windows than the one the next request counts in).
 		reset := func() error {
-			return r.store.Reset(backend.WithResetTime(r.ctx, time.UnixMilli(r.newest)), r.keys[k], rule)
+			return r.store.Reset(r.ctx, r.keys[k], rule, time.UnixMilli(r.newest))
 		}
 		if l := r.lims[p]; l != nil {
 			reset = func() error {

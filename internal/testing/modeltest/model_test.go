@@ -243,7 +243,7 @@ func (f *forgettingLog) Peek(_ context.Context, req backend.Request) (backend.Re
 	return l.Decide(req.Now.UnixMilli(), req.Rule.Window.Milliseconds(), req.Rule.Limit, req.Cost, false), nil
 }
 
-func (f *forgettingLog) Reset(_ context.Context, k backend.Key, _ algorithms.Rule) error {
+func (f *forgettingLog) Reset(_ context.Context, k backend.Key, _ algorithms.Rule, _ time.Time) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.keys, k)

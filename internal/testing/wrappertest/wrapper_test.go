@@ -20,6 +20,7 @@ import (
 	"github.com/limitkit/limitkit/fallback"
 	"github.com/limitkit/limitkit/internal/testing/redistest"
 	"github.com/limitkit/limitkit/limiter/observe"
+	"github.com/limitkit/limitkit/limiter/storestack"
 )
 
 // topology is a store under test and the bus its deny cache listens on.
@@ -74,36 +75,35 @@ type stack struct {
 	guard *fallback.Store
 }
 
-// stacks are the documented stacks (docs/stores.md, "Stacking wrappers"):
-// the deny cache inside fallback, the observer outermost.
+// stacks are the documented stacks (docs/stores.md, "Stacking wrappers"),
+// as storestack.New builds them for limiter/config and limitkit-rls: the
+// deny cache inside fallback, the observer outermost.
 func stacks(t *testing.T, top topology) []stack {
-	cache := func(s backend.Store) backend.Store {
-		d, err := denycache.New(s, top.bus)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = d.Close() })
+	ready := func(d *denycache.Store) {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
 		require.NoError(t, d.Ready(ctx))
-		return d
 	}
-	guard := func(s backend.Store) *fallback.Store {
-		// A long deadline: a degraded answer would fail the conformance
-		// suite, and it must not come from a loaded machine.
-		f, err := fallback.New(s, fallback.WithTimeout(10*time.Second))
-		require.NoError(t, err)
-		return f
+	build := func(name string, opts ...storestack.Option) stack {
+		st, err := storestack.New(top.store, opts...)
+		require.NoError(t, err, name)
+		t.Cleanup(func() { _ = st.Close() })
+		if st.DenyCache != nil {
+			ready(st.DenyCache)
+		}
+		return stack{name: name, store: st.Store, guard: st.Fallback}
 	}
-	observed := func(s backend.Store) backend.Store {
-		return observe.Wrap(s, observe.Observer{OnDecision: func(context.Context, observe.Decision) {}})
-	}
-	fb := guard(top.store)
-	fbc := guard(cache(top.store))
-	full := guard(cache(top.store))
+	cache := storestack.WithDenyCache(top.bus)
+	// A long deadline: a degraded answer would fail the conformance
+	// suite, and it must not come from a loaded machine.
+	guard := storestack.WithFallback(fallback.WithTimeout(10 * time.Second))
+	observed := storestack.WithObserver(observe.Observer{OnDecision: func(context.Context, observe.Decision) {}})
 	return []stack{
-		{name: "denycache", store: cache(top.store)},
-		{name: "fallback", store: fb, guard: fb},
-		{name: "fallback(denycache)", store: fbc, guard: fbc},
-		{name: "observe(fallback(denycache))", store: observed(full), guard: full},
+		build("denycache", cache),
+		build("fallback", guard),
+		build("fallback(denycache)", cache, guard),
+		// The options in another order: the stack's order is New's.
+		build("observe(fallback(denycache))", observed, guard, cache),
 	}
 }
 
@@ -141,6 +141,8 @@ func TestStacksKeepCapabilities(t *testing.T) {
 							require.True(t, got[name], "%s lost %s", st.name, name)
 						}
 					}
+					_, each := st.store.(backend.EachTaker)
+					require.True(t, each, "%s is no backend.EachTaker: a TakeAll's each would be lost", st.name)
 					leases(t, st.store)
 					if top.cluster && st.guard != nil {
 						nodeBreakers(t, st)

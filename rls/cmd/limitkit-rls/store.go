@@ -29,6 +29,7 @@ import (
 	"github.com/limitkit/limitkit/backend/rueidisstore"
 	"github.com/limitkit/limitkit/backend/storeurl"
 	"github.com/limitkit/limitkit/fallback"
+	"github.com/limitkit/limitkit/limiter/storestack"
 	"github.com/limitkit/limitkit/rls/internal/envsettings"
 )
 
@@ -95,9 +96,11 @@ type redisClient struct {
 }
 
 // openStore opens the store the settings name: memory, the reference's
-// REDIS_* variables, or LIMITKIT_BACKEND_URL; a Redis store is wrapped in
-// fallback (fbOpts add hooks) and, with LOCAL_CACHE_SIZE_IN_BYTES, in the
-// deny cache, whose bus runs on the same client.
+// REDIS_* variables, or LIMITKIT_BACKEND_URL; a Redis store is stacked by
+// storestack in the documented order: fallback (fbOpts add hooks) around,
+// with LOCAL_CACHE_SIZE_IN_BYTES, a deny cache on the store, whose bus runs
+// on the same client. (This used to be denycache(fallback(redis)), the
+// other way round, by no recorded reason.)
 func openStore(ctx context.Context, s *envsettings.Settings, policy backend.FailurePolicy, log *slog.Logger, fbOpts ...fallback.Option) (*openedStore, error) {
 	if s.Memory() {
 		m, err := memorystore.New(memorystore.WithMaxKeys(s.MemoryMaxKeys))
@@ -132,34 +135,39 @@ func openStore(ctx context.Context, s *envsettings.Settings, policy backend.Fail
 		return nil, fmt.Errorf("LIMITKIT_MEMORY_MAX_KEYS: %w", err)
 	}
 	o.memories = map[string]*memorystore.Store{"local": local}
-	fb, err := fallback.New(c.store, append([]fallback.Option{fallback.WithPolicy(policy), fallback.WithTimeout(s.RedisDeadline), fallback.WithLogger(log),
-		fallback.WithName("redis"), fallback.WithLocalStore(local)}, fbOpts...)...)
-	if err != nil {
-		_ = o.Close()
-		return nil, fmt.Errorf("fallback: %w", err)
-	}
-	o.fallback, o.store = fb, fb
-	if s.LocalCacheSizeInBytes > 0 {
-		if c.bus == nil {
-			log.Warn("LOCAL_CACHE_SIZE_IN_BYTES ignored: this store has no invalidation bus")
-			return o, nil
-		}
-		n := s.LocalCacheSizeInBytes / denyEntryBytes
-		if n < minDenyEntries {
-			// The reference's own tests set 1000 bytes; a cache that small
-			// gets the deny cache's least size rather than a refusal.
-			log.Info("LOCAL_CACHE_SIZE_IN_BYTES is below the deny cache's least size; using it", "bytes", s.LocalCacheSizeInBytes, "entries", minDenyEntries)
-			n = minDenyEntries
-		}
-		d, err := denycache.New(fb, c.bus, denycache.WithMaxEntries(n), denycache.WithLogger(log))
-		if err != nil {
-			_ = o.Close()
-			return nil, fmt.Errorf("deny cache: %w", err)
-		}
-		o.deny, o.store = d, d
+	layers := []storestack.Option{storestack.WithFallback(append([]fallback.Option{fallback.WithPolicy(policy), fallback.WithTimeout(s.RedisDeadline), fallback.WithLogger(log),
+		fallback.WithName("redis"), fallback.WithLocalStore(local)}, fbOpts...)...)}
+	if n := denyEntries(s, c, log); n > 0 {
+		layers = append(layers, storestack.WithDenyCache(c.bus, denycache.WithMaxEntries(n), denycache.WithLogger(log)))
 		o.describe += fmt.Sprintf(", deny cache of %d entries", n)
 	}
+	st, err := storestack.New(c.store, layers...)
+	if err != nil {
+		_ = o.Close()
+		return nil, err
+	}
+	o.store, o.fallback, o.deny = st.Store, st.Fallback, st.DenyCache
 	return o, nil
+}
+
+// denyEntries is the deny cache's size LOCAL_CACHE_SIZE_IN_BYTES asks for,
+// 0 for none (unset, or a store without an invalidation bus).
+func denyEntries(s *envsettings.Settings, c *redisClient, log *slog.Logger) int {
+	if s.LocalCacheSizeInBytes <= 0 {
+		return 0
+	}
+	if c.bus == nil {
+		log.Warn("LOCAL_CACHE_SIZE_IN_BYTES ignored: this store has no invalidation bus")
+		return 0
+	}
+	n := s.LocalCacheSizeInBytes / denyEntryBytes
+	if n < minDenyEntries {
+		// The reference's own tests set 1000 bytes; a cache that small
+		// gets the deny cache's least size rather than a refusal.
+		log.Info("LOCAL_CACHE_SIZE_IN_BYTES is below the deny cache's least size; using it", "bytes", s.LocalCacheSizeInBytes, "entries", minDenyEntries)
+		n = minDenyEntries
+	}
+	return n
 }
 
 // openURL opens LIMITKIT_BACKEND_URL through backend/storeurl, which checks
