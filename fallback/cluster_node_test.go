@@ -17,7 +17,7 @@ import (
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/fallback"
 	"github.com/limitkit/limitkit/internal/rediswire"
-	"github.com/limitkit/limitkit/internal/testing/redistest"
+	"github.com/limitkit/limitkit/internal/dev/redistest"
 )
 
 // The load of the dead-master test, as issue 16 sets it.

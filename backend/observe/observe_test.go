@@ -351,6 +351,6 @@ func TestDependsOnNoStore(t *testing.T) {
 	deps := strings.Fields(string(out))
 	require.Contains(t, deps, "github.com/limitkit/limitkit/backend", "the check reads the list")
 	for _, p := range []string{"github.com/limitkit/limitkit/fallback", "github.com/limitkit/limitkit/backend/memorystore", "github.com/sony/gobreaker/v2"} {
-		assert.False(t, slices.Contains(deps, p), "limiter/observe depends on %s", p)
+		assert.False(t, slices.Contains(deps, p), "backend/observe depends on %s", p)
 	}
 }

@@ -13,8 +13,8 @@ import (
 	"github.com/limitkit/limitkit/backend/rueidisstore"
 	"github.com/limitkit/limitkit/backend/storetest"
 	"github.com/limitkit/limitkit/internal/rediswire"
-	"github.com/limitkit/limitkit/internal/testing/redistest"
-	"github.com/limitkit/limitkit/internal/testing/scripttest"
+	"github.com/limitkit/limitkit/internal/dev/redistest"
+	"github.com/limitkit/limitkit/internal/dev/scripttest"
 )
 
 func newClient(t testing.TB, opt rueidis.ClientOption) rueidis.Client {

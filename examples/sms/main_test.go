@@ -9,7 +9,7 @@ import (
 
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/examples/internal/exampletest"
-	"github.com/limitkit/limitkit/internal/testing/redistest"
+	"github.com/limitkit/limitkit/internal/dev/redistest"
 	"github.com/limitkit/limitkit/limiter"
 )
 

@@ -32,7 +32,7 @@ import (
 	"github.com/limitkit/limitkit/limiter/grpclimit"
 	"github.com/limitkit/limitkit/limiter/httplimit"
 	"github.com/limitkit/limitkit/limiter/internal/transport/transporttest"
-	"github.com/limitkit/limitkit/limiter/observe"
+	"github.com/limitkit/limitkit/backend/observe"
 )
 
 const (

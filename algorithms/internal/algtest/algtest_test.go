@@ -16,10 +16,10 @@ import (
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/backend/storetest"
 	"github.com/limitkit/limitkit/internal/rediswire"
-	"github.com/limitkit/limitkit/internal/registryhook"
-	"github.com/limitkit/limitkit/internal/testing/docscheck"
-	"github.com/limitkit/limitkit/internal/testing/modeltest"
-	"github.com/limitkit/limitkit/internal/testing/scripttest"
+	"github.com/limitkit/limitkit/algorithms/internal/registryhook"
+	"github.com/limitkit/limitkit/internal/dev/docscheck"
+	"github.com/limitkit/limitkit/internal/dev/modeltest"
+	"github.com/limitkit/limitkit/internal/dev/scripttest"
 )
 
 // twin is a new algorithm that decides as fixed_window does: its Go steps,

@@ -2,7 +2,7 @@
 // to the registry of package algorithms, whose register is unexported (a
 // step works on the opaque algorithms.State, so no code outside that
 // package can write one; a test copies a built-in's steps under a name of
-// its own). internal/testing/algtest uses it to show that a new registry
+// its own). algorithms/internal/algtest uses it to show that a new registry
 // row is picked up with no other edit.
 package registryhook
 

@@ -23,7 +23,7 @@ import (
 	"github.com/limitkit/limitkit/backend/internal/redisengine"
 	"github.com/limitkit/limitkit/backend/rueidisstore"
 	"github.com/limitkit/limitkit/internal/rediswire"
-	"github.com/limitkit/limitkit/internal/testing/redistest"
+	"github.com/limitkit/limitkit/internal/dev/redistest"
 )
 
 // BenchmarkServerCPU measures the Redis servers' CPU per decision on one

@@ -18,7 +18,7 @@ import (
 	"github.com/limitkit/limitkit/backend/internal/redisengine"
 	"github.com/limitkit/limitkit/backend/rueidisstore"
 	"github.com/limitkit/limitkit/internal/rediswire"
-	"github.com/limitkit/limitkit/internal/testing/redistest"
+	"github.com/limitkit/limitkit/internal/dev/redistest"
 )
 
 // TestClusterNativeTakeAllFailedNodeLeavesNothing: a native TakeAll (fixed

@@ -20,8 +20,8 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/internal/rediswire"
-	"github.com/limitkit/limitkit/internal/testing/redistest"
-	"github.com/limitkit/limitkit/internal/testing/scripttest"
+	"github.com/limitkit/limitkit/internal/dev/redistest"
+	"github.com/limitkit/limitkit/internal/dev/scripttest"
 )
 
 // plainSteps is how many random steps TestCutScriptsMatchPlain drives:

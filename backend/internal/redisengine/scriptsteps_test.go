@@ -22,8 +22,8 @@ import (
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/storetest"
 	"github.com/limitkit/limitkit/internal/rediswire"
-	"github.com/limitkit/limitkit/internal/testing/redistest"
-	"github.com/limitkit/limitkit/internal/testing/scripttest"
+	"github.com/limitkit/limitkit/internal/dev/redistest"
+	"github.com/limitkit/limitkit/internal/dev/scripttest"
 )
 
 // stepper runs one algorithm's script in each mode.

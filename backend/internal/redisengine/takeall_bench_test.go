@@ -15,7 +15,7 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/internal/rediswire"
-	"github.com/limitkit/limitkit/internal/testing/redistest"
+	"github.com/limitkit/limitkit/internal/dev/redistest"
 )
 
 // BenchmarkTakeAllServerCPU is the server's side of a rate limit service

@@ -7,8 +7,8 @@ import (
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
-	"github.com/limitkit/limitkit/limiter/observe"
-	"github.com/limitkit/limitkit/limiter/observe/otelobserve"
+	"github.com/limitkit/limitkit/backend/observe"
+	"github.com/limitkit/limitkit/backend/observe/otelobserve"
 )
 
 // BenchmarkDecision is what the observer adds to each decision: a counter

@@ -10,7 +10,7 @@ import (
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/limiter/observe"
+	"github.com/limitkit/limitkit/backend/observe"
 )
 
 // TestCachedDenials: denials a deny cache answers are counted apart, and

@@ -11,8 +11,8 @@ import (
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/limiter/observe"
-	"github.com/limitkit/limitkit/limiter/observe/otelobserve"
+	"github.com/limitkit/limitkit/backend/observe"
+	"github.com/limitkit/limitkit/backend/observe/otelobserve"
 )
 
 func Example() {

@@ -1,4 +1,4 @@
-module github.com/limitkit/limitkit/limiter/observe/otelobserve
+module github.com/limitkit/limitkit/backend/observe/otelobserve
 
 go 1.26.0
 

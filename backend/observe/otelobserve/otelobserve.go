@@ -1,5 +1,5 @@
 // Package otelobserve exports limitkit's observations as OpenTelemetry
-// metrics (go.opentelemetry.io/otel), beside limiter/observe/promobserve.
+// metrics (go.opentelemetry.io/otel), beside backend/observe/promobserve.
 // It is a module of its own, so limitkit's core never requires
 // OpenTelemetry.
 //
@@ -48,12 +48,12 @@ import (
 
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
-	"github.com/limitkit/limitkit/limiter/observe"
+	"github.com/limitkit/limitkit/backend/observe"
 )
 
 // ScopeName is the instrumentation scope of the meter the metrics are made
 // with.
-const ScopeName = "github.com/limitkit/limitkit/limiter/observe/otelobserve"
+const ScopeName = "github.com/limitkit/limitkit/backend/observe/otelobserve"
 
 // DefaultMaxPolicies is how many distinct policies keep their own
 // attribute value unless WithMaxPolicies says otherwise.

@@ -23,8 +23,8 @@ import (
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/fallback"
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/limiter/observe"
-	"github.com/limitkit/limitkit/limiter/observe/otelobserve"
+	"github.com/limitkit/limitkit/backend/observe"
+	"github.com/limitkit/limitkit/backend/observe/otelobserve"
 )
 
 var start = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)

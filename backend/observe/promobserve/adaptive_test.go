@@ -12,7 +12,7 @@ import (
 
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/limiter/adaptive"
-	"github.com/limitkit/limitkit/limiter/observe/promobserve"
+	"github.com/limitkit/limitkit/backend/observe/promobserve"
 )
 
 func TestAdaptiveMetrics(t *testing.T) {

@@ -14,8 +14,8 @@ import (
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/limiter/observe"
-	"github.com/limitkit/limitkit/limiter/observe/promobserve"
+	"github.com/limitkit/limitkit/backend/observe"
+	"github.com/limitkit/limitkit/backend/observe/promobserve"
 )
 
 func Example() {

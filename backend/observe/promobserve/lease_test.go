@@ -11,7 +11,7 @@ import (
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/limiter/observe"
+	"github.com/limitkit/limitkit/backend/observe"
 )
 
 // TestLeaseMetrics: leases acquired, denied, released and found expired

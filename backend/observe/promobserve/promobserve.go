@@ -53,7 +53,7 @@ import (
 
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
-	"github.com/limitkit/limitkit/limiter/observe"
+	"github.com/limitkit/limitkit/backend/observe"
 )
 
 // DefaultBuckets are the latency histogram's buckets, in seconds: from

@@ -22,7 +22,7 @@ import (
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/fallback"
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/limiter/observe"
+	"github.com/limitkit/limitkit/backend/observe"
 )
 
 var start = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)

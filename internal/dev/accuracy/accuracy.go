@@ -1,7 +1,7 @@
 // Package accuracy replays a generated request trace through every
 // algorithm's Go engine (identical to its Lua twin, by the conformance
 // suite) and measures how each one's decisions compare with the exact
-// sliding log's. internal/cmd/accuracy prints the results as a table.
+// sliding log's. internal/dev/cmd/accuracy prints the results as a table.
 package accuracy
 
 import (

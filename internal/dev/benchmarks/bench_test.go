@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitkit/limitkit/internal/benchmarks/harness"
+	"github.com/limitkit/limitkit/internal/dev/benchmarks/harness"
 )
 
 // server is the redis-server shared by this package's tests and

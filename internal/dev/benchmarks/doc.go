@@ -3,7 +3,7 @@
 // of the machine: raw Redis commands and redis-benchmark running limitkit's
 // own scripts on the same redis-server.
 //
-// It lives in its own module (internal/benchmarks/go.mod, with replace
+// It lives in its own module (internal/dev/benchmarks/go.mod, with replace
 // directives to the repository root and to rls) so that the peers it
 // compares with never enter limitkit's go.mod. The module is the one home
 // of the benchmarks: package rlsbench (cmd/rlsbench) measures the rate
@@ -37,5 +37,5 @@
 //
 // Run the whole comparison with one command (see README.md):
 //
-//	cd internal/benchmarks && go run ./cmd/compare
+//	cd internal/dev/benchmarks && go run ./cmd/compare
 package benchmarks

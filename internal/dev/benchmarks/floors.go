@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/limitkit/limitkit/algorithms"
-	"github.com/limitkit/limitkit/internal/benchmarks/harness"
+	"github.com/limitkit/limitkit/internal/dev/benchmarks/harness"
 )
 
 // floorPrefix starts redis-benchmark's keys, which follow the layout of

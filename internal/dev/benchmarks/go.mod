@@ -1,10 +1,10 @@
-module github.com/limitkit/limitkit/internal/benchmarks
+module github.com/limitkit/limitkit/internal/dev/benchmarks
 
 go 1.26.0
 
 replace (
-	github.com/limitkit/limitkit => ../..
-	github.com/limitkit/limitkit/rls => ../../rls
+	github.com/limitkit/limitkit => ../../..
+	github.com/limitkit/limitkit/rls => ../../../rls
 )
 
 require (

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/limitkit/limitkit/internal/benchmarks/harness"
+	"github.com/limitkit/limitkit/internal/dev/benchmarks/harness"
 )
 
 // RedisSample is one measured Redis cell: RunFor's counts and what the

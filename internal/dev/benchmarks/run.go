@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitkit/limitkit/internal/benchmarks/harness"
+	"github.com/limitkit/limitkit/internal/dev/benchmarks/harness"
 )
 
 // Cell is one contender set up for one workload: its state is kept between

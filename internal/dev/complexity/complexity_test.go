@@ -21,7 +21,7 @@ const maxComplexity = 20
 // notShipped are the trees whose code no user runs or imports: the test
 // harness, the benchmarks and the repository's own tools.
 func notShipped(rel string) bool {
-	for _, p := range []string{"internal/testing", "internal/benchmarks", "internal/release", "internal/cmd"} {
+	for _, p := range []string{"internal/testing", "internal/dev/benchmarks", "internal/dev/release", "internal/cmd"} {
 		if rel == p || strings.HasPrefix(rel, p+"/") {
 			return true
 		}

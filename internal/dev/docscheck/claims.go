@@ -261,7 +261,7 @@ func UnknownFlags(root string) ([]string, error) {
 		if i < 0 {
 			return
 		}
-		// From the root, or from a module's directory ("cd internal/benchmarks && go run ./cmd/compare").
+		// From the root, or from a module's directory ("cd internal/dev/benchmarks && go run ./cmd/compare").
 		rel := filepath.FromSlash(strings.TrimPrefix(fields[i], "./"))
 		dir := filepath.Join(root, rel)
 		for _, m := range mods {

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitkit/limitkit/internal/testing/redistest"
+	"github.com/limitkit/limitkit/internal/dev/redistest"
 	"github.com/stretchr/testify/require"
 )
 

@@ -1,4 +1,4 @@
-module github.com/limitkit/limitkit/internal/release
+module github.com/limitkit/limitkit/internal/dev/release
 
 go 1.26.0
 

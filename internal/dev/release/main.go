@@ -1,10 +1,10 @@
 // Command release tags every published module of the repository at one
 // version, in the local repository only (it never pushes):
 //
-//	go run ./internal/release v0.1.0
+//	go run ./internal/dev/release v0.1.0
 //
 // The published modules are those whose directory has no internal element:
-// the root, rls, limiter/grpclimit and limiter/observe/otelobserve.
+// the root, rls, limiter/grpclimit and backend/observe/otelobserve.
 // Development keeps go.work and `replace ../..` directives so that the
 // modules build against each other's working copies; a user's `go get`
 // ignores a dependency's replace, and `go install pkg@version` refuses a
@@ -60,7 +60,7 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	dir := flags.String("C", ".", "a directory inside the repository to release")
 	proxy := flags.String("proxy", "", "also leave the module proxy of the release in this directory, to try it before pushing:\nGOPROXY=file://DIR,$(go env GOPROXY) GONOSUMDB=github.com/limitkit/limitkit")
 	flags.Usage = func() {
-		fmt.Fprintln(stderr, "usage: go run ./internal/release [-C dir] [-proxy dir] VERSION")
+		fmt.Fprintln(stderr, "usage: go run ./internal/dev/release [-C dir] [-proxy dir] VERSION")
 		fmt.Fprintln(stderr, "Tags every published module at VERSION (e.g. v0.1.0) in a release commit beside HEAD; never pushes.")
 		flags.PrintDefaults()
 	}

@@ -33,7 +33,7 @@ func (m Module) Tag(version string) string {
 }
 
 // published reports whether users can depend on the module: a module under
-// an internal directory (internal/benchmarks, internal/release) can only be
+// an internal directory (internal/dev/benchmarks, internal/dev/release) can only be
 // imported from inside this repository, so it is neither rewritten nor
 // tagged and keeps its replace.
 func (m Module) published() bool {
@@ -267,7 +267,7 @@ func commitRelease(ctx context.Context, work, rootPath string, mods []Module, ve
 			return err
 		}
 	}
-	msg := fmt.Sprintf("release %s\n\nEach published module requires its siblings at %s, with no replace\ndirectives, and lists their checksums in go.sum. Made by internal/release.\n", version, version)
+	msg := fmt.Sprintf("release %s\n\nEach published module requires its siblings at %s, with no replace\ndirectives, and lists their checksums in go.sum. Made by internal/dev/release.\n", version, version)
 	if _, err := git(ctx, work, "commit", "--quiet", "--no-verify", "-m", msg); err != nil {
 		return fmt.Errorf("making the release commit (is git's user.name and user.email set?): %w", err)
 	}

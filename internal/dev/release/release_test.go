@@ -150,7 +150,7 @@ func TestRehearsal(t *testing.T) {
 			published = append(published, m)
 		}
 	}
-	wantTags := []string{version, "limiter/grpclimit/" + version, "limiter/observe/otelobserve/" + version, "rls/" + version}
+	wantTags := []string{version, "limiter/grpclimit/" + version, "backend/observe/otelobserve/" + version, "rls/" + version}
 	var tags []string
 	for _, m := range published {
 		tags = append(tags, m.Tag(version))
@@ -465,7 +465,7 @@ func main() {
 	},
 	{
 		name:    "otelobserve",
-		modules: []string{"github.com/limitkit/limitkit/limiter/observe/otelobserve"},
+		modules: []string{"github.com/limitkit/limitkit/backend/observe/otelobserve"},
 		want:    "otelobserve ready\n",
 		source: `package main
 
@@ -474,7 +474,7 @@ import (
 
 	"go.opentelemetry.io/otel/metric/noop"
 
-	"github.com/limitkit/limitkit/limiter/observe/otelobserve"
+	"github.com/limitkit/limitkit/backend/observe/otelobserve"
 )
 
 func main() {
@@ -516,7 +516,7 @@ func main() {
 	{
 		name: "together",
 		modules: []string{"github.com/limitkit/limitkit", "github.com/limitkit/limitkit/rls",
-			"github.com/limitkit/limitkit/limiter/grpclimit", "github.com/limitkit/limitkit/limiter/observe/otelobserve"},
+			"github.com/limitkit/limitkit/limiter/grpclimit", "github.com/limitkit/limitkit/backend/observe/otelobserve"},
 		want: "together ready\n",
 		source: `package main
 
@@ -529,8 +529,8 @@ import (
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/limiter"
 	"github.com/limitkit/limitkit/limiter/grpclimit"
-	"github.com/limitkit/limitkit/limiter/observe"
-	"github.com/limitkit/limitkit/limiter/observe/otelobserve"
+	"github.com/limitkit/limitkit/backend/observe"
+	"github.com/limitkit/limitkit/backend/observe/otelobserve"
 	"github.com/limitkit/limitkit/rls"
 )
 

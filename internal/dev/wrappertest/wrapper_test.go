@@ -18,8 +18,8 @@ import (
 	"github.com/limitkit/limitkit/backend/rueidisstore"
 	"github.com/limitkit/limitkit/backend/storetest"
 	"github.com/limitkit/limitkit/fallback"
-	"github.com/limitkit/limitkit/internal/testing/redistest"
-	"github.com/limitkit/limitkit/limiter/observe"
+	"github.com/limitkit/limitkit/internal/dev/redistest"
+	"github.com/limitkit/limitkit/backend/observe"
 )
 
 // topology is a store under test and the bus its deny cache listens on.

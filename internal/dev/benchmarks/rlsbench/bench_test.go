@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
-	"github.com/limitkit/limitkit/internal/benchmarks/harness"
-	"github.com/limitkit/limitkit/internal/testing/redistest"
+	"github.com/limitkit/limitkit/internal/dev/benchmarks/harness"
+	"github.com/limitkit/limitkit/internal/dev/redistest"
 )
 
 func startServer(t *testing.T) *harness.Server {

@@ -20,7 +20,7 @@ import (
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/backend/rueidisstore"
-	"github.com/limitkit/limitkit/internal/benchmarks/harness"
+	"github.com/limitkit/limitkit/internal/dev/benchmarks/harness"
 	"github.com/limitkit/limitkit/rls"
 )
 

@@ -17,5 +17,5 @@
 // tables give medians over rounds, and ratios are medians of per-round
 // ratios, each pair measured in the same round: the machinery of package
 // harness, which cmd/compare shares. The command is cmd/rlsbench (in
-// internal/benchmarks); see README.md.
+// internal/dev/benchmarks); see README.md.
 package rlsbench

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
-	"github.com/limitkit/limitkit/internal/benchmarks/harness"
+	"github.com/limitkit/limitkit/internal/dev/benchmarks/harness"
 	"github.com/limitkit/limitkit/rls"
 )
 

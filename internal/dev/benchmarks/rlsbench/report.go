@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
-	"github.com/limitkit/limitkit/internal/benchmarks/harness"
+	"github.com/limitkit/limitkit/internal/dev/benchmarks/harness"
 )
 
 // Targets of issue 24: limitkit's per-decision Redis CPU over the

@@ -7,7 +7,7 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/limitkit/limitkit/internal/benchmarks/harness"
+	"github.com/limitkit/limitkit/internal/dev/benchmarks/harness"
 )
 
 // Options set a run. The zero value of a field means its default.

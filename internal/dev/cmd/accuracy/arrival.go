@@ -14,7 +14,7 @@ import (
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/rueidisstore"
-	"github.com/limitkit/limitkit/internal/testing/accuracy"
+	"github.com/limitkit/limitkit/internal/dev/accuracy"
 )
 
 // arrivalResult is what the logs did with a trace replayed by concurrent

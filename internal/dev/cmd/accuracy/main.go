@@ -3,10 +3,10 @@
 // generated trace, the memory a key takes on Redis and in the memory
 // store, and decisions per second.
 //
-//	go run ./internal/cmd/accuracy                 # accuracy and the memory store only
-//	go run ./internal/cmd/accuracy -redis auto     # also Redis: starts a private redis-server
-//	go run ./internal/cmd/accuracy -redis redis://127.0.0.1:6379/15   # an existing server (FLUSHDB!)
-//	go run ./internal/cmd/accuracy -redis auto -arrival 64 -windows 3  # the logs under out-of-order arrival
+//	go run ./internal/dev/cmd/accuracy                 # accuracy and the memory store only
+//	go run ./internal/dev/cmd/accuracy -redis auto     # also Redis: starts a private redis-server
+//	go run ./internal/dev/cmd/accuracy -redis redis://127.0.0.1:6379/15   # an existing server (FLUSHDB!)
+//	go run ./internal/dev/cmd/accuracy -redis auto -arrival 64 -windows 3  # the logs under out-of-order arrival
 //
 // The trace is seeded and replayed on a fake clock, so the accuracy columns
 // are the same on every run; memory and speed are measured.
@@ -39,7 +39,7 @@ import (
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/backend/rueidisstore"
 	"github.com/limitkit/limitkit/internal/rediswire"
-	"github.com/limitkit/limitkit/internal/testing/accuracy"
+	"github.com/limitkit/limitkit/internal/dev/accuracy"
 )
 
 type config struct {

@@ -2,8 +2,8 @@
 // with the limits of the machine, in one process, and prints it as
 // markdown tables with ratios.
 //
-//	cd internal/benchmarks && go run ./cmd/compare [-count 3] [-o results.md]
-//	cd internal/benchmarks && go run ./cmd/compare -quick   # smoke run, under 2 minutes
+//	cd internal/dev/benchmarks && go run ./cmd/compare [-count 3] [-o results.md]
+//	cd internal/dev/benchmarks && go run ./cmd/compare -quick   # smoke run, under 2 minutes
 //
 // It runs -count rounds. In each, every in-memory contender on every
 // workload, serially and in parallel; every Redis contender (limitkit's
@@ -37,7 +37,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitkit/limitkit/internal/benchmarks/harness"
+	"github.com/limitkit/limitkit/internal/dev/benchmarks/harness"
 )
 
 // config is the command line.

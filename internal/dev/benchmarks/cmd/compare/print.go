@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
-	"github.com/limitkit/limitkit/internal/benchmarks"
-	"github.com/limitkit/limitkit/internal/benchmarks/harness"
+	"github.com/limitkit/limitkit/internal/dev/benchmarks"
+	"github.com/limitkit/limitkit/internal/dev/benchmarks/harness"
 )
 
 func (c *comparison) print(w io.Writer) {

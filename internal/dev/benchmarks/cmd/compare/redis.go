@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	"github.com/limitkit/limitkit/algorithms"
-	"github.com/limitkit/limitkit/internal/benchmarks"
-	"github.com/limitkit/limitkit/internal/benchmarks/harness"
+	"github.com/limitkit/limitkit/internal/dev/benchmarks"
+	"github.com/limitkit/limitkit/internal/dev/benchmarks/harness"
 )
 
 // redisCell is one contender on one Redis workload.

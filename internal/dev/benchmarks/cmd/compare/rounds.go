@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitkit/limitkit/internal/benchmarks"
-	"github.com/limitkit/limitkit/internal/benchmarks/harness"
+	"github.com/limitkit/limitkit/internal/dev/benchmarks"
+	"github.com/limitkit/limitkit/internal/dev/benchmarks/harness"
 )
 
 // sample is one measurement of one contender on one workload and mode.

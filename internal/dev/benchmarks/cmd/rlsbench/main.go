@@ -2,8 +2,8 @@
 // beside the reference server's algorithm and the Redis floors, and
 // prints markdown tables of medians and ratios (see package rlsbench).
 //
-//	cd internal/benchmarks && go run ./cmd/rlsbench -o results.md
-//	cd internal/benchmarks && go run ./cmd/rlsbench -quick   # smoke run
+//	cd internal/dev/benchmarks && go run ./cmd/rlsbench -o results.md
+//	cd internal/dev/benchmarks && go run ./cmd/rlsbench -quick   # smoke run
 package main
 
 import (
@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/limitkit/limitkit/algorithms"
-	"github.com/limitkit/limitkit/internal/benchmarks/harness"
-	"github.com/limitkit/limitkit/internal/benchmarks/rlsbench"
+	"github.com/limitkit/limitkit/internal/dev/benchmarks/harness"
+	"github.com/limitkit/limitkit/internal/dev/benchmarks/rlsbench"
 )
 
 func main() {
