@@ -207,3 +207,14 @@ func (d Decoder) Duration(n *Node, path string) (time.Duration, error) {
 	}
 	return v, nil
 }
+
+// DidYouMean returns ` (did you mean "x"?)` for the option nearest to got
+// (see Nearest), or "" when none is near: the suggestion every error of
+// this package about a name makes, for readers (rls) that check names of
+// their own.
+func DidYouMean(got string, options []string) string { return suggest.DidYouMean(got, options) }
+
+// Nearest returns the option nearest to got, or "" when none is near:
+// within a third of got's length in edits, or got being the start of the
+// other (at least 3 letters).
+func Nearest(got string, options []string) string { return suggest.Nearest(got, options) }

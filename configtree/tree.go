@@ -7,9 +7,14 @@
 // rls) reads its files into the same tree and walks it with the
 // reference's messages.
 //
-// It sits in the root internal/ rather than under limiter/ because Go's
-// internal rule is by path: module rls may import
-// github.com/limitkit/limitkit/internal/..., not limiter/internal/....
+// It is public because module rls, a module of its own, reads its files
+// with it, and a module importing another module's internal package
+// breaks when the two are built at different versions.
+//
+// Stability: this package serves limiter/config and rls. Before v1 its
+// names, Limits' fields and the wording of its errors may change in any
+// minor release; rls of the same version is kept in step. Read your own
+// files with limiter/config rather than with this package.
 package configtree
 
 import (

@@ -40,9 +40,9 @@ import (
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/backend/rueidisstore"
 	"github.com/limitkit/limitkit/fallback"
-	"github.com/limitkit/limitkit/internal/rediswire"
 	"github.com/limitkit/limitkit/internal/dev/redistest"
 	"github.com/limitkit/limitkit/internal/dev/scripttest"
+	"github.com/limitkit/limitkit/internal/rediswire"
 )
 
 // The breaker settings of every integration test: an outage is detected

@@ -10,9 +10,9 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/backend/observe"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/backend/observe"
 )
 
 // TestLeaseEvents: each lease call is reported with what it did to the

@@ -3,6 +3,9 @@
 // the rate limit service's (module rls) both come through Parse. It is a
 // package of its own so that package limiter, which reads JSON through
 // configtree, does not link a YAML library.
+//
+// Stability: as package configtree's; before v1 Parse may change in any
+// minor release.
 package yamltree
 
 import (
@@ -15,7 +18,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/limitkit/limitkit/internal/configtree"
+	"github.com/limitkit/limitkit/configtree"
 )
 
 // Parse reads one YAML document into a tree, within lim. An alias is the

@@ -9,6 +9,15 @@
 // The exemptions and deny lists are limiter.Config's (Exempt, Deny): a key
 // func's Key says whether its value came from the client's address, so
 // that address entries apply to client addresses only.
+//
+// It is public because limiter/grpclimit, a module of its own, is built on
+// it, and a module importing another module's internal package breaks
+// when the two are built at different versions.
+//
+// Stability: this package is the shared core of httplimit and grpclimit,
+// not an API for applications. Before v1 any of its names may change in a
+// minor release; grpclimit of the same version is kept in step. Use
+// httplimit or grpclimit instead.
 package transport
 
 import (

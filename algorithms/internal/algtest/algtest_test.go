@@ -12,14 +12,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/algorithms/internal/registryhook"
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/backend/storetest"
-	"github.com/limitkit/limitkit/internal/rediswire"
-	"github.com/limitkit/limitkit/algorithms/internal/registryhook"
 	"github.com/limitkit/limitkit/internal/dev/docscheck"
 	"github.com/limitkit/limitkit/internal/dev/modeltest"
 	"github.com/limitkit/limitkit/internal/dev/scripttest"
+	"github.com/limitkit/limitkit/internal/rediswire"
 )
 
 // twin is a new algorithm that decides as fixed_window does: its Go steps,

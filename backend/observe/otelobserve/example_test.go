@@ -9,10 +9,10 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/limitkit/limitkit/backend/memorystore"
-	"github.com/limitkit/limitkit/clock"
-	"github.com/limitkit/limitkit/limiter"
 	"github.com/limitkit/limitkit/backend/observe"
 	"github.com/limitkit/limitkit/backend/observe/otelobserve"
+	"github.com/limitkit/limitkit/clock"
+	"github.com/limitkit/limitkit/limiter"
 )
 
 func Example() {

@@ -19,12 +19,12 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/backend/observe"
+	"github.com/limitkit/limitkit/backend/observe/otelobserve"
 	"github.com/limitkit/limitkit/backend/storetest"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/fallback"
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/backend/observe"
-	"github.com/limitkit/limitkit/backend/observe/otelobserve"
 )
 
 var start = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)

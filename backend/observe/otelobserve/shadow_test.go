@@ -8,9 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/backend/observe"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/backend/observe"
 )
 
 // TestShadowDenials: a limit in shadow mode's would-be denials are counted

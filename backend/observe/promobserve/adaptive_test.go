@@ -10,9 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/limitkit/limitkit/backend/observe/promobserve"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/limiter/adaptive"
-	"github.com/limitkit/limitkit/backend/observe/promobserve"
 )
 
 func TestAdaptiveMetrics(t *testing.T) {

@@ -12,10 +12,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/limitkit/limitkit/backend/memorystore"
-	"github.com/limitkit/limitkit/clock"
-	"github.com/limitkit/limitkit/limiter"
 	"github.com/limitkit/limitkit/backend/observe"
 	"github.com/limitkit/limitkit/backend/observe/promobserve"
+	"github.com/limitkit/limitkit/clock"
+	"github.com/limitkit/limitkit/limiter"
 )
 
 func Example() {

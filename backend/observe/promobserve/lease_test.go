@@ -9,9 +9,9 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/backend/observe"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/backend/observe"
 )
 
 // TestLeaseMetrics: leases acquired, denied, released and found expired

@@ -18,11 +18,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/backend/observe"
 	"github.com/limitkit/limitkit/backend/storetest"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/fallback"
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/backend/observe"
 )
 
 var start = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)

@@ -17,8 +17,8 @@ import (
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/storetest"
-	"github.com/limitkit/limitkit/internal/rediswire"
 	"github.com/limitkit/limitkit/internal/dev/redistest"
+	"github.com/limitkit/limitkit/internal/rediswire"
 )
 
 // Args returns the ARGV of one call of rule's script (rediswire.Args),

@@ -15,11 +15,11 @@ import (
 	"github.com/limitkit/limitkit/backend/denycache"
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/backend/observe"
 	"github.com/limitkit/limitkit/backend/rueidisstore"
 	"github.com/limitkit/limitkit/backend/storetest"
 	"github.com/limitkit/limitkit/fallback"
 	"github.com/limitkit/limitkit/internal/dev/redistest"
-	"github.com/limitkit/limitkit/backend/observe"
 )
 
 // topology is a store under test and the bus its deny cache listens on.

@@ -11,8 +11,8 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend/internal/redisengine"
-	"github.com/limitkit/limitkit/internal/rediswire"
 	"github.com/limitkit/limitkit/internal/dev/redistest"
+	"github.com/limitkit/limitkit/internal/rediswire"
 )
 
 // RejectsMalformedReplies runs scripts that reply with the wrong shapes

@@ -38,8 +38,8 @@ import (
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/backend/rueidisstore"
-	"github.com/limitkit/limitkit/internal/rediswire"
 	"github.com/limitkit/limitkit/internal/dev/accuracy"
+	"github.com/limitkit/limitkit/internal/rediswire"
 )
 
 type config struct {
