@@ -331,8 +331,8 @@ func checkFields(a *Algorithm) error {
 // register adds an algorithm to the registry, after the built-in ones,
 // for tests that show a new row is picked up by the conformance suite,
 // the model test, the scripts and the docs check (algorithms/internal/algtest,
-// through algorithms/internal/registryhook). It must run before the registry is
-// read, from an init function: the registry is read without locks. The
+// through algorithms/internal/registryhook). It must run before the
+// registry is read, from an init function: the registry is read without locks. The
 // error wraps ErrInvalidRule when a field is missing or a name, suffix or
 // salt is already taken.
 func register(a *Algorithm) error {

@@ -4,6 +4,11 @@
 // package can write one; a test copies a built-in's steps under a name of
 // its own). algorithms/internal/algtest uses it to show that a new registry
 // row is picked up with no other edit.
+//
+// It lives under algorithms/internal, not in the dev wing (internal/dev),
+// because package algorithms imports it and shipped code imports nothing
+// of the dev wing; Go's internal rule keeps every package outside
+// algorithms/ from adding a row.
 package registryhook
 
 // Register adds a, an *algorithms.Algorithm, to the registry, after the
