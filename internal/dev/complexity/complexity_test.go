@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/limitkit/limitkit/internal/dev/layers"
 )
 
 // root is the repository's root (every module), from this package.
@@ -18,16 +20,9 @@ const root = "../../.."
 // maxComplexity is the bound on every shipped function.
 const maxComplexity = 20
 
-// notShipped are the trees whose code no user runs or imports: the test
-// harness, the benchmarks and the repository's own tools.
-func notShipped(rel string) bool {
-	for _, p := range []string{"internal/testing", "internal/dev/benchmarks", "internal/dev/release", "internal/cmd"} {
-		if rel == p || strings.HasPrefix(rel, p+"/") {
-			return true
-		}
-	}
-	return false
-}
+// notShipped is the dev wing, whose code no user runs or imports: the
+// test harness, the benchmarks and the repository's own tools.
+func notShipped(rel string) bool { return layers.IsDev(filepath.ToSlash(rel)) }
 
 func TestNoShippedFunctionOverTheBound(t *testing.T) {
 	over, err := Over(root, maxComplexity, notShipped)
