@@ -38,11 +38,11 @@ var floors = map[string]int{
 	// A concurrency limit on clock alone, whose Prometheus metrics
 	// backend/observe/promobserve exports with the stores'.
 	"limiter/adaptive": Ground,
-	"backend": Backend, "fallback": Backend,
+	"backend":          Backend, "fallback": Backend,
 	// The Redis wire format reads backend's types; it sits in the root
 	// internal/ so that cmd/limitkit-inspect may import it too.
 	"internal/rediswire": Backend,
-	"limiter": API, "rls": API,
+	"limiter":            API, "rls": API,
 	"cmd": Commands, "examples": Commands, "rls/cmd": Commands,
 }
 
