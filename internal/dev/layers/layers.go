@@ -34,16 +34,23 @@ const (
 // floors maps a folder of the repository to its floor; a package is on the
 // floor of the longest folder it is in.
 var floors = map[string]int{
-	"clock": Ground, "algorithms": Ground, "configtree": Ground, "internal": Ground,
+	"clock":      Ground,
+	"algorithms": Ground,
+	"configtree": Ground,
+	"internal":   Ground,
 	// A concurrency limit on clock alone, whose Prometheus metrics
 	// backend/observe/promobserve exports with the stores'.
 	"limiter/adaptive": Ground,
-	"backend":          Backend, "fallback": Backend,
+	"backend":          Backend,
+	"fallback":         Backend,
 	// The Redis wire format reads backend's types; it sits in the root
 	// internal/ so that cmd/limitkit-inspect may import it too.
 	"internal/rediswire": Backend,
-	"limiter":            API, "rls": API,
-	"cmd": Commands, "examples": Commands, "rls/cmd": Commands,
+	"limiter":            API,
+	"rls":                API,
+	"cmd":                Commands,
+	"examples":           Commands,
+	"rls/cmd":            Commands,
 }
 
 // IsDev reports whether rel, a folder relative to the repository's root
