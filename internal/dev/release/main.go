@@ -32,7 +32,9 @@
 //
 // It refuses a version that is not canonical semantic versioning with a v
 // prefix (v1.2.3, v0.1.0-rc.1), a major version above 1 (the module paths
-// have no /vN suffix), a working tree with changes, and a tag that exists.
+// have no /vN suffix), a working tree with changes, a published module
+// whose shipped code imports another module's internal package (the two
+// may be built at different versions), and a tag that exists.
 package main
 
 import (

@@ -179,7 +179,8 @@ func Release(ctx context.Context, dir, version, proxyDir string, log io.Writer) 
 }
 
 // preflight checks that version and the repository containing dir can be
-// released: a clean working tree, and no tag of version yet. It returns
+// released: a clean working tree, no module importing another's internal
+// packages, and no tag of version yet. It returns
 // the repository's root directory, its root module path and its published
 // modules.
 func preflight(ctx context.Context, dir, version string) (root, rootPath string, mods []Module, err error) {
@@ -203,6 +204,9 @@ func preflight(ctx context.Context, dir, version string) (root, rootPath string,
 	}
 	rootPath, all, err := modules(ctx, root)
 	if err != nil {
+		return "", "", nil, err
+	}
+	if err := checkWalls(root, all); err != nil {
 		return "", "", nil, err
 	}
 	for _, m := range all {
