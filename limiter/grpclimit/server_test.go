@@ -32,7 +32,7 @@ import (
 	"github.com/limitkit/limitkit/limiter"
 	"github.com/limitkit/limitkit/limiter/grpclimit"
 	"github.com/limitkit/limitkit/limiter/httplimit"
-	"github.com/limitkit/limitkit/limiter/transporttest"
+	"github.com/limitkit/limitkit/limiter/internal/transporttest"
 )
 
 const (

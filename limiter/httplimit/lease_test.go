@@ -23,7 +23,7 @@ import (
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/internal/dev/redistest"
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/limiter/transporttest"
+	"github.com/limitkit/limitkit/limiter/internal/transporttest"
 )
 
 // leaseStores runs check on the memory store, then on a real redis-server

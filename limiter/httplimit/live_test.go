@@ -15,7 +15,7 @@ import (
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/internal/dev/redistest"
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/limiter/transporttest"
+	"github.com/limitkit/limitkit/limiter/internal/transporttest"
 )
 
 // TestPolicyFollowsSetConfig: after SetConfig, a real HTTP server's
