@@ -43,7 +43,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/limitkit/limitkit/internal/registryhook"
+	"github.com/limitkit/limitkit/internal/validations"
 )
 
 // Name selects an algorithm. It is the string used in configuration files.
@@ -228,7 +228,7 @@ func intern(c checked) *checked {
 // Validate reports whether the rule can be used, and if not, what to change.
 // The error wraps ErrInvalidRule.
 func (r Rule) Validate() error {
-	registryhook.Validations.Add(1)
+	validations.Count.Add(1)
 	a := lookupTable(r.Algorithm)
 	if a == nil {
 		if r.Algorithm == "" {

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/limitkit/limitkit/internal/registryhook"
+	"github.com/limitkit/limitkit/algorithms/internal/registryhook"
 )
 
 // Algorithm describes one algorithm: everything a store, a script runner
@@ -302,9 +302,9 @@ func checkFields(a *Algorithm) error {
 
 // register adds an algorithm to the registry, after the built-in ones,
 // for tests that show a new row is picked up by the conformance suite,
-// the model test, the scripts and the docs check (internal/testing/algtest,
-// through internal/registryhook). It must run before the registry is
-// read, from an init function: the registry is read without locks. The
+// the model test, the scripts and the docs check (algorithms/internal/algtest,
+// through algorithms/internal/registryhook). It must run before the
+// registry is read, from an init function: the registry is read without locks. The
 // error wraps ErrInvalidRule when a field is missing or a name, suffix or
 // salt is already taken.
 func register(a *Algorithm) error {

@@ -82,7 +82,7 @@ type Request struct {
 	// Shadow marks a request for a limit in shadow mode: the store decides
 	// and counts it as usual, and the caller will not enforce a denial.
 	// Stores ignore it; wrappers that report decisions (package
-	// limiter/observe) tell shadow denials apart by it.
+	// backend/observe) tell shadow denials apart by it.
 	Shadow bool
 	// Exact, when its Base is set, names the Redis keys of a FixedWindow
 	// rule exactly (see ExactKey); other stores ignore it.

@@ -7,7 +7,7 @@ import (
 
 // The optional capabilities of a Store. A store implements those it has; a
 // wrapper (a Store around a Store: package fallback's, package
-// backend/denycache's, package limiter/observe's) implements Wrapper and,
+// backend/denycache's, package backend/observe's) implements Wrapper and,
 // of the others, only those it must answer itself (each forwards leases, so
 // each is a LeaseStore). Callers find a capability with As, never with a
 // type assertion on the outermost store, so that wrapping a store never

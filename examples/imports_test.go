@@ -91,7 +91,7 @@ func TestBadImportsCatches(t *testing.T) {
 		"a/main.go":      "package main\n\nimport (\n\t\"fmt\"\n\n\t\"github.com/limitkit/limitkit/internal/rediswire\"\n\t\"github.com/limitkit/limitkit/limiter\"\n)\n",
 		"a/redis.go":     "//go:build redis\n\npackage main\n\nimport \"github.com/limitkit/limitkit/examples/internal/stores\"\n",
 		"b/main.go":      "package main\n\nimport \"github.com/limitkit/limitkit/backend/storetest\"\n",
-		"b/main_test.go": "package main\n\nimport \"github.com/limitkit/limitkit/internal/testing/redistest\"\n",
+		"b/main_test.go": "package main\n\nimport \"github.com/limitkit/limitkit/internal/dev/redistest\"\n",
 	}
 	for name, src := range files {
 		p := filepath.Join(dir, filepath.FromSlash(name))

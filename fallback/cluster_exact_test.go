@@ -10,8 +10,8 @@ import (
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/fallback"
+	"github.com/limitkit/limitkit/internal/dev/redistest"
 	"github.com/limitkit/limitkit/internal/rediswire"
-	"github.com/limitkit/limitkit/internal/testing/redistest"
 )
 
 // TestClusterExactKeysFollowTheKeyWritten: on a 3-master cluster with one

@@ -1,7 +1,7 @@
 package fallback_test
 
 // Integration tests of the fallback store over real redis-server processes
-// (internal/testing/redistest), each run with both Redis clients: go-redis and
+// (internal/dev/redistest), each run with both Redis clients: go-redis and
 // rueidis. They kill, pause, flush and flap a single server; sentinel_test.go
 // and cluster_test.go fail over a sentinel set and a Redis Cluster.
 //
@@ -40,9 +40,9 @@ import (
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/backend/rueidisstore"
 	"github.com/limitkit/limitkit/fallback"
+	"github.com/limitkit/limitkit/internal/dev/redistest"
+	"github.com/limitkit/limitkit/internal/dev/scripttest"
 	"github.com/limitkit/limitkit/internal/rediswire"
-	"github.com/limitkit/limitkit/internal/testing/redistest"
-	"github.com/limitkit/limitkit/internal/testing/scripttest"
 )
 
 // The breaker settings of every integration test: an outage is detected

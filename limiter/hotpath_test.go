@@ -10,7 +10,7 @@ import (
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/clock"
-	"github.com/limitkit/limitkit/internal/registryhook"
+	"github.com/limitkit/limitkit/internal/validations"
 	"github.com/limitkit/limitkit/limiter"
 )
 
@@ -64,11 +64,11 @@ func TestDecisionHotPath(t *testing.T) {
 				}
 				k++
 			}
-			v0 := registryhook.Validations.Load()
+			v0 := validations.Count.Load()
 			if n := testing.AllocsPerRun(500, decide); n != 0 {
 				t.Errorf("Allow allocates %.1f times per decision; want 0", n)
 			}
-			if n := registryhook.Validations.Load() - v0; n != 0 {
+			if n := validations.Count.Load() - v0; n != 0 {
 				t.Errorf("500 decisions validated a rule %d times; want 0 (validation belongs to New)", n)
 			}
 		})
@@ -92,11 +92,11 @@ func TestDecisionHotPath(t *testing.T) {
 		}
 		literal := backend.Request{Key: backend.Key{Prefix: "hot:", ID: "a"}, Rule: algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 10, Window: time.Second},
 			Now: time.UnixMilli(1_700_000_000_000), Cost: 1}
-		v0 := registryhook.Validations.Load()
+		v0 := validations.Count.Load()
 		if _, err := store.Take(ctx, literal); err != nil {
 			t.Fatal(err)
 		}
-		if registryhook.Validations.Load() == v0 {
+		if validations.Count.Load() == v0 {
 			t.Error("control: a Take of a literal rule was not seen validating it")
 		}
 		resolved := literal
@@ -104,11 +104,11 @@ func TestDecisionHotPath(t *testing.T) {
 			t.Fatal(err)
 		}
 		resolved.Rule.Limit = 11 // changed after Resolve: validated again
-		v0 = registryhook.Validations.Load()
+		v0 = validations.Count.Load()
 		if _, err := store.Take(ctx, resolved); err != nil {
 			t.Fatal(err)
 		}
-		if registryhook.Validations.Load() == v0 {
+		if validations.Count.Load() == v0 {
 			t.Error("control: a Take of a rule changed after Resolve was not seen validating it")
 		}
 	})

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/internal/testing/redistest"
+	"github.com/limitkit/limitkit/internal/dev/redistest"
 )
 
 // spentThenRefunded spends key1's 50 per second, sends is_negative_hits of

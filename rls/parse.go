@@ -13,9 +13,8 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/internal/configtree"
-	"github.com/limitkit/limitkit/internal/configtree/yamltree"
-	"github.com/limitkit/limitkit/internal/suggest"
+	"github.com/limitkit/limitkit/configtree"
+	"github.com/limitkit/limitkit/configtree/yamltree"
 )
 
 // The keys each level of the reference format accepts. metadata is the
@@ -130,7 +129,7 @@ func (p *parser) mapping(n *configtree.Node, path string, allowed []string) (fie
 		}
 		if !slices.Contains(allowed, f.Key) {
 			return nil, p.errorf(at, path, "config error, unknown key '%s'%s; write one of %s",
-				configtree.Shorten(f.Key), suggest.DidYouMean(f.Key, allowed), strings.Join(allowed, ", "))
+				configtree.Shorten(f.Key), configtree.DidYouMean(f.Key, allowed), strings.Join(allowed, ", "))
 		}
 		if line, twice := lines[f.Key]; twice {
 			return nil, p.errorf(at, configtree.Join(path, f.Key), "written twice at one level (also on line %d); keep one", line)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/backend/storetest"
-	"github.com/limitkit/limitkit/internal/testing/scripttest"
+	"github.com/limitkit/limitkit/internal/dev/scripttest"
 )
 
 // newMiniredis returns a store over an in-process miniredis, whose keys

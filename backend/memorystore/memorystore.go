@@ -437,7 +437,7 @@ type Stats struct {
 }
 
 // ActiveEvictions returns Stats().ActiveEvictions without locking any
-// shard, for watchers that poll it (limiter/observe.WatchEvictions).
+// shard, for watchers that poll it (backend/observe.WatchEvictions).
 func (s *Store) ActiveEvictions() uint64 { return s.activeEvictions.Load() }
 
 // Stats returns the current counts. It locks each shard in turn.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/limitkit/limitkit/backend/internal/redisengine"
 	"github.com/limitkit/limitkit/backend/internal/redisengine/conntest"
-	"github.com/limitkit/limitkit/internal/testing/redistest"
+	"github.com/limitkit/limitkit/internal/dev/redistest"
 )
 
 // TestConnMalformedReplies: replies of the wrong shape through the adapter

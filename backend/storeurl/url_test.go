@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/limitkit/limitkit/internal/testing/testpki"
+	"github.com/limitkit/limitkit/internal/dev/testpki"
 )
 
 // parsed parses raw with opts, failing the test on an error.

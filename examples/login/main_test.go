@@ -12,7 +12,7 @@ import (
 
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/clock"
-	"github.com/limitkit/limitkit/examples/internal/exampletest"
+	"github.com/limitkit/limitkit/internal/dev/exampletest"
 )
 
 // TestLogin: the same story in memory and with the counts in a real

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/examples/internal/exampletest"
+	"github.com/limitkit/limitkit/internal/dev/exampletest"
 )
 
 // TestPayments: the same decisions in memory and with the state in a real

@@ -9,7 +9,7 @@ import (
 
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/storeurl"
-	"github.com/limitkit/limitkit/examples/internal/exampletest"
+	"github.com/limitkit/limitkit/internal/dev/exampletest"
 )
 
 // TestQuickstart: the same decisions in memory and inside a real

@@ -32,7 +32,7 @@ var groupsLua string
 var memoLua string
 
 // scripts are the scripts as sent to Redis, built on first use from the
-// registry (after any test-only row added through internal/registryhook).
+// registry (after any test-only row added through algorithms/internal/registryhook).
 var scripts = sync.OnceValue(buildScripts)
 
 // memoReads puts memo.lua under the TakeAll scripts' steps; a test turns

@@ -32,7 +32,7 @@
 //
 // Time is read from Config.Clock, so tests drive the laws with a
 // clock.Fake. Decisions, releases and the limit's windows go to an
-// Observer (Slog here; limiter/observe/promobserve's NewAdaptive for
+// Observer (Slog here; backend/observe/promobserve's NewAdaptive for
 // Prometheus).
 //
 // Throttle is the client's side (Google SRE's adaptive throttling): an

@@ -82,7 +82,7 @@ type LimitChange struct {
 	Window Window
 }
 
-// Observer receives what a Limiter does, as limiter/observe's Observer
+// Observer receives what a Limiter does, as backend/observe's Observer
 // does for rate limits: a struct of optional funcs, called in the
 // goroutine of the request they describe, after the decision and outside
 // the limiter's lock. They must be quick and safe for concurrent use.

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/limitkit/limitkit/internal/configtree"
+	"github.com/limitkit/limitkit/configtree"
 	"github.com/limitkit/limitkit/limiter/adaptive"
 )
 

@@ -120,8 +120,8 @@ import (
 
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/storeurl"
-	"github.com/limitkit/limitkit/internal/configtree"
-	"github.com/limitkit/limitkit/internal/configtree/yamltree"
+	"github.com/limitkit/limitkit/configtree"
+	"github.com/limitkit/limitkit/configtree/yamltree"
 	"github.com/limitkit/limitkit/limiter"
 )
 

@@ -3,7 +3,7 @@ package config
 import (
 	"errors"
 
-	"github.com/limitkit/limitkit/internal/configtree"
+	"github.com/limitkit/limitkit/configtree"
 	"github.com/limitkit/limitkit/limiter"
 	"github.com/limitkit/limitkit/limiter/internal/policydecode"
 )

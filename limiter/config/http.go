@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/limitkit/limitkit/internal/configtree"
+	"github.com/limitkit/limitkit/configtree"
 	"github.com/limitkit/limitkit/internal/suggest"
 	"github.com/limitkit/limitkit/limiter/httplimit"
 	"github.com/limitkit/limitkit/limiter/internal/policydecode"

@@ -11,7 +11,7 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/limiter/internal/transport"
+	"github.com/limitkit/limitkit/limiter/transport"
 )
 
 // Estimator returns the units to reserve for a call to method before its

@@ -72,8 +72,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/limiter/internal/transport"
 	"github.com/limitkit/limitkit/limiter/ratelimitfields"
+	"github.com/limitkit/limitkit/limiter/transport"
 )
 
 // ErrorPolicy says what happens to a call whose limit could not be decided

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
-	"github.com/limitkit/limitkit/limiter/internal/transport"
+	"github.com/limitkit/limitkit/limiter/transport"
 )
 
 // KeyFunc names the subject a call is limited as: a client address, an

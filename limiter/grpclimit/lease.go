@@ -5,7 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/limiter/internal/transport"
+	"github.com/limitkit/limitkit/limiter/transport"
 )
 
 // LeaseFrom returns the lease the interceptor holds for the call whose

@@ -23,7 +23,7 @@ import (
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/limiter"
 	"github.com/limitkit/limitkit/limiter/grpclimit"
-	"github.com/limitkit/limitkit/limiter/internal/transport/transporttest"
+	"github.com/limitkit/limitkit/limiter/internal/transporttest"
 )
 
 // work is a test service with a unary method and a bidirectional stream,

@@ -15,7 +15,7 @@ import (
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/limiter"
 	"github.com/limitkit/limitkit/limiter/grpclimit"
-	"github.com/limitkit/limitkit/limiter/internal/transport/transporttest"
+	"github.com/limitkit/limitkit/limiter/internal/transporttest"
 )
 
 // TestPolicyFollowsSetConfig (issue 22, defect 13): on a real server, after

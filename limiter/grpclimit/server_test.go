@@ -27,12 +27,12 @@ import (
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/backend/observe"
 	"github.com/limitkit/limitkit/backend/storetest"
 	"github.com/limitkit/limitkit/limiter"
 	"github.com/limitkit/limitkit/limiter/grpclimit"
 	"github.com/limitkit/limitkit/limiter/httplimit"
-	"github.com/limitkit/limitkit/limiter/internal/transport/transporttest"
-	"github.com/limitkit/limitkit/limiter/observe"
+	"github.com/limitkit/limitkit/limiter/internal/transporttest"
 )
 
 const (

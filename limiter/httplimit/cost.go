@@ -8,7 +8,7 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/limiter/internal/transport"
+	"github.com/limitkit/limitkit/limiter/transport"
 )
 
 // Cost says how CostMiddleware prices a request whose cost is known only

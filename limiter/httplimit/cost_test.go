@@ -16,7 +16,7 @@ import (
 
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/limiter/internal/transport"
+	"github.com/limitkit/limitkit/limiter/transport"
 )
 
 // tab is a reservation over AllowN that records how it ended, until

@@ -97,8 +97,8 @@ import (
 	"time"
 
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/limiter/internal/transport"
 	"github.com/limitkit/limitkit/limiter/ratelimitfields"
+	"github.com/limitkit/limitkit/limiter/transport"
 )
 
 // Headers selects which rate-limit header fields responses carry; combine

@@ -24,7 +24,7 @@ import (
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/fallback"
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/limiter/internal/transport/transporttest"
+	"github.com/limitkit/limitkit/limiter/internal/transporttest"
 )
 
 var start = transporttest.Start

@@ -10,8 +10,8 @@ import (
 	"strings"
 
 	"github.com/limitkit/limitkit/limiter/internal/ipmask"
-	"github.com/limitkit/limitkit/limiter/internal/transport"
 	"github.com/limitkit/limitkit/limiter/ratelimitfields"
+	"github.com/limitkit/limitkit/limiter/transport"
 )
 
 // KeyFunc names the subject a request is limited as: a client address, an

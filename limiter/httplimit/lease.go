@@ -6,7 +6,7 @@ import (
 	"net/http"
 
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/limiter/internal/transport"
+	"github.com/limitkit/limitkit/limiter/transport"
 )
 
 // LeaseFrom returns the lease the middleware holds for the request whose

@@ -21,9 +21,9 @@ import (
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/backend/storeurl"
 	"github.com/limitkit/limitkit/clock"
-	"github.com/limitkit/limitkit/internal/testing/redistest"
+	"github.com/limitkit/limitkit/internal/dev/redistest"
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/limiter/internal/transport/transporttest"
+	"github.com/limitkit/limitkit/limiter/internal/transporttest"
 )
 
 // leaseStores runs check on the memory store, then on a real redis-server

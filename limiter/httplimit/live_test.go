@@ -13,9 +13,9 @@ import (
 	"github.com/limitkit/limitkit/backend/memorystore"
 	"github.com/limitkit/limitkit/backend/storeurl"
 	"github.com/limitkit/limitkit/clock"
-	"github.com/limitkit/limitkit/internal/testing/redistest"
+	"github.com/limitkit/limitkit/internal/dev/redistest"
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/limiter/internal/transport/transporttest"
+	"github.com/limitkit/limitkit/limiter/internal/transporttest"
 )
 
 // TestPolicyFollowsSetConfig: after SetConfig, a real HTTP server's

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/limitkit/limitkit/limiter/internal/transport"
+	"github.com/limitkit/limitkit/limiter/transport"
 )
 
 // Option configures New, NewComposite and NewPlans. Options apply in

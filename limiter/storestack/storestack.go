@@ -6,7 +6,7 @@
 // included; the observer goes outermost so that it sees degraded and
 // cached decisions alike. limiter/config and limitkit-rls build their
 // stacks with it, and the wrapper conformance suite
-// (internal/testing/wrappertest) runs what it builds.
+// (internal/dev/wrappertest) runs what it builds.
 package storestack
 
 import (
@@ -15,9 +15,9 @@ import (
 
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/denycache"
+	"github.com/limitkit/limitkit/backend/observe"
 	"github.com/limitkit/limitkit/fallback"
 	"github.com/limitkit/limitkit/internal/option"
-	"github.com/limitkit/limitkit/limiter/observe"
 )
 
 // Option adds a wrapper to the stack New builds. Options apply in order

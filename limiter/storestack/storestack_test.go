@@ -11,8 +11,8 @@ import (
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/denycache"
 	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/backend/observe"
 	"github.com/limitkit/limitkit/fallback"
-	"github.com/limitkit/limitkit/limiter/observe"
 	"github.com/limitkit/limitkit/limiter/storestack"
 )
 

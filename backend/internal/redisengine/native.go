@@ -8,7 +8,7 @@ package redisengine
 //
 // Why not a script: a fixed window is a counter, and a script that wraps
 // the counter's two commands costs Redis more than the commands sent
-// plainly (internal/benchmarks/rlsbench/README.md: a script of only a GET and a SET per key
+// plainly (internal/dev/benchmarks/rlsbench/README.md: a script of only a GET and a SET per key
 // costs 1.5-2x the reference's pipelined INCRBY+EXPIRE). Atomicity is not
 // lost: INCRBY is atomic, and a request is admitted only when every count
 // after its increment is within its limit, so under any interleaving no

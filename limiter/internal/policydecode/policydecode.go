@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/internal/configtree"
+	"github.com/limitkit/limitkit/configtree"
 	"github.com/limitkit/limitkit/internal/suggest"
 )
 

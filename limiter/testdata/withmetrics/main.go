@@ -6,9 +6,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/limitkit/limitkit/backend/memorystore"
+	"github.com/limitkit/limitkit/backend/observe"
+	"github.com/limitkit/limitkit/backend/observe/promobserve"
 	"github.com/limitkit/limitkit/limiter"
-	"github.com/limitkit/limitkit/limiter/observe"
-	"github.com/limitkit/limitkit/limiter/observe/promobserve"
 )
 
 func main() {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitkit/limitkit/internal/testing/redistest"
+	"github.com/limitkit/limitkit/internal/dev/redistest"
 )
 
 // TestLatencyFigures measures ShouldRateLimit over loopback gRPC, for the

@@ -22,9 +22,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/backend/observe"
+	"github.com/limitkit/limitkit/backend/observe/promobserve"
 	"github.com/limitkit/limitkit/fallback"
-	"github.com/limitkit/limitkit/limiter/observe"
-	"github.com/limitkit/limitkit/limiter/observe/promobserve"
 	"github.com/limitkit/limitkit/rls"
 	"github.com/limitkit/limitkit/rls/internal/envsettings"
 	"github.com/limitkit/limitkit/rls/internal/metrics"

@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitkit/limitkit/backend/storeurl"
-	"github.com/limitkit/limitkit/internal/suggest"
+	"github.com/limitkit/limitkit/configtree"
 	"github.com/limitkit/limitkit/rls/internal/envsettings"
 )
 
@@ -139,7 +139,7 @@ func warnUnknownVariables(log *slog.Logger, environ []string) {
 		if name == "" || slices.Contains(known, name) || slices.Contains(repositoryTestVariables, name) {
 			continue
 		}
-		near := suggest.Nearest(name, known)
+		near := configtree.Nearest(name, known)
 		switch {
 		case strings.HasPrefix(name, "LIMITKIT_"):
 			log.Warn("unknown LIMITKIT_ variable ignored"+didYouMean(near), "name", name)

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 
-	"github.com/limitkit/limitkit/internal/testing/testpki"
+	"github.com/limitkit/limitkit/internal/dev/testpki"
 )
 
 func copyInto(t *testing.T, from, to string) {

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitkit/limitkit/internal/testing/testpki"
+	"github.com/limitkit/limitkit/internal/dev/testpki"
 )
 
 func copyFile(t *testing.T, from, to string) {

@@ -12,7 +12,6 @@ import (
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend/internal/redisengine"
 	"github.com/limitkit/limitkit/internal/rediswire"
-	"github.com/limitkit/limitkit/internal/testing/redistest"
 )
 
 // RejectsMalformedReplies runs scripts that reply with the wrong shapes
@@ -44,12 +43,19 @@ func RejectsMalformedReplies(t *testing.T, a redisengine.Conn) {
 	require.NoError(t, a.Del(t.Context(), "k"))
 }
 
+// Server sends a command to the Redis the adapter is connected to (a
+// *redistest.Server does): an interface, so that this package, which
+// ships under backend/, imports nothing of the dev wing (internal/dev).
+type Server interface {
+	Do(args ...string) (string, error)
+}
+
 // BatchReplies runs the batch script through a store's adapter on srv:
 // four takes, the second on a key of the wrong type, the third naming no
 // algorithm the script knows, the fourth under another rule. The second
 // and third fail alone, with the server's error; the others are decided as
 // single takes would be, each under its own rule.
-func BatchReplies(t *testing.T, a redisengine.Conn, srv *redistest.Server) {
+func BatchReplies(t *testing.T, a redisengine.Conn, srv Server) {
 	t.Helper()
 	_, err := srv.Do("SET", "batch:bad", "a string")
 	require.NoError(t, err)

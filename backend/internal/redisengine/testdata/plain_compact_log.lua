@@ -1,5 +1,5 @@
 -- limitkit compact sliding window log: the same decisions as sliding_log
--- (its Go twin is slidingLogTake/slidingLogPeek, slidinglog.go), stored as
+-- (its Go twin is slidingLogTake/slidingLogPeek, algorithms/sliding_log.go), stored as
 -- one string instead of a sorted set. Keep the two in step: the
 -- conformance suite compares them decision by decision.
 --

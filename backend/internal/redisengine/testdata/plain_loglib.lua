@@ -1,6 +1,6 @@
 -- limitkit compact log library: the log of compact_log and of two_level's
 -- heavy keys, the Lua twin of slidingLogTake/slidingLogPeek/ring.remove
--- (slidinglog.go) over one Redis string.
+-- (algorithms/sliding_log.go, ring.go) over one Redis string.
 --
 -- Layout, after a prefix the algorithm chooses (compact_log: none):
 --

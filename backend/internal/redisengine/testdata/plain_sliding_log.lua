@@ -1,5 +1,5 @@
 -- limitkit sliding window log: the Lua twin of slidingLogTake/slidingLogPeek
--- (slidinglog.go). Keep the two in step: the conformance suite compares them
+-- (algorithms/sliding_log.go). Keep the two in step: the conformance suite compares them
 -- decision by decision.
 --
 -- KEYS[1]  a sorted set: one member per admitted unit, scored with its time

@@ -1,5 +1,5 @@
 -- limitkit two-level limiting: the Lua twin of twoLevelTake/twoLevelPeek
--- (twolevel.go, which states the semantics). Keep the two in step: the
+-- (algorithms/two_level.go, which states the semantics). Keep the two in step: the
 -- conformance suite compares them decision by decision.
 --
 -- KEYS[1]  one string per key, absent when the key is new:

@@ -1,5 +1,0 @@
-module github.com/limitkit/limitkit/internal/release
-
-go 1.26.0
-
-require golang.org/x/mod v0.43.0

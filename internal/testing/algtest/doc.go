@@ -1,6 +1,0 @@
-// Package algtest shows that adding an algorithm takes its files and one
-// registry entry: its test registers test-only algorithms (from a _test.go
-// file, through internal/registryhook) and checks that the conformance
-// suite, the model test, the Lua-vs-Go differential test and the docs check
-// pick them up with no other edit.
-package algtest
