@@ -6,7 +6,7 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/configtree"
+	"github.com/limitkit/limitkit/limiter/configtree"
 	"github.com/limitkit/limitkit/limiter/internal/policydecode"
 )
 

@@ -13,8 +13,8 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/configtree"
-	"github.com/limitkit/limitkit/configtree/yamltree"
+	"github.com/limitkit/limitkit/limiter/configtree"
+	"github.com/limitkit/limitkit/limiter/configtree/yamltree"
 )
 
 // The keys each level of the reference format accepts. metadata is the
@@ -30,7 +30,7 @@ var (
 
 // Bounds on what one file costs to read. A YAML alias is a pointer: a few
 // kilobytes of anchors pointing at lists of anchors (an "alias bomb")
-// stand for billions of descriptors. The reader (configtree/yamltree)
+// stand for billions of descriptors. The reader (limiter/configtree/yamltree)
 // shares an alias's node instead of copying it and refuses a file whose
 // aliases stand for more than maxAliasExpansion values (the control file
 // of TestAliasBombRefused, 10^4 descriptors through aliases, is about

@@ -12,7 +12,7 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/configtree"
+	"github.com/limitkit/limitkit/limiter/configtree"
 )
 
 // Rules is a compiled configuration: every domain's descriptor tree, ready

@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/limitkit/limitkit/configtree"
 	"github.com/limitkit/limitkit/limiter/adaptive"
+	"github.com/limitkit/limitkit/limiter/configtree"
 )
 
 // Adaptive is one named adaptive concurrency limit (package

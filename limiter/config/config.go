@@ -120,9 +120,9 @@ import (
 
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/backend/storeurl"
-	"github.com/limitkit/limitkit/configtree"
-	"github.com/limitkit/limitkit/configtree/yamltree"
 	"github.com/limitkit/limitkit/limiter"
+	"github.com/limitkit/limitkit/limiter/configtree"
+	"github.com/limitkit/limitkit/limiter/configtree/yamltree"
 )
 
 // Format is the syntax of a configuration file.

@@ -3,8 +3,8 @@ package config
 import (
 	"errors"
 
-	"github.com/limitkit/limitkit/configtree"
 	"github.com/limitkit/limitkit/limiter"
+	"github.com/limitkit/limitkit/limiter/configtree"
 	"github.com/limitkit/limitkit/limiter/internal/policydecode"
 )
 

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/limitkit/limitkit/configtree"
 	"github.com/limitkit/limitkit/internal/suggest"
+	"github.com/limitkit/limitkit/limiter/configtree"
 	"github.com/limitkit/limitkit/limiter/httplimit"
 	"github.com/limitkit/limitkit/limiter/internal/policydecode"
 	"github.com/limitkit/limitkit/limiter/ratelimitfields"

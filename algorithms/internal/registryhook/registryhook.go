@@ -18,4 +18,3 @@ package registryhook
 // error wraps algorithms.ErrInvalidRule when a is not an *Algorithm, lacks
 // a field, or takes a name, key suffix or salt already taken.
 var Register func(a any) error
-

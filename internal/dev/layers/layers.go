@@ -25,7 +25,7 @@ const DevWing = "internal/dev"
 
 // The floors, from the ground up.
 const (
-	Ground   = iota // clock, algorithms, configtree, the shipped internal helpers
+	Ground   = iota // clock, algorithms, the shipped internal helpers
 	Backend         // backend/... and fallback: stores and store wrappers
 	API             // limiter/... and rls
 	Commands        // cmd/..., examples/..., rls/cmd/...
@@ -36,7 +36,6 @@ const (
 var floors = map[string]int{
 	"clock":      Ground,
 	"algorithms": Ground,
-	"configtree": Ground,
 	"internal":   Ground,
 	// A concurrency limit on clock alone, whose Prometheus metrics
 	// backend/observe/promobserve exports with the stores'.

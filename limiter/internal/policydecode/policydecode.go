@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/configtree"
 	"github.com/limitkit/limitkit/internal/suggest"
+	"github.com/limitkit/limitkit/limiter/configtree"
 )
 
 // Config decodes a limiter.Config from the mapping n at path and returns

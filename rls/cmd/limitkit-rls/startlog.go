@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitkit/limitkit/backend/storeurl"
-	"github.com/limitkit/limitkit/configtree"
+	"github.com/limitkit/limitkit/limiter/configtree"
 	"github.com/limitkit/limitkit/rls/internal/envsettings"
 )
 

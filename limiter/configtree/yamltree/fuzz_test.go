@@ -3,7 +3,7 @@ package yamltree
 import (
 	"testing"
 
-	"github.com/limitkit/limitkit/configtree"
+	"github.com/limitkit/limitkit/limiter/configtree"
 )
 
 // FuzzParse: any bytes parse into a tree within the file limits or fail

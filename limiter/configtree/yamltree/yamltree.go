@@ -18,7 +18,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/limitkit/limitkit/configtree"
+	"github.com/limitkit/limitkit/limiter/configtree"
 )
 
 // Parse reads one YAML document into a tree, within lim. An alias is the

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/limitkit/limitkit/configtree"
+	"github.com/limitkit/limitkit/limiter/configtree"
 )
 
 // bomb is a file of levels anchors, each a list of ten aliases of the one
