@@ -26,6 +26,12 @@ func (c *callKinds) TakeAll(ctx context.Context, rs []backend.Request) (backend.
 	return c.Store.TakeAll(ctx, rs)
 }
 
+// TakeEach is a TakeAll that says how each limit stands, as the stores'.
+func (c *callKinds) TakeEach(ctx context.Context, rs []backend.Request) (backend.Result, []backend.Result, error) {
+	c.takeAlls.Add(1)
+	return backend.TakeEach(ctx, c.Store, rs)
+}
+
 const chargesYAML = `
 domain: tokens
 descriptors:

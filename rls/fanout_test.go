@@ -35,6 +35,12 @@ func (c *countingStore) TakeAll(ctx context.Context, rs []backend.Request) (back
 	return c.Store.TakeAll(ctx, rs)
 }
 
+// TakeEach counts one call too: it is the TakeAll the service sends.
+func (c *countingStore) TakeEach(ctx context.Context, rs []backend.Request) (backend.Result, []backend.Result, error) {
+	c.calls.Add(1)
+	return backend.TakeEach(ctx, c.Store, rs)
+}
+
 const fanOutYAML = `
 domain: f
 descriptors:

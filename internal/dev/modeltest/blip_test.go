@@ -63,6 +63,16 @@ func (s *switchable) TakeAll(ctx context.Context, reqs []backend.Request) (backe
 	return s.Store.TakeAll(ctx, reqs)
 }
 
+// TakeEach passes on how each request stands, as a Redis store says: a
+// wrapper that is no backend.EachTaker hides it, and fallback then
+// records only the binding request's answer as a baseline.
+func (s *switchable) TakeEach(ctx context.Context, reqs []backend.Request) (backend.Result, []backend.Result, error) {
+	if s.down.Load() {
+		return backend.Result{}, nil, errStalled
+	}
+	return backend.TakeEach(ctx, s.Store, reqs)
+}
+
 func (s *switchable) GiveBack(ctx context.Context, req backend.Request) (backend.Result, error) {
 	if s.down.Load() {
 		return backend.Result{}, errStalled
