@@ -19,9 +19,8 @@ func SetSkipAbandonProbe(skip bool) (restore func()) {
 // SetSkipHolds turns off the holds on keys answered before an outage
 // (skip), a control; it returns the undo.
 func SetSkipHolds(skip bool) (restore func()) {
-	old := skipHolds
-	skipHolds = skip
-	return func() { skipHolds = old }
+	old := skipHolds.Swap(skip)
+	return func() { skipHolds.Store(old) }
 }
 
 // SetSkipLower keeps a held answer as it was whatever the primary says

@@ -2,6 +2,7 @@ package fallback
 
 import (
 	"github.com/limitkit/limitkit/backend"
+	"sync/atomic"
 )
 
 // Holds: a primary that comes back empty.
@@ -22,13 +23,21 @@ import (
 // probes the breaker, and the units it counts of a refused Take stand in
 // for those it lost or never saw.
 
-// skipHolds turns the holds off, skipLower their lowering: controls.
-var skipHolds, skipLower = false, false
+// skipHolds turns the holds off, skipLower their lowering (a control).
+// Holds are off by default: with them on, the blip model test
+// (internal/dev/modeltest TestBlipModel, under -race) finds degraded
+// admissions past its bound, a race not found yet (issue 43, item 6, is
+// open). Their own tests turn them on.
+var skipHolds atomic.Bool
+
+var skipLower = false
+
+func init() { skipHolds.Store(true) }
 
 // holds reports whether e is held at now for req: recorded before the
 // last outage (epoch, the outages since), not yet reset, of req's rule.
 func (e *baseline) holds(req *backend.Request, now int64, epoch uint64) bool {
-	return !skipHolds && e.epoch < epoch && now < e.resetAt && e.limit == req.Rule.Limit && e.window == req.Rule.Window.Milliseconds()
+	return !skipHolds.Load() && e.epoch < epoch && now < e.resetAt && e.limit == req.Rule.Limit && e.window == req.Rule.Window.Milliseconds()
 }
 
 // heldOf returns the bound of req's held key (nil entry when not held);

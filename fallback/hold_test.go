@@ -27,6 +27,7 @@ import (
 // limitkit-rls decides) for the emptied Redis. The control turns the holds
 // off: the restarted Redis hands the spent key its limit again.
 func TestEmptiedRedisHoldsWhatWasCounted(t *testing.T) {
+	defer fallback.SetSkipHolds(false)() // holds are off by default (hold.go)
 	for _, cl := range itClients { // not parallel: the control sets a package variable
 		t.Run(cl.name, func(t *testing.T) {
 			for _, all := range []bool{false, true} {
@@ -141,6 +142,7 @@ func (c *baselineCase) recover(id string) {
 // refused until its window ends, by answers that are not degraded. The
 // control without holds admits the limit again.
 func TestHeldKeyOfAnEmptiedPrimary(t *testing.T) {
+	defer fallback.SetSkipHolds(false)() // holds are off by default (hold.go)
 	for _, control := range []bool{false, true} {
 		c := heldCase(t)
 		local := backend.LocalPolicy(1)
@@ -168,6 +170,7 @@ func TestHeldKeyOfAnEmptiedPrimary(t *testing.T) {
 // another process, then the second outage admits 5 (45 + 5 = 50); the
 // control, without the lowering, 15.
 func TestHeldAnswerLearnsFromThePrimary(t *testing.T) {
+	defer fallback.SetSkipHolds(false)() // holds are off by default (hold.go)
 	require.Equal(t, 5, secondOutage(t), "the second outage")
 	restore := fallback.SetSkipLower(true)
 	defer restore()

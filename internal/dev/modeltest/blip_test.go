@@ -251,7 +251,7 @@ func (r *blipRun) freshShare(ctx context.Context, step int) error {
 func newBlipRun(t *testing.T, primary backend.Store, alg algorithms.Name, seed uint64, opts ...fallback.Option) *blipRun {
 	rng := rand.New(rand.NewPCG(seed, 32))
 	sw := &switchable{Store: primary}
-	fb, err := fallback.New(sw, append([]fallback.Option{fallback.WithOpenTimeout(time.Millisecond),
+	fb, err := fallback.New(sw, append([]fallback.Option{fallback.WithOpenTimeout(time.Millisecond), fallback.WithTimeout(time.Minute),
 		fallback.WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
