@@ -28,7 +28,7 @@ import (
 // off: the restarted Redis hands the spent key its limit again.
 func TestEmptiedRedisHoldsWhatWasCounted(t *testing.T) {
 	defer fallback.SetSkipHolds(false)() // holds are off by default (hold.go)
-	for _, cl := range itClients { // not parallel: the control sets a package variable
+	for _, cl := range itClients {       // not parallel: the control sets a package variable
 		t.Run(cl.name, func(t *testing.T) {
 			for _, all := range []bool{false, true} {
 				got := emptiedRedis(t, cl, true, all)
