@@ -125,7 +125,7 @@ func (t *baselines) record(req *backend.Request, res *backend.Result) {
 	} else {
 		sh.touch(e)
 	}
-	if e.holds(req, now, epoch) { // a held answer stays (hold.go)
+	if t.holding() && e.holds(req, now, epoch) { // a held answer stays (hold.go)
 		e.lower(res, now)
 	} else {
 		e.update(req, res, now)

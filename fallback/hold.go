@@ -1,8 +1,9 @@
 package fallback
 
 import (
-	"github.com/limitkit/limitkit/backend"
 	"sync/atomic"
+
+	"github.com/limitkit/limitkit/backend"
 )
 
 // Holds: a primary that comes back empty.
@@ -34,10 +35,14 @@ var skipLower = false
 
 func init() { skipHolds.Store(true) }
 
+// holding reports whether t holds keys at all: with holds off no call
+// takes a shard's lock for them.
+func (t *baselines) holding() bool { return t != nil && !skipHolds.Load() }
+
 // holds reports whether e is held at now for req: recorded before the
 // last outage (epoch, the outages since), not yet reset, of req's rule.
 func (e *baseline) holds(req *backend.Request, now int64, epoch uint64) bool {
-	return !skipHolds.Load() && e.epoch < epoch && now < e.resetAt && e.limit == req.Rule.Limit && e.window == req.Rule.Window.Milliseconds()
+	return e.epoch < epoch && now < e.resetAt && e.limit == req.Rule.Limit && e.window == req.Rule.Window.Milliseconds()
 }
 
 // heldOf returns the bound of req's held key (nil entry when not held);
@@ -46,7 +51,7 @@ func (t *baselines) heldOf(req *backend.Request) bound {
 	k := keyOf(req)
 	e := t.shards[t.shardOf(k)].m[k]
 	now := req.Millis()
-	if e == nil || !e.holds(req, now, t.outages.Load()) {
+	if e == nil || !t.holding() || !e.holds(req, now, t.outages.Load()) {
 		return bound{}
 	}
 	if now >= e.spentUntil {
@@ -63,7 +68,7 @@ func (t *baselines) heldOf(req *backend.Request) bound {
 // in for the units it lost or never saw. A charge is counted, never
 // refused.
 func (t *baselines) reserveHeld(req *backend.Request) (res backend.Result, refused, reserved bool) {
-	if t == nil {
+	if !t.holding() {
 		return res, false, false
 	}
 	defer t.lock(req)()
@@ -94,6 +99,9 @@ func heldDenial(primary, denial backend.Result) backend.Result {
 // releaseHeld gives back a Take reserveHeld counted: the primary refused
 // it or did not answer.
 func (t *baselines) releaseHeld(req *backend.Request) {
+	if !t.holding() {
+		return
+	}
 	defer t.lock(req)()
 	if bd := t.heldOf(req); bd.e != nil {
 		bd.credit(req.Cost)
@@ -121,7 +129,7 @@ func (e *baseline) lower(res *backend.Result, now int64) {
 // (kind: a Peek is refused when the hold would refuse its Take; a give
 // back takes its units off what the hold counted) and returns it.
 func (t *baselines) afterHeld(req *backend.Request, kind localKind, res backend.Result) backend.Result {
-	if t == nil || kind == localTake {
+	if !t.holding() || kind == localTake {
 		return res
 	}
 	defer t.lock(req)()
@@ -146,7 +154,7 @@ func (t *baselines) afterHeld(req *backend.Request, kind localKind, res backend.
 // which it counted (reserved), or the call's denial when one does not fit
 // (refused; nothing stays counted, and the primary is asked all the same).
 func (s *Store) heldAll(reqs []backend.Request) (res backend.Result, refused bool, reserved [backend.MaxRequests]bool) {
-	if s.base == nil || len(reqs) > backend.MaxRequests {
+	if !s.base.holding() || len(reqs) > backend.MaxRequests {
 		return res, false, reserved
 	}
 	for i := range reqs {

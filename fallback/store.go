@@ -154,7 +154,8 @@ func (s *Store) Peek(ctx context.Context, req backend.Request) (backend.Result, 
 func (s *Store) step(ctx context.Context, req backend.Request, call func(context.Context, backend.Request) (backend.Result, error), local localCall, kind localKind) (backend.Result, error) {
 	var held backend.Result
 	refused, reserved := false, false
-	if kind == localTake && s.policyOf(&req).Mode() == backend.ModeLocal {
+	localPolicy := s.policyOf(&req).Mode() == backend.ModeLocal
+	if kind == localTake && localPolicy {
 		held, refused, reserved = s.base.reserveHeld(&req) // a key the primary may have lost (hold.go)
 	}
 	b := s.breakerForRequest(ctx, &req)
@@ -168,7 +169,7 @@ func (s *Store) step(ctx context.Context, req backend.Request, call func(context
 		switch {
 		case refused:
 			res = heldDenial(res, held)
-		case s.policyOf(&req).Mode() == backend.ModeLocal:
+		case localPolicy:
 			res = s.base.afterHeld(&req, kind, res)
 		}
 		return res, nil
