@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
+	"github.com/limitkit/limitkit/internal/boundid"
 	"github.com/limitkit/limitkit/internal/suggest"
 )
 
@@ -169,7 +170,7 @@ func (t *target) parseClient(raw string, u *url.URL, o *options) error {
 	var err error
 	if o.client == Rueidis {
 		if t.rueidis, err = rueidis.ParseURL(raw); err != nil {
-			return err
+			return bounded(err)
 		}
 		r := &t.rueidis
 		r.Username, r.Password = user, password
@@ -184,21 +185,21 @@ func (t *target) parseClient(raw string, u *url.URL, o *options) error {
 	switch t.kind {
 	case Single:
 		if t.single, err = redis.ParseURL(raw); err != nil {
-			return err
+			return bounded(err)
 		}
 		s := t.single
 		s.Username, s.Password = user, password
 		goRedisCommon(&s.ContextTimeoutEnabled, &s.DialTimeout, &s.PoolSize, &s.Dialer, s.TLSConfig, o)
 	case Cluster:
 		if t.cluster, err = redis.ParseClusterURL(raw); err != nil {
-			return err
+			return bounded(err)
 		}
 		c := t.cluster
 		c.Username, c.Password = user, password
 		goRedisCommon(&c.ContextTimeoutEnabled, &c.DialTimeout, &c.PoolSize, &c.Dialer, c.TLSConfig, o)
 	case Sentinel:
 		if t.failover, err = redis.ParseFailoverURL(raw); err != nil {
-			return err
+			return bounded(err)
 		}
 		// go-redis reads a sentinel URL's userinfo as the sentinels'
 		// credentials, and ?username=&password= as the master's.
@@ -280,4 +281,23 @@ func (t *target) newGoRedis() redis.UniversalClient {
 		return redis.NewFailoverClient(t.failover)
 	}
 	return redis.NewClient(t.single)
+}
+
+// maxClientError is the longest client library error kept whole.
+const maxClientError = 256
+
+// boundedError is a client library's URL error whose text echoes the
+// input (a path of kilobytes): its message is cut to a bounded quote, and
+// Unwrap still gives the cause.
+type boundedError struct{ err error }
+
+func (e boundedError) Error() string { return boundid.Quote(e.err.Error()) }
+func (e boundedError) Unwrap() error { return e.err }
+
+// bounded returns err, or a boundedError when its text is long.
+func bounded(err error) error {
+	if len(err.Error()) <= maxClientError {
+		return err
+	}
+	return boundedError{err}
 }
