@@ -37,22 +37,61 @@ type systemClock struct {
 	_      [56]byte
 }
 
-// anchor is a time.Now reading (with its monotonic part), never modified
-// once stored.
+// anchor is a time.Now reading (with its monotonic part) and its Unix
+// nanoseconds, never modified once stored.
 type anchor struct {
-	t time.Time
-	_ [40]byte
+	t    time.Time
+	nano int64
+	_    [32]byte
 }
 
 func (c *systemClock) Now() time.Time {
+	a, d := c.read()
+	return a.t.Add(d)
+}
+
+// unixMilli is Now().UnixMilli() without building the time.Time.
+func (c *systemClock) unixMilli() int64 {
+	a, d := c.read()
+	return a.millisAfter(d)
+}
+
+// millisAfter is a.t.Add(d).UnixMilli().
+func (a *anchor) millisAfter(d time.Duration) int64 {
+	return floorDiv(a.nano+int64(d), int64(time.Millisecond))
+}
+
+// read returns a fresh anchor and the monotonic time elapsed since it.
+func (c *systemClock) read() (*anchor, time.Duration) {
 	if a := c.anchor.Load(); a != nil {
 		if d := time.Since(a.t); d < anchorPeriod {
-			return a.t.Add(d)
+			return a, d
 		}
 	}
-	a := &anchor{t: time.Now()}
+	t := time.Now()
+	a := &anchor{t: t, nano: t.UnixNano()}
 	c.anchor.Store(a)
-	return a.t
+	return a, 0
+}
+
+// floorDiv is a/b rounded down (b > 0), as time.Time.UnixMilli rounds.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
+	}
+	return q
+}
+
+// UnixMilli returns c's current time in whole milliseconds since the Unix
+// epoch, c.Now().UnixMilli(): the unit every decision is made in. For
+// System it skips building a time.Time (the limiter reads it once per
+// decision); other clocks are read with Now.
+func UnixMilli(c Clock) int64 {
+	if s, ok := c.(*systemClock); ok {
+		return s.unixMilli()
+	}
+	return c.Now().UnixMilli()
 }
 
 // Timer is implemented by clocks that also measure waits, so that code

@@ -24,8 +24,9 @@ type compiled struct {
 	all     []part   // every rule, in Decision.Rule order
 	enforce []part   // the rules in Enforce mode, in order
 	shadow  []part   // the rules in Shadow mode, in order
-	// simple is one enforced rule: Allow takes its shortest path.
-	simple bool
+	// simple is one enforced rule: Allow takes its shortest path; hot
+	// says that its rule is resolved, for a store's direct Take.
+	simple, hot bool
 	// lists is a Limiter's exemptions and deny list; nil when it has none.
 	lists *lists
 	gen   uint64
@@ -90,6 +91,7 @@ func (c *compiled) setParts(ps []part) {
 	}
 	c.all = ps
 	c.simple = len(ps) == 1 && !ps[0].shadow && c.lease < 0
+	c.hot = c.simple && ps[0].rule.Resolved()
 }
 
 // minLimit is the lesser of two limits, where 0 is none yet.

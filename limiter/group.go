@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/internal/hotpath"
 )
 
 // source holds the configurations of one Limiter, or of every Limiter of
@@ -50,8 +51,9 @@ func NewGroup(store backend.Store, configs []Config, opts ...Option) (*Group, er
 	}
 	src := newSource(cs)
 	g := &Group{}
+	hot := hotpath.Of(store)
 	for i := range cs {
-		g.limiters = append(g.limiters, &Limiter{store: store, clock: o.clock, src: src, idx: i})
+		g.limiters = append(g.limiters, &Limiter{store: store, clock: o.clock, src: src, idx: i, hot: hot})
 	}
 	return g, nil
 }

@@ -65,6 +65,7 @@ import (
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/clock"
 	"github.com/limitkit/limitkit/internal/boundid"
+	"github.com/limitkit/limitkit/internal/hotpath"
 	"github.com/limitkit/limitkit/internal/option"
 )
 
@@ -127,6 +128,8 @@ type Limiter struct {
 	// limiter's place in it.
 	src *source
 	idx int
+	// hot is the store's direct Take, nil when it has none.
+	hot hotpath.Take
 }
 
 // New returns a limiter for cfg on store, or an error that says what to
@@ -144,7 +147,7 @@ func New(store backend.Store, cfg Config, opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{store: store, clock: o.clock, src: newSource([]*compiled{c})}, nil
+	return &Limiter{store: store, clock: o.clock, src: newSource([]*compiled{c}), hot: hotpath.Of(store)}, nil
 }
 
 // Config returns the limiter's configuration, defaults filled in: the one
@@ -160,6 +163,20 @@ func (l *Limiter) Config() Config {
 }
 
 func (l *Limiter) current() *compiled { return (*l.src.cur.Load())[l.idx] }
+
+// takeSimple decides c's one rule (c.simple) for keys, which passed
+// checkRequest: on a store in this process without a backend.Request
+// (package internal/hotpath) when it has such a path, else by Take.
+func (l *Limiter) takeSimple(ctx context.Context, c *compiled, keys []string, n int64) (Decision, error) {
+	p := &c.all[0]
+	if l.hot != nil && c.hot {
+		// A time before the epoch goes to Take, for its error.
+		if now := clock.UnixMilli(l.clock); now >= 0 {
+			return l.hot(p.prefix, keys[p.key], &p.rule, now, n), nil
+		}
+	}
+	return l.store.Take(ctx, p.request(keys, n, l.clock.Now()))
+}
 
 // Generation counts the configurations the limiter has had: 1 after New,
 // one more after each change by SetConfig or Group.SetConfigs. Reading it
@@ -231,7 +248,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 	if c.simple {
 		// One rule: call the store from here, as each call level
 		// copies the Decision once more.
-		return l.store.Take(ctx, c.all[0].request(keys[:], 1, l.clock.Now()))
+		return l.takeSimple(ctx, c, keys[:], 1)
 	}
 	return c.decide(ctx, l.store, keys[:], 1, l.clock.Now())
 }
@@ -253,7 +270,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 		return Decision{}, err
 	}
 	if c.simple {
-		return l.store.Take(ctx, c.all[0].request(keys[:], n, l.clock.Now()))
+		return l.takeSimple(ctx, c, keys[:], n)
 	}
 	return c.decide(ctx, l.store, keys[:], n, l.clock.Now())
 }
@@ -414,7 +431,7 @@ func (l *Limiter) Admit(ctx context.Context, req Request) (*Lease, Decision, err
 		return nil, Decision{}, errEmptyKey
 	}
 	if c.simple {
-		d, err := l.store.Take(ctx, c.all[0].request(req.Keys, 1, l.clock.Now()))
+		d, err := l.takeSimple(ctx, c, req.Keys, 1)
 		return nil, d, err
 	}
 	d, err := c.decide(ctx, l.store, req.Keys, 1, l.clock.Now())

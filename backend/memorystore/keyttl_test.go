@@ -26,7 +26,7 @@ func TestKeyLivesAsKeyTTLSays(t *testing.T) {
 			req.Now = time.UnixMilli(now)
 			res, err := s.Take(context.Background(), req)
 			require.NoError(t, err)
-			sh, h1, h2 := s.locate(&req.Key, algorithms.Lookup(name).Salt)
+			sh, h1, h2 := s.locate(req.Key.Prefix, req.Key.ID, algorithms.Lookup(name).Salt)
 			e := sh.table.find(h1, h2)
 			require.NotNil(t, e)
 			require.Equal(t, now+rule.KeyTTL(res.ResetAfter.Milliseconds()), e.expires, "%s take %d", name, i)

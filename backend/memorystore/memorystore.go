@@ -36,6 +36,7 @@ import (
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
+	"github.com/limitkit/limitkit/internal/hotpath"
 	"github.com/limitkit/limitkit/internal/option"
 )
 
@@ -142,20 +143,20 @@ func New(opts ...Option) (*Store, error) {
 // about 2^-128 per pair, with seeds no caller can see).
 // salt (the algorithm's) keeps the states of different algorithms for one
 // key apart.
-func (s *Store) locate(k *backend.Key, salt uint64) (sh *shard, h1, h2 uint64) {
+func (s *Store) locate(prefix, id string, salt uint64) (sh *shard, h1, h2 uint64) {
 	// Hash prefix and id as one string, with the prefix length mixed in so
 	// that ("ab", "c") and ("a", "bc") differ. Short keys are joined on the
 	// stack; longer ones are streamed.
-	if n := len(k.Prefix) + len(k.ID); n <= 64 {
+	if n := len(prefix) + len(id); n <= 64 {
 		var buf [64]byte
-		copy(buf[copy(buf[:], k.Prefix):], k.ID)
+		copy(buf[copy(buf[:], prefix):], id)
 		h1 = maphash.Bytes(s.seed1, buf[:n])
 		h2 = maphash.Bytes(s.seed2, buf[:n])
 	} else {
-		h1 = streamHash(s.seed1, k)
-		h2 = streamHash(s.seed2, k)
+		h1 = streamHash(s.seed1, prefix, id)
+		h2 = streamHash(s.seed2, prefix, id)
 	}
-	salt ^= uint64(len(k.Prefix)) * 0xff51afd7ed558ccd
+	salt ^= uint64(len(prefix)) * 0xff51afd7ed558ccd
 	h1 ^= salt
 	h2 ^= bits.RotateLeft64(salt, 29)
 	if h1 == 0 {
@@ -164,11 +165,11 @@ func (s *Store) locate(k *backend.Key, salt uint64) (sh *shard, h1, h2 uint64) {
 	return &s.shards[h1>>(64-s.shardBits)&(1<<s.shardBits-1)], h1, h2
 }
 
-func streamHash(seed maphash.Seed, k *backend.Key) uint64 {
+func streamHash(seed maphash.Seed, prefix, id string) uint64 {
 	var h maphash.Hash
 	h.SetSeed(seed)
-	_, _ = h.WriteString(k.Prefix)
-	_, _ = h.WriteString(k.ID)
+	_, _ = h.WriteString(prefix)
+	_, _ = h.WriteString(id)
 	return h.Sum64()
 }
 
@@ -177,32 +178,54 @@ func (s *Store) Take(_ context.Context, req backend.Request) (backend.Result, er
 	if err := req.Validate(); err != nil {
 		return backend.Result{}, err
 	}
-	now := req.Millis()
-	a := req.Rule.Descriptor() // known: req is valid
-	sh, h1, h2 := s.locate(&req.Key, a.Salt)
-	sh.mu.Lock()
-	res := s.takeLocked(sh, h1, h2, a, &req, now)
-	sh.mu.Unlock()
-	return res, nil
+	if req.Charge {
+		a := req.Rule.Descriptor() // known: req is valid
+		sh, h1, h2 := s.locate(req.Key.Prefix, req.Key.ID, a.Salt)
+		sh.mu.Lock()
+		res := s.takeLocked(sh, h1, h2, a, &req.Rule, req.Millis(), req.Cost, true)
+		sh.mu.Unlock()
+		return res, nil
+	}
+	return s.take(req.Key.Prefix, req.Key.ID, &req.Rule, req.Millis(), req.Cost), nil
 }
 
-// takeLocked runs req's Take (a is its algorithm) on its key in the locked
-// shard sh.
-func (s *Store) takeLocked(sh *shard, h1, h2 uint64, a *algorithms.Algorithm, req *backend.Request, now int64) backend.Result {
+// take is Take of a request that is valid and no charge: what the limiter
+// calls directly (see package internal/hotpath).
+func (s *Store) take(prefix, id string, rule *algorithms.Rule, now, cost int64) backend.Result {
+	a := rule.Descriptor()
+	sh, h1, h2 := s.locate(prefix, id, a.Salt)
+	sh.mu.Lock()
+	res := s.takeLocked(sh, h1, h2, a, rule, now, cost, false)
+	sh.mu.Unlock()
+	return res
+}
+
+func init() {
+	hotpath.Register(func(store backend.Store) hotpath.Take {
+		if s, ok := store.(*Store); ok && s != nil {
+			return s.take
+		}
+		return nil
+	})
+}
+
+// takeLocked runs a Take (or with charge a Charge) of rule (a is its
+// algorithm) on its key in the locked shard sh.
+func (s *Store) takeLocked(sh *shard, h1, h2 uint64, a *algorithms.Algorithm, rule *algorithms.Rule, now, cost int64, charge bool) backend.Result {
 	e := sh.table.find(h1, h2)
 	if e == nil {
 		e = s.insert(sh, h1, h2, now)
 	}
 	var out algorithms.Outcome
-	if req.Charge {
-		out = a.Charge(&e.state, now, req.Rule.Window.Milliseconds(), req.Rule.Limit, req.Cost, true)
+	if charge {
+		out = a.Charge(&e.state, now, rule.Window.Milliseconds(), rule.Limit, cost, true)
 	} else {
-		out = a.Take(&e.state, now, req.Rule.Window.Milliseconds(), req.Rule.Limit, req.Cost)
+		out = a.Take(&e.state, now, rule.Window.Milliseconds(), rule.Limit, cost)
 	}
 	// Kept as long as the scripts keep a Redis key (Rule.KeyTTL): a window
 	// past its reset, for requests that arrive late.
-	e.expires = now + req.Rule.KeyTTL(out.ResetAfter)
-	res := backend.ResultOf(req.Rule, out)
+	e.expires = now + rule.KeyTTL(out.ResetAfter)
+	res := backend.ResultOf(*rule, out)
 	if out.Allowed && a.HoldsLeases() {
 		res.Lease = a.ChargedAt(&e.state, now)
 	}
@@ -262,7 +285,7 @@ func (s *Store) takeAll(reqs []backend.Request, results []backend.Result) (backe
 	n := 0
 	for i := range reqs {
 		a := reqs[i].Rule.Descriptor() // known: reqs are valid
-		sh, h1, h2 := s.locate(&reqs[i].Key, a.Salt)
+		sh, h1, h2 := s.locate(reqs[i].Key.Prefix, reqs[i].Key.ID, a.Salt)
 		loc[i] = located{sh, h1, h2, a}
 		if !slices.Contains(locks[:n], sh) {
 			locks[n] = sh
@@ -283,7 +306,8 @@ func (s *Store) takeAll(reqs []backend.Request, results []backend.Result) (backe
 	// is taken whatever the others decided: its cost was incurred.
 	for i := range reqs {
 		if all || reqs[i].Charge {
-			results[i] = s.takeLocked(loc[i].sh, loc[i].h1, loc[i].h2, loc[i].a, &reqs[i], now)
+			r := &reqs[i]
+			results[i] = s.takeLocked(loc[i].sh, loc[i].h1, loc[i].h2, loc[i].a, &r.Rule, now, r.Cost, r.Charge)
 		}
 	}
 	for _, sh := range locks[:n] {
@@ -304,7 +328,7 @@ func (s *Store) GiveBack(_ context.Context, req backend.Request) (backend.Result
 	}
 	now := req.Millis()
 	a := req.Rule.Descriptor() // known: req is valid
-	sh, h1, h2 := s.locate(&req.Key, a.Salt)
+	sh, h1, h2 := s.locate(req.Key.Prefix, req.Key.ID, a.Salt)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.table.find(h1, h2)
@@ -320,7 +344,7 @@ func (s *Store) Release(_ context.Context, req backend.Request, lease int64) (bo
 		return false, err
 	}
 	a := req.Rule.Descriptor() // known: req is valid
-	sh, h1, h2 := s.locate(&req.Key, a.Salt)
+	sh, h1, h2 := s.locate(req.Key.Prefix, req.Key.ID, a.Salt)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.table.find(h1, h2)
@@ -337,7 +361,7 @@ func (s *Store) Renew(_ context.Context, req backend.Request, lease int64) (back
 	}
 	now := req.Millis()
 	a := req.Rule.Descriptor() // known: req is valid
-	sh, h1, h2 := s.locate(&req.Key, a.Salt)
+	sh, h1, h2 := s.locate(req.Key.Prefix, req.Key.ID, a.Salt)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.table.find(h1, h2)
@@ -360,7 +384,7 @@ func (s *Store) Peek(_ context.Context, req backend.Request) (backend.Result, er
 		return backend.Result{}, err
 	}
 	a := req.Rule.Descriptor() // known: req is valid
-	sh, h1, h2 := s.locate(&req.Key, a.Salt)
+	sh, h1, h2 := s.locate(req.Key.Prefix, req.Key.ID, a.Salt)
 	sh.mu.Lock()
 	out := peekLocked(sh, h1, h2, a, &req, req.Millis())
 	sh.mu.Unlock()
@@ -375,7 +399,7 @@ func (s *Store) Reset(_ context.Context, key backend.Key, rule algorithms.Rule, 
 	if err := rule.Validate(); err != nil {
 		return err
 	}
-	sh, h1, h2 := s.locate(&key, rule.Descriptor().Salt) // known: rule is valid
+	sh, h1, h2 := s.locate(key.Prefix, key.ID, rule.Descriptor().Salt) // known: rule is valid
 	sh.mu.Lock()
 	sh.remove(h1, h2)
 	sh.mu.Unlock()

@@ -16,10 +16,10 @@ func (s *Store) Reserve(_ context.Context, req backend.Request) (backend.Result,
 	}
 	now := req.Millis()
 	a := req.Rule.Descriptor() // known: req is valid
-	sh, h1, h2 := s.locate(&req.Key, a.Salt)
+	sh, h1, h2 := s.locate(req.Key.Prefix, req.Key.ID, a.Salt)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	res := s.takeLocked(sh, h1, h2, a, &req, now)
+	res := s.takeLocked(sh, h1, h2, a, &req.Rule, now, req.Cost, req.Charge)
 	if !res.Allowed {
 		return res, 0, nil
 	}
@@ -35,7 +35,7 @@ func (s *Store) Unreserve(_ context.Context, req backend.Request, at int64) (bac
 	}
 	now := req.Millis()
 	a := req.Rule.Descriptor() // known: req is valid
-	sh, h1, h2 := s.locate(&req.Key, a.Salt)
+	sh, h1, h2 := s.locate(req.Key.Prefix, req.Key.ID, a.Salt)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.table.find(h1, h2)

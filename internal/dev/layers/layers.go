@@ -45,11 +45,14 @@ var floors = map[string]int{
 	// The Redis wire format reads backend's types; it sits in the root
 	// internal/ so that cmd/limitkit-inspect may import it too.
 	"internal/rediswire": Backend,
-	"limiter":            API,
-	"rls":                API,
-	"cmd":                Commands,
-	"examples":           Commands,
-	"rls/cmd":            Commands,
+	// The limiter's direct call into the memory store reads backend's
+	// types; the root internal/ is the folder both may import.
+	"internal/hotpath": Backend,
+	"limiter":          API,
+	"rls":              API,
+	"cmd":              Commands,
+	"examples":         Commands,
+	"rls/cmd":          Commands,
 }
 
 // IsDev reports whether rel, a folder relative to the repository's root

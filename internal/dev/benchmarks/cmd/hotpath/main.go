@@ -15,7 +15,9 @@
 //
 // Under valgrind (--tool=cachegrind --cache-sim=no) with -run naming one
 // contender, two values of -n give its instructions per decision, which no
-// other load moves: (Ir(n2) - Ir(n1)) / (2 * rounds * (n2 - n1)).
+// other load moves: (Ir(n2) - Ir(n1)) / (2 * rounds * (n2 - n1)). Run it
+// with GOMAXPROCS=1 GOGC=off: idle Ps spinning under valgrind's one thread
+// add millions of instructions that differ from run to run.
 package main
 
 import (
