@@ -19,8 +19,9 @@ func TestOverloadRuns(t *testing.T) {
 	require.Error(t, run(&out, Setup{Capacity: 1, Base: time.Millisecond, Duration: time.Second, Load: 3}))
 	require.Error(t, run(&out, Setup{Capacity: 1000, Base: time.Millisecond, Duration: time.Minute, Load: 3}), "too many requests")
 	require.ErrorContains(t, run(&out, Setup{Capacity: 4, Base: 20 * time.Millisecond, Duration: 600 * time.Millisecond, Load: 3, Law: "cubic"}), "-law")
+	require.ErrorContains(t, run(&out, Setup{Capacity: 4, Base: 20 * time.Millisecond, Duration: 600 * time.Millisecond, Load: 3, Servers: []string{"cached"}}), "-servers")
 	for _, law := range []string{"gradient2", "vegas", "aimd"} {
-		h, lim, err := server("adaptive", law, &backend{base: time.Millisecond}, 4)
+		h, lim, err := server("adaptive", Setup{Law: law}, &backend{base: time.Millisecond}, 4)
 		require.NoError(t, err)
 		require.NotNil(t, h)
 		require.Equal(t, law, lim.Law())
