@@ -36,3 +36,21 @@ func TestLimitRangeSettles(t *testing.T) {
 	_, _, settle = limitRange([]limitAt{{0, 40}}, 0, 100, 20)
 	require.Equal(t, time.Duration(-1), settle)
 }
+
+func TestGoalsAreChecked(t *testing.T) {
+	good := Phase{Capacity: 10, Goodput: 0.95, P99Base: 1.5, Critical: 1, Default: 0.5, Sheddable: 0.1, Settle: time.Second}
+	bad := good
+	bad.Goodput, bad.Settle = 0.5, -1
+	count := func(ph Phase) (met int) {
+		gs := goalsOf(map[string]Report{"adaptive": {Phases: []Phase{ph, ph, ph}}})
+		for _, g := range gs {
+			if g.met {
+				met++
+			}
+		}
+		require.Len(t, gs, 14)
+		return met
+	}
+	require.Equal(t, 14, count(good))
+	require.Equal(t, 9, count(bad), "control: the missed goals are reported")
+}

@@ -72,7 +72,7 @@ type Gradient2 struct {
 	LongWindows int
 	// ProbeWindows is how often, in windows, the baseline is measured
 	// again (default 60): one window runs a fifth below the limit and its
-	// latency replaces the long average, as Envoy's adaptive concurrency
+	// latency, if lower, replaces the long average, as Envoy's adaptive concurrency
 	// filter pins its concurrency to measure minRTT. Without it a baseline
 	// learnt under overload, or one the average let creep up, holds the
 	// limit above capacity for good.
@@ -146,8 +146,12 @@ func (g *Gradient2) Update(limit float64, w Window) float64 {
 	}
 	if g.probing {
 		// The window ran a fifth below the limit: its latency is the
-		// baseline with (nearly) nothing queued.
-		g.probing, g.long = false, float64(w.RTT)
+		// baseline with (nearly) nothing queued, unless the limit was far
+		// over capacity. It may only lower the baseline: a probe still in
+		// overload reads the callers' deadline (every request dropped),
+		// and as a baseline that let the limit run away (issue 39's
+		// example, C halved). A risen floor is learnt by the average.
+		g.probing, g.long = false, min(g.long, float64(w.RTT))
 		return g.saved
 	}
 	next := g.follow(limit, w)

@@ -391,3 +391,20 @@ func TestGradient2P90AndFallAtOnce(t *testing.T) {
 	require.InDelta(t, 50*0.5, atOnce, 1e-6)
 	require.Less(t, atOnce, smoothed, "control: smoothing falls less")
 }
+
+func TestGradient2ProbeOnlyLowersTheBaseline(t *testing.T) {
+	w := func(rtt time.Duration) Window { return Window{RTT: rtt, InFlight: 50, Samples: 10} }
+	probeAt := func(probe time.Duration) float64 {
+		g := &Gradient2{ProbeWindows: 2}
+		g.Update(50, w(10*time.Millisecond))
+		require.InDelta(t, (51*0.8+55*0.2)*4/5, g.Update(51, w(10*time.Millisecond)), 1e-9, "a fifth below for the probe")
+		g.Update(40, w(probe))                      // the probe's window
+		return g.Update(50, w(10*time.Millisecond)) // after it
+	}
+	// A probe still in overload (every request dropped at a 400 ms
+	// deadline) leaves the baseline: 10 ms stays flat and the limit grows.
+	require.Greater(t, probeAt(400*time.Millisecond), 50.0)
+	// Control: a probe below the baseline lowers it, and the same 10 ms
+	// then reads as queueing.
+	require.Less(t, probeAt(5*time.Millisecond), 50.0)
+}
