@@ -18,11 +18,13 @@
 // sheddable requests; for the adaptive server, how long the limit took to
 // settle within ±25% of the capacity after each step.
 //
-//	go run ./examples/overload                  # C=10, 100 ms, 7.5 s per server
+//	go run ./examples/overload                  # C=10, 100 ms, phases of 15 s
 //	go run ./examples/overload -c 20 -base 50ms -d 9s
-//	go run ./examples/overload -law vegas
+//	go run ./examples/overload -law vegas -servers adaptive -goals
 //
-// It listens on 127.0.0.1 only and runs for 3 × -d.
+// -goals checks the adaptive server against the goals of issue 39 and
+// prints each with whether it was met; -trace prints the adaptive limit
+// every 250 ms. It listens on 127.0.0.1 only and runs for -d per server.
 package main
 
 import (
@@ -31,6 +33,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -38,10 +42,16 @@ func main() {
 	var s Setup
 	flag.IntVar(&s.Capacity, "c", 10, "backend capacity C: requests served at once at the base latency")
 	flag.DurationVar(&s.Base, "base", 100*time.Millisecond, "backend latency up to C in flight")
-	flag.DurationVar(&s.Duration, "d", 7500*time.Millisecond, "run time per server (three phases: C, C/2, C)")
+	flag.DurationVar(&s.Duration, "d", 45*time.Second, "run time per server (three phases: C, C/2, C)")
 	flag.Float64Var(&s.Load, "load", 3, "offered load, in multiples of the capacity")
 	flag.StringVar(&s.Law, "law", "gradient2", "the adaptive server's law: gradient2, vegas or aimd")
+	flag.BoolVar(&s.P90, "p90", false, "gradient2 follows each window's p90 latency, not its mean")
+	flag.BoolVar(&s.FallAtOnce, "fall-at-once", false, "gradient2 applies a fall unsmoothed")
+	servers := flag.String("servers", "unprotected,fixed,adaptive", "the servers to run, in order")
+	flag.BoolVar(&s.Goals, "goals", false, "check the adaptive server against issue 39's goals")
+	flag.BoolVar(&s.Trace, "trace", false, "print the adaptive limit and the backend's in-flight every 250 ms")
 	flag.Parse()
+	s.Servers = strings.Split(*servers, ",")
 	if err := run(os.Stdout, s); err != nil {
 		fmt.Fprintln(os.Stderr, "overload:", err)
 		os.Exit(1)
@@ -54,7 +64,12 @@ type Setup struct {
 	Base     time.Duration
 	Duration time.Duration
 	Load     float64
-	Law      string // the adaptive server's law; "" is gradient2
+	Law      string   // the adaptive server's law; "" is gradient2
+	Servers  []string // nil: unprotected, fixed, adaptive
+	Goals    bool     // check the adaptive run against the goals
+	// P90 and FallAtOnce are the adaptive server's Gradient2 options.
+	P90, FallAtOnce bool
+	Trace           bool // print the adaptive limit as it moves
 }
 
 func (s Setup) check() error {
@@ -68,8 +83,15 @@ func (s Setup) check() error {
 	case float64(s.Capacity)*s.Load/s.Base.Seconds()*s.Duration.Seconds() > 200000:
 		return errors.New("-c × -load / -base × -d asks for more than 200000 requests; lower one of them")
 	}
+	for _, m := range s.Servers {
+		if !slices.Contains(modes, m) {
+			return fmt.Errorf("-servers names %q; use unprotected, fixed and adaptive", m)
+		}
+	}
 	return nil
 }
+
+var modes = []string{"unprotected", "fixed", "adaptive"}
 
 func run(w io.Writer, s Setup) error {
 	if err := s.check(); err != nil {
@@ -77,13 +99,22 @@ func run(w io.Writer, s Setup) error {
 	}
 	fmt.Fprintf(w, "backend: capacity C=%d at %v (%.0f req/s), offered %.1f×C, deadline %v; phases of %v: C, C/2, C\n\n",
 		s.Capacity, s.Base, float64(s.Capacity)/s.Base.Seconds(), s.Load, 4*s.Base, s.Duration/3)
-	fmt.Fprintf(w, "%-11s %-6s %9s %8s %9s %9s %7s\n", "server", "phase", "goodput", "p99/base", "critical", "sheddable", "limit")
-	for _, mode := range []string{"unprotected", "fixed", "adaptive"} {
-		rep, err := Run(s, mode)
+	fmt.Fprintf(w, "%-11s %-6s %9s %8s %9s %9s %9s %7s\n", "server", "phase", "goodput", "p99/base", "critical", "default", "sheddable", "limit")
+	servers := s.Servers
+	if len(servers) == 0 {
+		servers = modes
+	}
+	reps := map[string]Report{}
+	for _, mode := range servers {
+		rep, err := Run(s, mode, w)
 		if err != nil {
 			return err
 		}
 		rep.print(w)
+		reps[mode] = rep
+	}
+	if s.Goals {
+		goals(w, reps)
 	}
 	return nil
 }
@@ -97,6 +128,7 @@ type Phase struct {
 	P99       time.Duration
 	P99Base   float64 // P99 over the base latency
 	Critical  float64 // share of critical requests served
+	Default   float64
 	Sheddable float64
 	LimitMin  int // the adaptive limit's range during the phase (0: none)
 	LimitMax  int
@@ -115,8 +147,8 @@ func (r Report) print(w io.Writer) {
 		if p.LimitMax > 0 {
 			limit = fmt.Sprintf("%d..%d", p.LimitMin, p.LimitMax)
 		}
-		fmt.Fprintf(w, "%-11s %-6s %8.0f%% %8.2f %8.1f%% %8.1f%% %7s", r.Mode, fmt.Sprintf("%d:C=%d", i+1, p.Capacity),
-			100*p.Goodput, p.P99Base, 100*p.Critical, 100*p.Sheddable, limit)
+		fmt.Fprintf(w, "%-11s %-6s %8.0f%% %8.2f %8.1f%% %8.1f%% %8.1f%% %7s", r.Mode, fmt.Sprintf("%d:C=%d", i+1, p.Capacity),
+			100*p.Goodput, p.P99Base, 100*p.Critical, 100*p.Default, 100*p.Sheddable, limit)
 		if p.LimitMax > 0 && i > 0 {
 			if p.Settle < 0 {
 				fmt.Fprintf(w, "  never settled within ±25%% of C")

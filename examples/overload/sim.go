@@ -47,20 +47,21 @@ func (b *backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// lawNamed returns the adaptive server's law (Setup.check refused others).
-func lawNamed(name string) adaptive.Law {
-	switch name {
+// lawNamed returns the adaptive server's law (Setup.check refused others)
+// with s's Gradient2 options.
+func lawNamed(s Setup) adaptive.Law {
+	switch s.Law {
 	case "vegas":
 		return &adaptive.Vegas{}
 	case "aimd":
 		return &adaptive.AIMD{}
 	}
-	return &adaptive.Gradient2{}
+	return &adaptive.Gradient2{P90: s.P90, FallAtOnce: s.FallAtOnce}
 }
 
 // server returns the handler for mode in front of b, and the adaptive
 // limiter when there is one.
-func server(mode, law string, b *backend, capacity int) (http.Handler, *adaptive.Limiter, error) {
+func server(mode string, s Setup, b *backend, capacity int) (http.Handler, *adaptive.Limiter, error) {
 	var cfg adaptive.Config
 	switch mode {
 	case "unprotected":
@@ -71,7 +72,7 @@ func server(mode, law string, b *backend, capacity int) (http.Handler, *adaptive
 		// The service does not know C: it starts low, below any capacity
 		// it expects, so that Gradient2 learns the latency of a backend
 		// not yet overloaded, and grows from there.
-		cfg = adaptive.Config{Name: "adaptive", Law: lawNamed(law), Initial: 4, Max: 1000,
+		cfg = adaptive.Config{Name: "adaptive", Law: lawNamed(s), Initial: 4, Max: 1000,
 			Window: 100 * time.Millisecond, MinSamples: 5}
 	default:
 		return nil, nil, fmt.Errorf("mode %q is unknown", mode)
@@ -100,14 +101,14 @@ type result struct {
 }
 
 // Run offers the load to one server through the three phases and
-// measures them.
-func Run(s Setup, mode string) (Report, error) {
+// measures them; with s.Trace it prints the adaptive limit to trace.
+func Run(s Setup, mode string, trace io.Writer) (Report, error) {
 	if err := s.check(); err != nil {
 		return Report{}, err
 	}
 	b := &backend{base: s.Base}
 	b.capacity.Store(int64(s.Capacity))
-	h, lim, err := server(mode, s.Law, b, s.Capacity)
+	h, lim, err := server(mode, s, b, s.Capacity)
 	if err != nil {
 		return Report{}, err
 	}
@@ -137,7 +138,7 @@ func Run(s Setup, mode string) (Report, error) {
 	rnd := rand.New(rand.NewPCG(1, 2))
 	start := time.Now()
 	next := start
-	lastLimit := time.Duration(-1)
+	lastLimit, lastTrace := time.Duration(-1), time.Duration(-1)
 	for sent := 0; ; sent++ {
 		now := time.Since(start)
 		if now >= s.Duration {
@@ -147,6 +148,10 @@ func Run(s Setup, mode string) (Report, error) {
 		if lim != nil && now-lastLimit >= 20*time.Millisecond {
 			limits = append(limits, limitAt{now, lim.Limit()})
 			lastLimit = now
+		}
+		if s.Trace && lim != nil && mode == "adaptive" && now-lastTrace >= 250*time.Millisecond {
+			fmt.Fprintf(trace, "trace %6.2fs C=%d limit=%d in-flight=%d\n", now.Seconds(), b.capacity.Load(), lim.Limit(), b.inflight.Load())
+			lastTrace = now
 		}
 		p := priorityOf(rnd.Float64())
 		wg.Add(1)
@@ -206,34 +211,27 @@ func send(c *http.Client, url string, p adaptive.Priority, deadline time.Duratio
 func measure(results []result, limits []limitAt, caps []int, phase, base time.Duration) []Phase {
 	out := make([]Phase, len(caps))
 	lat := make([][]time.Duration, len(caps))
-	crit := make([][2]int, len(caps)) // served, offered
-	shed := make([][2]int, len(caps))
+	class := make([][3][2]int, len(caps)) // by priority: served, offered
 	for _, r := range results {
 		i := min(len(caps)-1, int(r.at/phase))
 		out[i].Offered++
-		count := &shed[i]
-		if r.p == adaptive.Critical {
-			count = &crit[i]
-		}
-		if r.p == adaptive.Critical || r.p == adaptive.Sheddable {
-			count[1]++
-		}
+		count := &class[i][r.p-adaptive.Sheddable]
+		count[1]++
 		if !r.ok {
 			continue
 		}
+		count[0]++
 		out[i].Served++
 		lat[i] = append(lat[i], r.latency)
-		if r.p == adaptive.Critical || r.p == adaptive.Sheddable {
-			count[0]++
-		}
 	}
 	for i := range out {
 		out[i].Capacity = caps[i]
 		out[i].Goodput = float64(out[i].Served) / phase.Seconds() / (float64(caps[i]) / base.Seconds())
 		out[i].P99 = percentile(lat[i], 0.99)
 		out[i].P99Base = out[i].P99.Seconds() / base.Seconds()
-		out[i].Critical = ratio(crit[i])
-		out[i].Sheddable = ratio(shed[i])
+		out[i].Critical = ratio(class[i][adaptive.Critical-adaptive.Sheddable])
+		out[i].Default = ratio(class[i][adaptive.Default-adaptive.Sheddable])
+		out[i].Sheddable = ratio(class[i][0])
 		out[i].LimitMin, out[i].LimitMax, out[i].Settle = limitRange(limits, i, phase, caps[i])
 	}
 	return out

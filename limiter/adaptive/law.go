@@ -15,6 +15,8 @@ type Window struct {
 	RTT time.Duration
 	// MinRTT is the lowest of them.
 	MinRTT time.Duration
+	// P90 is their 90th percentile.
+	P90 time.Duration
 	// Samples is how many requests completed (successful or dropped).
 	Samples int
 	// InFlight is the most requests held at once during the window: a
@@ -68,13 +70,40 @@ type Gradient2 struct {
 	// LongWindows is how many windows the long average spans (default
 	// 600, ten minutes of one-second windows).
 	LongWindows int
+	// ProbeWindows is how often, in windows, the baseline is measured
+	// again (default 60): one window runs a fifth below the limit and its
+	// latency, if lower, replaces the long average, as Envoy's adaptive concurrency
+	// filter pins its concurrency to measure minRTT. Without it a baseline
+	// learnt under overload, or one the average let creep up, holds the
+	// limit above capacity for good.
+	ProbeWindows int
+	// P90 follows each window's 90th percentile latency instead of its
+	// mean (concurrency-limits' default; Envoy takes a percentile too).
+	// Where overload slows only the requests past capacity (a worker
+	// pool's queue) the mean dilutes them: at 10% over capacity they are
+	// a tenth of the window.
+	P90 bool
+	// FallAtOnce applies a fall unsmoothed. A window holds only requests
+	// admitted under the limit in force, so a fall answers that limit's
+	// own latency; smoothing it keeps the service overloaded for several
+	// more windows.
+	FallAtOnce bool
 
 	long    float64 // nanoseconds; 0 until the first window
 	windows int     // windows seen, for the average's warm-up
+	probing bool    // this window runs a fifth below the limit
+	saved   float64 // the limit to restore after the probe
 }
 
 // Name returns "gradient2".
 func (g *Gradient2) Name() string { return "gradient2" }
+
+func (g *Gradient2) probeWindows() int {
+	if g.ProbeWindows == 0 {
+		return 60
+	}
+	return g.ProbeWindows
+}
 
 func (g *Gradient2) defaults() (tol, smooth, queue float64, long int) {
 	tol, smooth, queue, long = g.Tolerance, g.Smoothing, g.QueueSize, g.LongWindows
@@ -104,6 +133,8 @@ func (g *Gradient2) check() error {
 		return fmt.Errorf("Gradient2.QueueSize is %v; give 0 or more (default 4)", g.QueueSize)
 	case long < 1:
 		return fmt.Errorf("Gradient2.LongWindows is %d; give 1 or more (default 600)", g.LongWindows)
+	case g.probeWindows() < 2:
+		return fmt.Errorf("Gradient2.ProbeWindows is %d; give 2 or more (default 60)", g.ProbeWindows)
 	}
 	return nil
 }
@@ -113,8 +144,31 @@ func (g *Gradient2) Update(limit float64, w Window) float64 {
 	if w.RTT <= 0 {
 		return limit // only drops or ignored requests: no latency to follow
 	}
+	if g.probing {
+		// The window ran a fifth below the limit: its latency is the
+		// baseline with (nearly) nothing queued, unless the limit was far
+		// over capacity. It may only lower the baseline: a probe still in
+		// overload reads the callers' deadline (every request dropped),
+		// and as a baseline that let the limit run away (issue 39's
+		// example, C halved). A risen floor is learnt by the average.
+		g.probing, g.long = false, min(g.long, float64(w.RTT))
+		return g.saved
+	}
+	next := g.follow(limit, w)
+	if g.windows%g.probeWindows() == 0 {
+		g.probing, g.saved = true, next
+		return next * 4 / 5
+	}
+	return next
+}
+
+// follow is Gradient2's law proper: the limit after w.
+func (g *Gradient2) follow(limit float64, w Window) float64 {
 	tol, smooth, queue, longN := g.defaults()
 	short := float64(w.RTT)
+	if g.P90 && w.P90 > 0 {
+		short = float64(w.P90)
+	}
 	g.windows++
 	// A window past the tolerance enters the average as at it: one
 	// overloaded window (tens of times the baseline after a capacity
@@ -145,6 +199,8 @@ func (g *Gradient2) Update(limit float64, w Window) float64 {
 		// falling limit it cancels the fall at small limits (at 7, a
 		// gradient of 0.5 plus 4 left the limit where it was).
 		next += queue
+	} else if g.FallAtOnce {
+		return next
 	}
 	return limit*(1-smooth) + next*smooth
 }

@@ -354,3 +354,57 @@ func TestVegasSteps(t *testing.T) {
 	w.Dropped = true
 	require.InDelta(t, 98, v.Update(100, w), 1e-9)
 }
+
+// checkStartsOverloaded: a Gradient2 that starts far above capacity
+// learns an overloaded baseline; its probe learns the real one again and
+// the limit comes down to within ±25% of the capacity.
+func checkStartsOverloaded(g *Gradient2) error {
+	limits, err := run(g, 150, backend{capacity: 40, base: 10 * time.Millisecond}, 600)
+	if err != nil {
+		return err
+	}
+	return settled(limits[len(limits)-50:], 40)
+}
+
+func TestGradient2ProbeLearnsTheBaseline(t *testing.T) {
+	require.NoError(t, checkStartsOverloaded(&Gradient2{}))
+	// Control: without the probe the overloaded baseline holds the limit
+	// far above the capacity.
+	require.Error(t, checkStartsOverloaded(&Gradient2{ProbeWindows: 1 << 30}))
+}
+
+func TestGradient2P90AndFallAtOnce(t *testing.T) {
+	// A window at limit 50 whose mean is flat but whose slowest tenth is
+	// four times slower: the mean grows the limit, the p90 lowers it.
+	w := Window{RTT: 10 * time.Millisecond, P90: 40 * time.Millisecond, InFlight: 50, Samples: 10}
+	warm := func(g *Gradient2) *Gradient2 {
+		g.Update(50, Window{RTT: 10 * time.Millisecond, P90: 10 * time.Millisecond, InFlight: 50, Samples: 10})
+		return g
+	}
+	require.Greater(t, warm(&Gradient2{}).Update(50, w), 50.0, "control: the mean does not see the slow tenth")
+	smoothed := warm(&Gradient2{P90: true}).Update(50, w)
+	require.Less(t, smoothed, 50.0)
+	// Unsmoothed, the fall is the gradient's whole: 1.5 × long / 40 ms,
+	// long the warm-up mean of 10 and the capped 15 ms, is under its
+	// floor 0.5.
+	atOnce := warm(&Gradient2{P90: true, FallAtOnce: true}).Update(50, w)
+	require.InDelta(t, 50*0.5, atOnce, 1e-6)
+	require.Less(t, atOnce, smoothed, "control: smoothing falls less")
+}
+
+func TestGradient2ProbeOnlyLowersTheBaseline(t *testing.T) {
+	w := func(rtt time.Duration) Window { return Window{RTT: rtt, InFlight: 50, Samples: 10} }
+	probeAt := func(probe time.Duration) float64 {
+		g := &Gradient2{ProbeWindows: 2}
+		g.Update(50, w(10*time.Millisecond))
+		require.InDelta(t, (51*0.8+55*0.2)*4/5, g.Update(51, w(10*time.Millisecond)), 1e-9, "a fifth below for the probe")
+		g.Update(40, w(probe))                      // the probe's window
+		return g.Update(50, w(10*time.Millisecond)) // after it
+	}
+	// A probe still in overload (every request dropped at a 400 ms
+	// deadline) leaves the baseline: 10 ms stays flat and the limit grows.
+	require.Greater(t, probeAt(400*time.Millisecond), 50.0)
+	// Control: a probe below the baseline lowers it, and the same 10 ms
+	// then reads as queueing.
+	require.Less(t, probeAt(5*time.Millisecond), 50.0)
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -148,7 +149,12 @@ type window struct {
 	min      time.Duration
 	inflight int
 	dropped  bool
+	rtts     []time.Duration // the latencies, for P90; at most keptRTTs
 }
+
+// keptRTTs bounds the latencies a window keeps for its percentile: past
+// it, new ones overwrite old ones in turn.
+const keptRTTs = 1024
 
 type waiter struct {
 	p  Priority
@@ -428,7 +434,16 @@ func (l *Limiter) release(t *Token, r Result) {
 	var buf [4]*waiter
 	l.mu.Lock()
 	l.inflight--
-	change, changed := l.sampleLocked(now, rtt, r)
+	sample := r
+	if t.start.Before(l.win.start) {
+		// Admitted under an earlier window's limit: its latency says how
+		// that limit did, which the law has already been told or will
+		// have moved past. Counting it would lag the law by a latency
+		// (several windows when overload slows requests), and it
+		// overshoots.
+		sample = Ignored
+	}
+	change, changed := l.sampleLocked(now, rtt, sample)
 	granted := l.grantLocked(buf[:0])
 	l.mu.Unlock()
 	for _, w := range granted {
@@ -454,6 +469,11 @@ func (l *Limiter) sampleLocked(now time.Time, rtt time.Duration, r Result) (Limi
 		w.dropped = true
 		fallthrough
 	default:
+		if len(w.rtts) < keptRTTs {
+			w.rtts = append(w.rtts, rtt)
+		} else {
+			w.rtts[w.ok%keptRTTs] = rtt
+		}
 		w.ok++
 		w.sum += rtt
 		if w.min == 0 || rtt < w.min {
@@ -468,6 +488,8 @@ func (l *Limiter) sampleLocked(now time.Time, rtt time.Duration, r Result) (Limi
 	if w.ok > 0 {
 		sum.RTT = w.sum / time.Duration(w.ok)
 		l.lastRTT = sum.RTT
+		slices.Sort(w.rtts)
+		sum.P90 = w.rtts[min(len(w.rtts)-1, len(w.rtts)*9/10)]
 	}
 	from := l.cap(Critical)
 	next := l.cfg.Law.Update(l.limit, sum)
@@ -475,7 +497,7 @@ func (l *Limiter) sampleLocked(now time.Time, rtt time.Duration, r Result) (Limi
 		next = l.limit
 	}
 	l.limit = max(float64(l.cfg.Min), min(float64(l.cfg.Max), next))
-	*w = window{start: now, inflight: l.inflight}
+	*w = window{start: now, inflight: l.inflight, rtts: w.rtts[:0]}
 	return LimitChange{Limiter: l.cfg.Name, Law: l.cfg.Law.Name(), From: from, To: l.cap(Critical), Window: sum}, true
 }
 

@@ -27,6 +27,9 @@ import (
 //	    default_share: 0.9
 //	    sheddable_share: 0.75
 //	    tolerance: 1.5        # gradient2
+//	    probe_windows: 60     # gradient2
+//	    p90: false            # gradient2
+//	    fall_at_once: false   # gradient2
 //	    backoff: 0.9          # aimd
 //	    timeout: 200ms        # aimd: a window slower than this is a drop
 //
@@ -43,15 +46,19 @@ type Adaptive struct {
 	// Tolerance is Gradient2's; Backoff and Timeout are AIMD's.
 	Tolerance, Backoff float64
 	Timeout            time.Duration
+	// ProbeWindows, P90 and FallAtOnce are Gradient2's (see
+	// adaptive.Gradient2).
+	ProbeWindows    int
+	P90, FallAtOnce bool
 }
 
-const adaptiveFields = "law, min, max, initial, window, min_samples, queue_size, max_wait, lifo, default_share, sheddable_share, tolerance, backoff, timeout"
+const adaptiveFields = "law, min, max, initial, window, min_samples, queue_size, max_wait, lifo, default_share, sheddable_share, tolerance, probe_windows, p90, fall_at_once, backoff, timeout"
 
 // law returns a new Law for a (each limiter keeps its own state).
 func (a *Adaptive) law() (adaptive.Law, error) {
 	switch a.Law {
 	case "", "gradient2":
-		return &adaptive.Gradient2{Tolerance: a.Tolerance}, nil
+		return &adaptive.Gradient2{Tolerance: a.Tolerance, ProbeWindows: a.ProbeWindows, P90: a.P90, FallAtOnce: a.FallAtOnce}, nil
 	case "vegas":
 		return &adaptive.Vegas{}, nil
 	case "aimd":
@@ -135,6 +142,12 @@ func (d decoder) adaptiveField(a *Adaptive, f configtree.Pair, p string) (err er
 		c.LIFO, err = d.Bool(f.Val, p)
 	case "timeout":
 		a.Timeout, err = d.Duration(f.Val, p)
+	case "probe_windows":
+		a.ProbeWindows, err = d.Int(f.Val, p)
+	case "p90":
+		a.P90, err = d.Bool(f.Val, p)
+	case "fall_at_once":
+		a.FallAtOnce, err = d.Bool(f.Val, p)
 	default:
 		return d.adaptiveFloat(a, f, p)
 	}

@@ -47,6 +47,12 @@ func TestAdaptiveBlock(t *testing.T) {
 		require.NoError(t, err, law)
 		require.Equal(t, law, lim.Law(), law)
 	}
+	// Gradient2's options reach the block.
+	file := "backend: {url: \"memory://\"}\npolicies:\n  api: {limit: 10, window: 1m}\nadaptive:\n  s:\n    probe_windows: 30\n    p90: true\n    fall_at_once: true\n"
+	cfg, err = config.Parse([]byte(file), config.YAML)
+	require.NoError(t, err)
+	g := cfg.Adaptive[0]
+	require.Equal(t, [3]any{30, true, true}, [3]any{g.ProbeWindows, g.P90, g.FallAtOnce})
 }
 
 func TestAdaptiveBlockErrors(t *testing.T) {
@@ -55,6 +61,7 @@ func TestAdaptiveBlockErrors(t *testing.T) {
 		"min: 9\n    max: 3": "Min",
 		"sheddable_share: x": "not a number",
 		"tolerance: 0.5":     "Tolerance",
+		"probe_windows: 1":   "ProbeWindows",
 		"queu_size: 3":       "did you mean",
 	} {
 		file := "backend: {url: \"memory://\"}\npolicies:\n  api: {limit: 10, window: 1m}\nadaptive:\n  s:\n    " + field + "\n"
