@@ -27,6 +27,7 @@ import (
 // commandstats summed over the masters). The control sends each Take alone
 // (WithBatching(1)): one EVALSHA per decision.
 func TestClusterBatchesPerNode(t *testing.T) {
+	t.Parallel() // a cluster of its own: its command counts are its own
 	c := redistest.StartCluster(t, 3, 0)
 	for _, client := range []string{"goredis", "rueidis"} {
 		for _, batch := range []int{0, 1} {

@@ -28,6 +28,7 @@ import (
 // sent again. (scripttest.BatchedPeeksAndTakeAlls has the control that
 // shows the check catches partial TakeAlls.)
 func TestClusterReshardPeeksAndTakeAlls(t *testing.T) {
+	t.Parallel() // mostly the cluster's start and the reshard; a cluster of its own
 	c := redistest.StartCluster(t, 3, 0)
 	from, to := c.Masters[0], c.Masters[1]
 	for _, client := range []string{"goredis", "rueidis"} {

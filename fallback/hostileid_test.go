@@ -32,6 +32,7 @@ const maxErrLen = 1024
 // killed), and requires every call to fail with an error under 1 KiB.
 // Before ids were bounded, Wait and a fallback's Reset copied the whole id.
 func TestHostileIDsDoNotReachErrors(t *testing.T) {
+	t.Parallel() // mostly dials to a killed server; no package variable
 	huge := strings.Repeat("{\"\x00é", 1<<20/5)
 	cfg := limiter.Config{Limit: 1, Window: time.Hour, Prefix: "h:"}
 	guarded := cfg

@@ -199,6 +199,7 @@ func runLeaseRestart(t *testing.T, persist bool) restartRun {
 // without persistence: it forgets the leases held, and the same load then
 // holds more than the limit, which the count catches.
 func TestLeasesNeverOverAdmittedAcrossRestart(t *testing.T) {
+	t.Parallel() // mostly a restart's wait; servers of its own
 	t.Run("appendonly", func(t *testing.T) {
 		run := runLeaseRestart(t, true)
 		require.LessOrEqual(t, run.maxHeld, int64(restartLimit), "over-admission across the restart")

@@ -160,16 +160,18 @@ func (r *Runner) takeInOrder(ctx context.Context, reqs []backend.Request) (backe
 		}
 		// Denied or failed: give back what the earlier ones took, even when
 		// ctx has ended (refund detaches). A failed refund leaves its units
-		// taken (safe, and they expire).
+		// taken (safe, and they expire; counted) and its take's result
+		// standing: a denial is still the answer, not the refund's error.
 		errs := []error{takeErr}
 		for j := range i {
-			var err error
-			if results[j], err = r.refund(ctx, &reqs[j], ats[j]); err != nil {
+			if refunded, err := r.refund(ctx, &reqs[j], ats[j]); err != nil {
 				errs = append(errs, err)
+			} else {
+				results[j] = refunded
 			}
 		}
-		if err := errors.Join(errs...); err != nil {
-			return backend.Result{}, nil, err
+		if takeErr != nil {
+			return backend.Result{}, nil, errors.Join(errs...)
 		}
 		results[i] = res
 		for j := i + 1; j < len(reqs); j++ {

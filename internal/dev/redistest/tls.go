@@ -23,8 +23,7 @@ type tlsOptions struct {
 // client-auth usage). With StartSentinel the sentinels listen in plain
 // RESP (and with TLS too after WithTLSSentinels) and reach the master and
 // replica over TLS. StartCluster's nodes also gossip over TLS
-// (--tls-cluster yes), and redis-cli creates the cluster with TLS,
-// presenting the server's certificate.
+// (--tls-cluster yes), presenting the server's certificate.
 func WithTLS(certFile, keyFile, caFile string, client *tls.Config) Option {
 	return func(o *options) {
 		sentinels := o.tls != nil && o.tls.sentinels
