@@ -3,11 +3,13 @@
 -- them decision by decision.
 --
 -- State: one integer per window, the units admitted in it, in a key of its
--- own: KEYS[1] followed by ':' and the window's start in ms when KEYS[1]
--- ends in the algorithm's suffix, own_suffix (':fw': the library's keys),
--- else KEYS[1] itself, a window's key
--- named exactly by the caller (backend.ExactKey, for the window holding
--- now). The same keys the stores' native path counts in with INCRBY and an
+-- own: KEYS[1] itself, the window's key as the caller names it (the
+-- library's key, ':' and the window's start in ms, rediswire.StateKey;
+-- for a refund the window at names, rediswire.RefundKey; or an exact key,
+-- backend.ExactKey), so that the script touches only the keys it is
+-- passed. Under server time only the script knows the window: it is
+-- passed the library key, which ends in the algorithm's suffix,
+-- own_suffix (':fw'), and appends ':' and the window's start itself. The same keys the stores' native path counts in with INCRBY and an
 -- expiry (backend/internal/redisengine/native.go): this script serves what that
 -- path cannot (server time, replica acknowledgement, a TakeAll mixing
 -- algorithms, Peek, give back). Keys of the old format ("start:current" in

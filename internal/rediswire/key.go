@@ -117,15 +117,39 @@ func Key(key backend.Key, rule algorithms.Rule) string {
 	return Build(key.Prefix, key.ID, rule.KeySuffix())
 }
 
-// StateKey returns the key req's script is called with: the Redis key of
-// req's state (Key), or, for a request naming its keys exactly
-// (backend.ExactKey), the key of the window holding req.Now, which the
-// fixed window's script counts in as given.
+// StateKey returns the key req's script is called with at req's time: the
+// Redis key of req's state (Key), or for a fixed window the key of the
+// window holding req.Now (NativeKey's), which its script counts in as
+// given: a script touches only the keys it is passed (Dragonfly refuses
+// others, a Cluster cannot route them; issue 43, item 13). Under server
+// time the window is the server's: the script is passed Key and names the
+// window's key itself (see fixed_window.lua).
 func StateKey(req *backend.Request) string {
 	if req.Exact.Base != "" {
 		return req.Exact.Name(req.Millis(), req.Rule.Window)
 	}
+	if req.Rule.PerWindow() {
+		now, w := req.Millis(), req.Rule.Window.Milliseconds()
+		return WindowKey(req.Key, req.Rule, now-now%w)
+	}
 	return Key(req.Key, req.Rule)
+}
+
+// RefundKey returns the key a refund of req's take recorded at at (the
+// fifth value of its reply) is called with: StateKey, or for a fixed
+// window's library key the key of the window the take counted in (at, its
+// start), so that the script touches only that key.
+func RefundKey(req *backend.Request, at int64) string {
+	if req.Exact.Base != "" || !req.Rule.PerWindow() {
+		return StateKey(req)
+	}
+	return WindowKey(req.Key, req.Rule, at)
+}
+
+// WindowKey returns the key of a fixed window's count for the window
+// starting at start (ms): Key, ':' and the start.
+func WindowKey(key backend.Key, rule algorithms.Rule, start int64) string {
+	return Key(key, rule) + ":" + strconv.FormatInt(start, 10)
 }
 
 // NativeKey returns the key a fixed window request counts in (the window
@@ -142,5 +166,5 @@ func NativeKey(req *backend.Request) (key string, start, expiry int64) {
 		}
 		return req.Exact.Name(now, req.Rule.Window), start, exp.Milliseconds()
 	}
-	return Key(req.Key, req.Rule) + ":" + strconv.FormatInt(start, 10), start, req.Rule.KeyTTL(start + w - now)
+	return WindowKey(req.Key, req.Rule, start), start, req.Rule.KeyTTL(start + w - now)
 }

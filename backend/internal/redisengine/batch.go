@@ -97,7 +97,7 @@ var pendingPool = sync.Pool{New: func() any { return &pendingTake{done: make(cha
 // key is req's Redis key when the caller built it already, else "".
 func (b *batcher) take(ctx context.Context, req *backend.Request, key string) (backend.Result, error) {
 	if key == "" {
-		key = rediswire.StateKey(req)
+		key = b.r.stateKey(req)
 	}
 	c := pendingPool.Get().(*pendingTake)
 	c.req, c.key, c.ctx = *req, key, ctx

@@ -5,6 +5,7 @@ package redisengine
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/internal/rediswire"
@@ -27,10 +28,11 @@ func (r *Runner) take(ctx context.Context, req *backend.Request) (backend.Result
 // record). It returns where an admission was recorded.
 func (r *Runner) single(ctx context.Context, req *backend.Request, mode rediswire.Mode, now, at int64) (backend.Result, int64, error) {
 	s := r.scripts[req.Rule.Algorithm]
-	keys := []string{rediswire.StateKey(req)}
+	keys := []string{r.stateKey(req)}
 	var args []string
 	switch mode {
 	case rediswire.ModeRefund:
+		keys[0] = r.refundKey(req, keys[0], at)
 		args = rediswire.RefundArgs(req.Rule, now, at, req.Cost)
 	case rediswire.ModeRenew:
 		args = rediswire.RenewArgs(req.Rule, now, at, req.Cost)
@@ -48,6 +50,11 @@ func (r *Runner) single(ctx context.Context, req *backend.Request, mode rediswir
 	out, err := rediswire.Decode(req.Rule, reply)
 	if err != nil {
 		return backend.Result{}, 0, fmt.Errorf("%s: %s %s: %w", r.name, cmd, req.Rule.Algorithm, err)
+	}
+	if mode == rediswire.ModeRefund && keys[0] != r.stateKey(req) && reply[rediswire.ReplyAt] != at && !skipRefundPeek.Load() {
+		// The refund went to the key of an earlier window than the one
+		// now is in (its reply read that key): report the window of now.
+		return r.single(ctx, req, rediswire.ModePeek, now, 0)
 	}
 	res := backend.ResultOf(req.Rule, out)
 	res.Unconfirmed = out.Allowed && grants && acked < int64(r.opts.Ack.Replicas)
@@ -97,4 +104,28 @@ func wireCost(req *backend.Request) int64 {
 		return -req.Cost
 	}
 	return req.Cost
+}
+
+// skipRefundPeek makes a refund of an earlier window report what its
+// script read (that window's key): a control.
+var skipRefundPeek atomic.Bool
+
+// stateKey is the key req's script is called with (rediswire.StateKey):
+// under server time a fixed window's library key (Key), as the window
+// holding the server's time is known only to the script.
+func (r *Runner) stateKey(req *backend.Request) string {
+	if r.opts.ServerTime && req.Exact.Base == "" {
+		return rediswire.Key(req.Key, req.Rule)
+	}
+	return rediswire.StateKey(req)
+}
+
+// refundKey is the key of a refund of req recorded at at, for a script
+// called with key (stateKey): rediswire.RefundKey, except for a give back
+// (at < 0), which counts at the script's now: key.
+func (r *Runner) refundKey(req *backend.Request, key string, at int64) string {
+	if at < 0 {
+		return key
+	}
+	return rediswire.RefundKey(req, at)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/limitkit/limitkit/algorithms"
+	"github.com/limitkit/limitkit/backend"
 	"github.com/limitkit/limitkit/internal/dev/redistest"
 	"github.com/limitkit/limitkit/internal/rediswire"
 )
@@ -143,12 +144,15 @@ func portableCalls(t *testing.T, prefix string) []scriptCall {
 }
 
 // TestScriptsDeclareTheirKeys: every script, in every mode, touches only
-// keys passed in KEYS and runs without the functions Lua 5.4 removed. The
-// exception still open (issue 43, item 13): a fixed window's library key
-// (its ':fw' suffix) names its window's key inside the script, which the
-// check catches, a control that it sees an undeclared key a real script
-// builds. The controls: a script that touches an undeclared key, and one
-// for each function missing from Lua 5.4 (and concurrency.lua without its
+// keys passed in KEYS and runs without the functions Lua 5.4 removed. A
+// fixed window's library key (its ':fw' suffix) is called with the key of
+// its window (rediswire.StateKey, RefundKey: issue 43, item 13), in every
+// mode; called with the library key itself, as before, the script names
+// its window's key inside, which the check catches (a control that it
+// sees an undeclared key a real script builds). That remains under server
+// time only (the window is the server's; docs/redis.md says so). The
+// other controls: a script that touches an undeclared key, and one for
+// each function missing from Lua 5.4 (and concurrency.lua without its
 // local unpack), fail the check, and a declared key passes it.
 func TestScriptsDeclareTheirKeys(t *testing.T) {
 	redistest.Require(t)
@@ -161,10 +165,29 @@ func TestScriptsDeclareTheirKeys(t *testing.T) {
 	fw := algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 10, Window: time.Minute}
 	src, err := rediswire.Script(fw.Algorithm)
 	require.NoError(t, err)
-	args, err := rediswire.Args(fw, time.Now().UnixMilli(), 1, rediswire.ModeTake)
+	now := time.Now()
+	req := backend.Request{Key: backend.Key{Prefix: prefix, ID: "lib"}, Rule: fw, Now: now, Cost: 1}
+	ms := now.UnixMilli()
+	for _, mode := range []rediswire.Mode{rediswire.ModeTake, rediswire.ModePeek} {
+		args, err := rediswire.Args(fw, ms, 1, mode)
+		require.NoError(t, err)
+		require.Empty(t, checked(t, srv, src, []string{rediswire.StateKey(&req)}, args), "a fixed window's library key, mode %d", mode)
+	}
+	// A refund of this window and of the one before, and a give back.
+	start := ms - ms%fw.Window.Milliseconds()
+	for _, at := range []int64{start, start - fw.Window.Milliseconds()} {
+		require.Empty(t, checked(t, srv, src, []string{rediswire.RefundKey(&req, at)}, rediswire.RefundArgs(fw, ms, at, 1)), "refund at %d", at)
+	}
+	require.Empty(t, checked(t, srv, src, []string{rediswire.StateKey(&req)}, rediswire.RefundArgs(fw, ms, -1, 1)), "give back")
+	args, err := rediswire.Args(fw, ms, 1, rediswire.ModeTake)
 	require.NoError(t, err)
-	require.Contains(t, checked(t, srv, src, []string{prefix + "{lib}" + fw.KeySuffix()}, args), "undeclared key",
-		"a fixed window's library key: the check no longer sees its per-window key (fixed? then drop this exception and the docs')")
+	library := rediswire.Key(req.Key, fw)
+	require.Contains(t, checked(t, srv, src, []string{library}, args), "undeclared key",
+		"control: the library key itself (as the script was called before, and still is under server time): the check no longer sees its per-window key")
+	args, err = rediswire.Args(fw, rediswire.ServerTime, 1, rediswire.ModeTake)
+	require.NoError(t, err)
+	require.Contains(t, checked(t, srv, src, []string{library}, args), "undeclared key",
+		"server time: the script no longer names its window's key (fixed? then drop this exception and the docs')")
 
 	require.Empty(t, checked(t, srv, "return redis.call('INCRBY', KEYS[1], 1)", []string{"declared"}, nil), "control: a declared key")
 	for src, want := range map[string]string{

@@ -53,3 +53,11 @@ func SetResetByDelete(del bool) (restore func()) {
 	resetByDelete = del
 	return func() { resetByDelete = old }
 }
+
+// SetSkipRefundPeek makes a refund of an earlier fixed window report what
+// its script read, not the window of now (skip), a control; it returns
+// the undo.
+func SetSkipRefundPeek(skip bool) (restore func()) {
+	old := skipRefundPeek.Swap(skip)
+	return func() { skipRefundPeek.Store(old) }
+}

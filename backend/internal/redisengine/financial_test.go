@@ -246,8 +246,8 @@ func TestCompositeRefunds(t *testing.T) {
 		reqs[i].Now, reqs[i].Cost = now, 1
 	}
 	keys := make([]string, len(reqs))
-	for i, r := range reqs {
-		keys[i] = rediswire.Key(r.Key, r.Rule)
+	for i := range reqs {
+		keys[i] = rediswire.StateKey(&reqs[i]) // a fixed window's: its window's
 	}
 	require.NotEqual(t, redistest.KeySlot(keys[0]), redistest.KeySlot(keys[2]))
 

@@ -287,7 +287,7 @@ func (r *Runner) batcherOf(kind batchKind, req *backend.Request) (b *batcher, ke
 		return r.local[kind], ""
 	}
 	if r.nodes != nil {
-		key = rediswire.StateKey(req)
+		key = r.stateKey(req)
 		if bs := r.nodes.batchersFor(key); bs != nil {
 			return bs[kind], key
 		}

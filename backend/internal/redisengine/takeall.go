@@ -54,7 +54,7 @@ func (r *Runner) TakeEach(ctx context.Context, reqs []backend.Request) (backend.
 	}
 	keys := make([]string, len(reqs))
 	for i := range reqs {
-		keys[i] = rediswire.StateKey(&reqs[i])
+		keys[i] = r.stateKey(&reqs[i])
 	}
 	// A TakeAll holding a lease goes alone: the batch replies carry no
 	// lease ids.
