@@ -82,7 +82,7 @@ func TestBaselineFixedWindow(t *testing.T) {
 // blip (Redis does not know of it) stays counted, after the blip too: two
 // blips in one window cost at most what was left.
 func TestBaselineCarriesLocalAdmissions(t *testing.T) {
-	defer fallback.SetSkipHolds(false)() // on by default; the state the controls leave is restored
+	defer fallback.SetSkipHolds(false)() // holds are off by default (hold.go)
 	c := newBaselineCase(t, algorithms.Rule{Algorithm: algorithms.FixedWindow, Limit: 50, Window: time.Hour},
 		fallback.WithOpenTimeout(time.Millisecond), fallback.WithFailureThreshold(1), fallback.WithProbes(1))
 	local := backend.LocalPolicy(1)

@@ -26,10 +26,17 @@ import (
 
 // skipHolds turns the holds off, skipLower their lowering, skipNext the
 // newest answer kept during a hold, skipKeepVia the floor of a credit
-// (controls: the tests show what each is for).
+// (controls: the tests show what each is for). Holds are off by default:
+// the blip model (internal/dev/modeltest) found two faults, fixed here
+// (TestHoldEndsOnTheNewestAnswer, TestGiveBackKeepsWhatThePrimaryAdmitted),
+// but with holds on it still finds admissions past its bound in 3 of 12
+// runs under -race over Redis with "Redis emptied" (issue 43, item 6,
+// open). Their own tests turn them on.
 var skipHolds atomic.Bool
 
 var skipLower, skipNext, skipKeepVia = false, false, false
+
+func init() { skipHolds.Store(true) }
 
 // nextAnswer is the primary's newest answer to a held key, kept beside
 // the hold: the hold ends at its own reset, and the key's baseline is

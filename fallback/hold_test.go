@@ -27,7 +27,7 @@ import (
 // limitkit-rls decides) for the emptied Redis. The control turns the holds
 // off: the restarted Redis hands the spent key its limit again.
 func TestEmptiedRedisHoldsWhatWasCounted(t *testing.T) {
-	defer fallback.SetSkipHolds(false)() // on by default; the state the controls leave is restored
+	defer fallback.SetSkipHolds(false)() // holds are off by default (hold.go)
 	for _, cl := range itClients {       // not parallel: the control sets a package variable
 		t.Run(cl.name, func(t *testing.T) {
 			for _, all := range []bool{false, true} {
@@ -142,7 +142,7 @@ func (c *baselineCase) recover(id string) {
 // refused until its window ends, by answers that are not degraded. The
 // control without holds admits the limit again.
 func TestHeldKeyOfAnEmptiedPrimary(t *testing.T) {
-	defer fallback.SetSkipHolds(false)() // on by default; the state the controls leave is restored
+	defer fallback.SetSkipHolds(false)() // holds are off by default (hold.go)
 	for _, control := range []bool{false, true} {
 		c := heldCase(t)
 		local := backend.LocalPolicy(1)
@@ -170,7 +170,7 @@ func TestHeldKeyOfAnEmptiedPrimary(t *testing.T) {
 // another process, then the second outage admits 5 (45 + 5 = 50); the
 // control, without the lowering, 15.
 func TestHeldAnswerLearnsFromThePrimary(t *testing.T) {
-	defer fallback.SetSkipHolds(false)() // on by default; the state the controls leave is restored
+	defer fallback.SetSkipHolds(false)() // holds are off by default (hold.go)
 	require.Equal(t, 5, secondOutage(t), "the second outage")
 	restore := fallback.SetSkipLower(true)
 	defer restore()
@@ -207,7 +207,7 @@ func secondOutage(t *testing.T) int {
 // the primary counts 4 in the window (the blip model's finding: issue 43,
 // item 6).
 func TestHoldEndsOnTheNewestAnswer(t *testing.T) {
-	defer fallback.SetSkipHolds(false)() // on by default; the state the controls leave is restored
+	defer fallback.SetSkipHolds(false)() // holds are off by default (hold.go)
 	require.Equal(t, 2, holdThenSecondOutage(t))
 	restore := fallback.SetSkipNext(true)
 	defer restore()
@@ -242,7 +242,7 @@ func holdThenSecondOutage(t *testing.T) int {
 // told was left. The control, whose credit takes off all 15, admits 20:
 // 65 in the window where the primary alone counts 40.
 func TestGiveBackKeepsWhatThePrimaryAdmitted(t *testing.T) {
-	defer fallback.SetSkipHolds(false)() // on by default; the state the controls leave is restored
+	defer fallback.SetSkipHolds(false)() // holds are off by default (hold.go)
 	require.Equal(t, 5, giveBackThenTake(t))
 	restore := fallback.SetSkipKeepVia(true)
 	defer restore()

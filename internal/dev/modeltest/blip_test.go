@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -106,6 +107,8 @@ type blipRun struct {
 	// the breaker opened, at random, the primary loses its keys (a restart
 	// without persistence), and every key's last answer binds all it
 	// admits since, degraded or not, until that answer's reset (holds).
+	// TestBlipModel leaves it off while fallback's holds are off by
+	// default (issue 43, item 6); LIMITKIT_BLIP_EMPTIED=1 turns it on.
 	empty bool
 	// skipDegraded turns the degraded bound off (the emptied control).
 	skipDegraded bool
@@ -390,7 +393,7 @@ func (r *blipRun) freshShare(ctx context.Context, step int) error {
 func newBlipRun(t *testing.T, primary backend.Store, alg algorithms.Name, seed uint64, opts ...fallback.Option) *blipRun {
 	rng := rand.New(rand.NewPCG(seed, 32))
 	sw := &switchable{Store: primary}
-	r := &blipRun{rng: rng, primary: sw, empty: true}
+	r := &blipRun{rng: rng, primary: sw}
 	hook := fallback.WithStateHook(func(c backend.StateChange) {
 		if c.To == backend.BreakerOpen {
 			r.opened.Add(1)
@@ -443,13 +446,14 @@ func TestBlipModel(t *testing.T) {
 			fresh, emptied := 0, 0
 			for ai, alg := range rateAlgorithms(nil) {
 				r := newBlipRun(t, primary, alg, base+uint64(ai))
+				r.empty = os.Getenv("LIMITKIT_BLIP_EMPTIED") == "1"
 				if err := r.steps(t.Context(), n); err != nil {
 					t.Errorf("seed %d: %v", base+uint64(ai), err)
 				}
 				fresh += r.freshOK
 				emptied += r.emptied
 			}
-			if fresh == 0 || emptied == 0 {
+			if fresh == 0 || (emptied == 0 && os.Getenv("LIMITKIT_BLIP_EMPTIED") == "1") {
 				t.Errorf("%d stalls driven, %d ended with the primary emptied: the run checked too little", fresh, emptied)
 			}
 		})
@@ -486,7 +490,7 @@ func TestBlipModelCatchesEmptied(t *testing.T) {
 	const tries = 30
 	for i := range tries {
 		r := newBlipRun(t, newMemory(t), algorithms.FixedWindow, uint64(i), fallback.WithBaselines(0))
-		r.skipDegraded = true
+		r.empty, r.skipDegraded = true, true
 		if err := r.steps(t.Context(), 3000); err != nil {
 			caught++
 			if caught == 1 {
