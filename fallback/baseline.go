@@ -81,10 +81,15 @@ type baseline struct {
 	// is when every one of them is out of its window.
 	spent, spentUntil int64
 	// via is the part of spent a held answer counted of Takes the primary
-	// admitted (hold.go).
-	via int64
+	// admitted (hold.go); told is the part the caller was last told is
+	// gone: a held key's answer is what the hold leaves, so a credit
+	// of those units would count them back twice.
+	via, told int64
 	// epoch is outages when the answer was recorded.
 	epoch uint64
+	// next is the primary's newest answer while the answer is held: the
+	// key's answer once the hold ends (hold.go).
+	newest nextAnswer
 }
 
 // newBaselines returns a table of about n entries (nil when n is 0).
@@ -124,9 +129,12 @@ func (t *baselines) record(req *backend.Request, res *backend.Result) {
 		e = t.insert(sh, k)
 	} else {
 		sh.touch(e)
+		e.settle(now)
 	}
 	if t.holding() && e.holds(req, now, epoch) { // a held answer stays (hold.go)
 		e.lower(res, now)
+		e.keepNext(res, now, epoch)
+		e.told = e.spent
 	} else {
 		e.update(req, res, now)
 		e.epoch = epoch
@@ -149,8 +157,9 @@ func (e *baseline) update(req *backend.Request, res *backend.Result, now int64) 
 	}
 	e.at, e.remaining = now, res.Remaining
 	e.resetAt = now + res.ResetAfter.Milliseconds()
+	e.newest, e.told = nextAnswer{}, 0
 	if now >= e.spentUntil {
-		e.spent, e.via = 0, 0
+		e.spent, e.via, e.told = 0, 0, 0
 	}
 }
 
@@ -288,11 +297,12 @@ func (t *baselines) boundOf(req *backend.Request, rule algorithms.Rule, n int64)
 		return bound{}
 	}
 	now := req.Millis()
+	e.settle(now)
 	if now >= e.resetAt {
 		return bound{} // the key is full on the primary: the local store decides
 	}
 	if now >= e.spentUntil {
-		e.spent, e.via = 0, 0
+		e.spent, e.via, e.told = 0, 0, 0
 	}
 	return bound{e: e, n: n}
 }
@@ -350,9 +360,16 @@ func (b bound) spend(now, cost int64) {
 }
 
 // credit takes cost units given back (or a local lease released) off
-// what was counted.
+// what was counted, but not the units the primary admitted under a hold
+// (via: the primary still counts them, and a held answer lowered by the
+// primary's counts them as left, lower) nor those the caller was told
+// are gone (told).
 func (b bound) credit(cost int64) {
-	b.e.spent = max(b.e.spent-cost, 0)
+	floor := max(b.e.via, b.e.told)
+	if skipKeepVia {
+		floor = 0
+	}
+	b.e.spent = max(b.e.spent-cost, floor, 0)
 }
 
 // refills reports whether alg is a bucket (algorithms.Algorithm.Refills:
@@ -393,8 +410,15 @@ func (t *baselines) released(req *backend.Request) {
 	defer t.lock(req)()
 	k := keyOf(req)
 	e := t.shards[t.shardOf(k)].m[k]
-	if e != nil && e.limit == req.Rule.Limit && e.window == req.Rule.Window.Milliseconds() && req.Millis() >= e.at {
+	if e == nil || e.limit != req.Rule.Limit || e.window != req.Rule.Window.Milliseconds() {
+		return
+	}
+	e.settle(req.Millis())
+	if req.Millis() >= e.at {
 		e.remaining = min(e.remaining+req.Cost, e.limit)
+	}
+	if e.newest.set && req.Millis() >= e.newest.at {
+		e.newest.remaining = min(e.newest.remaining+req.Cost, e.limit)
 	}
 }
 

@@ -30,3 +30,20 @@ func SetSkipLower(skip bool) (restore func()) {
 	skipLower = skip
 	return func() { skipLower = old }
 }
+
+// SetSkipNext keeps no newer answer of the primary during a hold (skip),
+// a control; it returns the undo.
+func SetSkipNext(skip bool) (restore func()) {
+	old := skipNext
+	skipNext = skip
+	return func() { skipNext = old }
+}
+
+// SetSkipKeepVia lets a credit take off the units the primary admitted
+// under a hold and those its answer told were gone (skip), a control; it
+// returns the undo.
+func SetSkipKeepVia(skip bool) (restore func()) {
+	old := skipKeepVia
+	skipKeepVia = skip
+	return func() { skipKeepVia = old }
+}

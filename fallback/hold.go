@@ -24,16 +24,62 @@ import (
 // probes the breaker, and the units it counts of a refused Take stand in
 // for those it lost or never saw.
 
-// skipHolds turns the holds off, skipLower their lowering (a control).
-// Holds are off by default: with them on, the blip model test
-// (internal/dev/modeltest TestBlipModel, under -race) finds degraded
-// admissions past its bound, a race not found yet (issue 43, item 6, is
+// skipHolds turns the holds off, skipLower their lowering, skipNext the
+// newest answer kept during a hold, skipKeepVia the floor of a credit
+// (controls: the tests show what each is for). Holds are off by default:
+// the blip model (internal/dev/modeltest) found two faults, fixed here
+// (TestHoldEndsOnTheNewestAnswer, TestGiveBackKeepsWhatThePrimaryAdmitted),
+// but with holds on it still finds admissions past its bound in 3 of 12
+// runs under -race over Redis with "Redis emptied" (issue 43, item 6,
 // open). Their own tests turn them on.
 var skipHolds atomic.Bool
 
-var skipLower = false
+var skipLower, skipNext, skipKeepVia = false, false, false
 
 func init() { skipHolds.Store(true) }
+
+// nextAnswer is the primary's newest answer to a held key, kept beside
+// the hold: the hold ends at its own reset, and the key's baseline is
+// then this answer, not none (a second outage would otherwise decide
+// the key on the local store alone while the newest answer still binds).
+type nextAnswer struct {
+	at, remaining, resetAt int64
+	// epoch is outages when the answer was recorded.
+	epoch uint64
+	set   bool
+}
+
+// keepNext keeps res, the primary's answer at now (outages epoch), as
+// e's next answer unless it is older news (as update): what is left by
+// it and by the hold (lowered first), as the caller is told. The caller
+// holds the shard's lock.
+func (e *baseline) keepNext(res *backend.Result, now int64, epoch uint64) {
+	n := &e.newest
+	r := min(res.Remaining, max(e.remaining-e.spent, 0))
+	if skipNext || (n.set && (now < n.at || (now == n.at && r >= n.remaining))) {
+		return
+	}
+	*n = nextAnswer{at: now, remaining: r, resetAt: now + res.ResetAfter.Milliseconds(), epoch: epoch, set: true}
+}
+
+// settle makes e's next answer its answer once the hold is over (now at
+// or past its reset). What the hold counted of Takes the primary admitted
+// (via) is in that answer, so it leaves spent; what the policy admitted
+// stays counted while it is in its window, as update keeps it (counted
+// twice: the answer took it off too, and a GiveBack may credit it). The
+// caller holds the shard's lock.
+func (e *baseline) settle(now int64) {
+	if !e.newest.set || now < e.resetAt {
+		return
+	}
+	n := e.newest
+	e.at, e.remaining, e.resetAt, e.epoch = n.at, n.remaining, n.resetAt, n.epoch
+	e.newest = nextAnswer{}
+	e.spent, e.via, e.told = max(e.spent-e.via, 0), 0, 0
+	if now >= e.spentUntil {
+		e.spent = 0
+	}
+}
 
 // holding reports whether t holds keys at all: with holds off no call
 // takes a shard's lock for them.
@@ -51,11 +97,14 @@ func (t *baselines) heldOf(req *backend.Request) bound {
 	k := keyOf(req)
 	e := t.shards[t.shardOf(k)].m[k]
 	now := req.Millis()
+	if e != nil {
+		e.settle(now)
+	}
 	if e == nil || !t.holding() || !e.holds(req, now, t.outages.Load()) {
 		return bound{}
 	}
 	if now >= e.spentUntil {
-		e.spent, e.via = 0, 0
+		e.spent, e.via, e.told = 0, 0, 0
 	}
 	return bound{e: e, n: 1}
 }
@@ -104,8 +153,8 @@ func (t *baselines) releaseHeld(req *backend.Request) {
 	}
 	defer t.lock(req)()
 	if bd := t.heldOf(req); bd.e != nil {
+		bd.e.via = max(bd.e.via-req.Cost, 0) // first: credit keeps via counted
 		bd.credit(req.Cost)
-		bd.e.via = max(bd.e.via-req.Cost, 0)
 	}
 }
 
@@ -139,7 +188,11 @@ func (t *baselines) afterHeld(req *backend.Request, kind localKind, res backend.
 	}
 	now := req.Millis()
 	if kind == localGiveBack {
+		// The primary took these back: what record kept as told is not
+		// the floor, what is left after them is.
+		bd.e.told = bd.e.via
 		bd.credit(req.Cost)
+		defer func() { bd.e.told = bd.e.spent }()
 	}
 	if res.Allowed && !bd.allows(now, req.Cost) {
 		d := bd.denial(now, req.Cost, req.Rule.Limit)

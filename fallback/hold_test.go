@@ -196,3 +196,74 @@ func secondOutage(t *testing.T) int {
 	c.p.mode.Store(failing)
 	return c.takeN("k", local, 50, true)
 }
+
+// TestHoldEndsOnTheNewestAnswer: a hold ends at its own reset, and the
+// key is then bound by the primary's newest answer, not by none. A
+// sliding log of 10 a minute: 4 taken at t0 (6 left until t0+60s), an
+// outage, the primary back at t0+30s admits 4 more through the hold (it
+// says 2 left until t0+90s), a second outage at t0+61s: the newest answer
+// binds, 2 admitted. The control, which keeps no newer answer during the
+// hold, decides the key on the local store alone past t0+60s: 10, while
+// the primary counts 4 in the window (the blip model's finding: issue 43,
+// item 6).
+func TestHoldEndsOnTheNewestAnswer(t *testing.T) {
+	defer fallback.SetSkipHolds(false)() // holds are off by default (hold.go)
+	require.Equal(t, 2, holdThenSecondOutage(t))
+	restore := fallback.SetSkipNext(true)
+	defer restore()
+	require.Equal(t, 10, holdThenSecondOutage(t), "control: a hold that forgets the newest answer")
+}
+
+// holdThenSecondOutage runs TestHoldEndsOnTheNewestAnswer's scenario and
+// returns what the second outage admitted.
+func holdThenSecondOutage(t *testing.T) int {
+	c := newBaselineCase(t, algorithms.Rule{Algorithm: algorithms.SlidingLog, Limit: 10, Window: time.Minute},
+		fallback.WithOpenTimeout(time.Millisecond), fallback.WithFailureThreshold(1), fallback.WithProbes(1))
+	local := backend.LocalPolicy(1)
+	t0 := c.at
+	require.Equal(t, 4, c.takeN("k", local, 4, false))
+	c.p.mode.Store(failing)
+	_, err := c.s.Peek(context.Background(), c.req("k", local)) // the outage: the answer is held
+	require.NoError(t, err)
+	c.at = t0.Add(30 * time.Second)
+	c.recover("k")
+	require.Equal(t, 4, c.takeN("k", local, 4, false))
+	c.p.mode.Store(failing)
+	c.at = t0.Add(61 * time.Second)
+	return c.takeN("k", local, 20, true)
+}
+
+// TestGiveBackKeepsWhatThePrimaryAdmitted: a GiveBack during an outage
+// takes off a hold neither the units the primary admitted under it (it
+// still counts them) nor those its last answer told were gone. Fixed
+// window of 50: 30 taken (20 left), an outage admits 5, the primary back
+// admits 10 through the hold (its last answer: 5 left, the hold's), a
+// second outage gives back 15 and then admits 5, what the caller was last
+// told was left. The control, whose credit takes off all 15, admits 20:
+// 65 in the window where the primary alone counts 40.
+func TestGiveBackKeepsWhatThePrimaryAdmitted(t *testing.T) {
+	defer fallback.SetSkipHolds(false)() // holds are off by default (hold.go)
+	require.Equal(t, 5, giveBackThenTake(t))
+	restore := fallback.SetSkipKeepVia(true)
+	defer restore()
+	require.Equal(t, 20, giveBackThenTake(t), "control: a credit that takes off what the primary admitted")
+}
+
+// giveBackThenTake runs TestGiveBackKeepsWhatThePrimaryAdmitted's
+// scenario and returns what the second outage admitted after its GiveBack.
+func giveBackThenTake(t *testing.T) int {
+	c := heldCase(t)
+	local := backend.LocalPolicy(1)
+	require.Equal(t, 30, c.takeN("k", local, 30, false))
+	c.p.mode.Store(failing)
+	require.Equal(t, 5, c.takeN("k", local, 5, true))
+	c.recover("k")
+	require.Equal(t, 10, c.takeN("k", local, 10, false))
+	c.p.mode.Store(failing)
+	back := c.req("k", local)
+	back.Cost = 15
+	res, err := c.s.GiveBack(context.Background(), back)
+	require.NoError(t, err)
+	require.True(t, res.Degraded)
+	return c.takeN("k", local, 50, true)
+}
