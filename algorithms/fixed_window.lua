@@ -9,7 +9,8 @@
 -- backend.ExactKey), so that the script touches only the keys it is
 -- passed. Under server time only the script knows the window: it is
 -- passed the library key, which ends in the algorithm's suffix,
--- own_suffix (':fw'), and appends ':' and the window's start itself. The same keys the stores' native path counts in with INCRBY and an
+-- own_suffix (':fw'), and appends ':' and the window's start itself. The
+-- same keys the stores' native path counts in with INCRBY and an
 -- expiry (backend/internal/redisengine/native.go): this script serves what that
 -- path cannot (server time, replica acknowledgement, a TakeAll mixing
 -- algorithms, Peek, give back). Keys of the old format ("start:current" in

@@ -87,7 +87,7 @@ type baseline struct {
 	via, told int64
 	// epoch is outages when the answer was recorded.
 	epoch uint64
-	// next is the primary's newest answer while the answer is held: the
+	// newest is the primary's newest answer while the answer is held: the
 	// key's answer once the hold ends (hold.go).
 	newest nextAnswer
 }

@@ -170,11 +170,7 @@ func TestHeldKeyOfAnEmptiedPrimary(t *testing.T) {
 // another process, then the second outage admits 5 (45 + 5 = 50); the
 // control, without the lowering, 15.
 func TestHeldAnswerLearnsFromThePrimary(t *testing.T) {
-	defer fallback.SetSkipHolds(false)() // holds are off by default (hold.go)
-	require.Equal(t, 5, secondOutage(t), "the second outage")
-	restore := fallback.SetSkipLower(true)
-	defer restore()
-	require.Equal(t, 15, secondOutage(t), "control: a hold that ignores the primary's lower answer")
+	requireWithControl(t, secondOutage, 5, fallback.SetSkipLower, 15, "a hold that ignores the primary's lower answer")
 }
 
 // secondOutage runs TestHeldAnswerLearnsFromThePrimary's scenario and
@@ -207,11 +203,7 @@ func secondOutage(t *testing.T) int {
 // the primary counts 4 in the window (the blip model's finding: issue 43,
 // item 6).
 func TestHoldEndsOnTheNewestAnswer(t *testing.T) {
-	defer fallback.SetSkipHolds(false)() // holds are off by default (hold.go)
-	require.Equal(t, 2, holdThenSecondOutage(t))
-	restore := fallback.SetSkipNext(true)
-	defer restore()
-	require.Equal(t, 10, holdThenSecondOutage(t), "control: a hold that forgets the newest answer")
+	requireWithControl(t, holdThenSecondOutage, 2, fallback.SetSkipNext, 10, "a hold that forgets the newest answer")
 }
 
 // holdThenSecondOutage runs TestHoldEndsOnTheNewestAnswer's scenario and
@@ -242,11 +234,18 @@ func holdThenSecondOutage(t *testing.T) int {
 // told was left. The control, whose credit takes off all 15, admits 20:
 // 65 in the window where the primary alone counts 40.
 func TestGiveBackKeepsWhatThePrimaryAdmitted(t *testing.T) {
+	requireWithControl(t, giveBackThenTake, 5, fallback.SetSkipKeepVia, 20, "a credit that takes off what the primary admitted")
+}
+
+// requireWithControl requires, with holds on, that scenario admits want,
+// and with the control skip on (what it turns off is what the test is
+// for) that it admits control.
+func requireWithControl(t *testing.T, scenario func(*testing.T) int, want int, skip func(bool) (restore func()), control int, what string) {
+	t.Helper()
 	defer fallback.SetSkipHolds(false)() // holds are off by default (hold.go)
-	require.Equal(t, 5, giveBackThenTake(t))
-	restore := fallback.SetSkipKeepVia(true)
-	defer restore()
-	require.Equal(t, 20, giveBackThenTake(t), "control: a credit that takes off what the primary admitted")
+	require.Equal(t, want, scenario(t), "with the fix")
+	defer skip(true)()
+	require.Equal(t, control, scenario(t), "control: "+what)
 }
 
 // giveBackThenTake runs TestGiveBackKeepsWhatThePrimaryAdmitted's

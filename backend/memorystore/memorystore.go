@@ -178,24 +178,21 @@ func (s *Store) Take(_ context.Context, req backend.Request) (backend.Result, er
 	if err := req.Validate(); err != nil {
 		return backend.Result{}, err
 	}
-	if req.Charge {
-		a := req.Rule.Descriptor() // known: req is valid
-		sh, h1, h2 := s.locate(req.Key.Prefix, req.Key.ID, a.Salt)
-		sh.mu.Lock()
-		res := s.takeLocked(sh, h1, h2, a, &req.Rule, req.Millis(), req.Cost, true)
-		sh.mu.Unlock()
-		return res, nil
-	}
-	return s.take(req.Key.Prefix, req.Key.ID, &req.Rule, req.Millis(), req.Cost), nil
+	return s.decide(req.Key.Prefix, req.Key.ID, &req.Rule, req.Millis(), req.Cost, req.Charge), nil
 }
 
 // take is Take of a request that is valid and no charge: what the limiter
 // calls directly (see package internal/hotpath).
 func (s *Store) take(prefix, id string, rule *algorithms.Rule, now, cost int64) backend.Result {
+	return s.decide(prefix, id, rule, now, cost, false)
+}
+
+// decide runs a valid request's Take (with charge its Charge) on its key.
+func (s *Store) decide(prefix, id string, rule *algorithms.Rule, now, cost int64, charge bool) backend.Result {
 	a := rule.Descriptor()
 	sh, h1, h2 := s.locate(prefix, id, a.Salt)
 	sh.mu.Lock()
-	res := s.takeLocked(sh, h1, h2, a, rule, now, cost, false)
+	res := s.takeLocked(sh, h1, h2, a, rule, now, cost, charge)
 	sh.mu.Unlock()
 	return res
 }

@@ -28,11 +28,12 @@ func (r *Runner) take(ctx context.Context, req *backend.Request) (backend.Result
 // record). It returns where an admission was recorded.
 func (r *Runner) single(ctx context.Context, req *backend.Request, mode rediswire.Mode, now, at int64) (backend.Result, int64, error) {
 	s := r.scripts[req.Rule.Algorithm]
-	keys := []string{r.stateKey(req)}
+	state := r.stateKey(req)
+	keys := []string{state}
 	var args []string
 	switch mode {
 	case rediswire.ModeRefund:
-		keys[0] = r.refundKey(req, keys[0], at)
+		keys[0] = r.refundKey(req, state, at)
 		args = rediswire.RefundArgs(req.Rule, now, at, req.Cost)
 	case rediswire.ModeRenew:
 		args = rediswire.RenewArgs(req.Rule, now, at, req.Cost)
@@ -51,7 +52,7 @@ func (r *Runner) single(ctx context.Context, req *backend.Request, mode rediswir
 	if err != nil {
 		return backend.Result{}, 0, fmt.Errorf("%s: %s %s: %w", r.name, cmd, req.Rule.Algorithm, err)
 	}
-	if mode == rediswire.ModeRefund && keys[0] != r.stateKey(req) && reply[rediswire.ReplyAt] != at && !skipRefundPeek.Load() {
+	if mode == rediswire.ModeRefund && keys[0] != state && reply[rediswire.ReplyAt] != at && !skipRefundPeek.Load() {
 		// The refund went to the key of an earlier window than the one
 		// now is in (its reply read that key): report the window of now.
 		return r.single(ctx, req, rediswire.ModePeek, now, 0)

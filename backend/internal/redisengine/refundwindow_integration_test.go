@@ -5,16 +5,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/limitkit/limitkit/algorithms"
 	"github.com/limitkit/limitkit/backend"
-	"github.com/limitkit/limitkit/backend/goredisstore"
 	"github.com/limitkit/limitkit/backend/internal/redisengine"
 	"github.com/limitkit/limitkit/backend/memorystore"
-	"github.com/limitkit/limitkit/backend/rueidisstore"
 	"github.com/limitkit/limitkit/internal/dev/redistest"
 )
 
@@ -59,16 +55,8 @@ func TestUnreserveOfAnEarlierWindow(t *testing.T) {
 	require.EqualValues(t, 4, wantRefund.Remaining, "the Go engine: one of five taken in the window of now")
 	require.True(t, wantLate.Allowed, "the Go engine: the refund went to the earlier window")
 
-	gc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { _ = gc.Close() })
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
-	require.NoError(t, err)
-	t.Cleanup(rc.Close)
-	gs, err := goredisstore.New(gc)
-	require.NoError(t, err)
-	rs, err := rueidisstore.New(rc)
-	require.NoError(t, err)
-	for name, s := range map[string]backend.Store{"goredis": gs, "rueidis": rs} {
+	all := stores(t, srv, nil, nil) // go-redis, rueidis, go-redis, rueidis
+	for name, s := range map[string]backend.Store{"goredis": all[0], "rueidis": all[1]} {
 		t.Run(name, func(t *testing.T) {
 			refund, late := sequence(t, s, name)
 			require.Equal(t, wantRefund, refund, "the refund's report")

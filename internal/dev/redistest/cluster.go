@@ -59,8 +59,9 @@ type Cluster struct {
 // With replicas, each master runs FLUSHALL once, on its still empty data
 // set, so that Redis 7.0 lists the replicas in CLUSTER SLOTS at once rather
 // than after its 10 s replication ping (it hides replicas whose replication
-// offset is 0). A cluster of 3 masters forms in well under a second
-// (redis-cli took two to four, mostly its one-second polls).
+// offset is 0). A cluster of 3 masters is ready in a little over two
+// seconds, Redis's own delay before a new master takes writes (redis-cli
+// took two to four more, mostly its one-second polls).
 func StartCluster(t testing.TB, masters, replicasPerMaster int, opts ...Option) *Cluster {
 	t.Helper()
 	Require(t, redisServerBin, redisCLIBin)
