@@ -173,15 +173,23 @@ func TestHeldAnswerLearnsFromThePrimary(t *testing.T) {
 	requireWithControl(t, secondOutage, 5, fallback.SetSkipLower, 15, "a hold that ignores the primary's lower answer")
 }
 
-// secondOutage runs TestHeldAnswerLearnsFromThePrimary's scenario and
-// returns what the second outage admitted.
-func secondOutage(t *testing.T) int {
+// heldAfterAnOutage returns a heldCase whose key "k" had 30 taken, an
+// outage that admitted 5 under local, and the primary back: the start of
+// the second-outage scenarios.
+func heldAfterAnOutage(t *testing.T) (*baselineCase, backend.FailurePolicy) {
 	c := heldCase(t)
 	local := backend.LocalPolicy(1)
 	require.Equal(t, 30, c.takeN("k", local, 30, false))
 	c.p.mode.Store(failing)
 	require.Equal(t, 5, c.takeN("k", local, 5, true))
 	c.recover("k")
+	return c, local
+}
+
+// secondOutage runs TestHeldAnswerLearnsFromThePrimary's scenario and
+// returns what the second outage admitted.
+func secondOutage(t *testing.T) int {
+	c, local := heldAfterAnOutage(t)
 	for range 10 { // another process
 		res, err := c.p.Store.Take(context.Background(), c.req("k", local))
 		require.NoError(t, err)
@@ -251,12 +259,7 @@ func requireWithControl(t *testing.T, scenario func(*testing.T) int, want int, s
 // giveBackThenTake runs TestGiveBackKeepsWhatThePrimaryAdmitted's
 // scenario and returns what the second outage admitted after its GiveBack.
 func giveBackThenTake(t *testing.T) int {
-	c := heldCase(t)
-	local := backend.LocalPolicy(1)
-	require.Equal(t, 30, c.takeN("k", local, 30, false))
-	c.p.mode.Store(failing)
-	require.Equal(t, 5, c.takeN("k", local, 5, true))
-	c.recover("k")
+	c, local := heldAfterAnOutage(t)
 	require.Equal(t, 10, c.takeN("k", local, 10, false))
 	c.p.mode.Store(failing)
 	back := c.req("k", local)
